@@ -25,6 +25,11 @@ MAX_PLANES = 16  # plane is a 4-bit field of the uSID
 MAX_INDEX = 256  # index is an 8-bit field of the uSID
 MAX_IFNAME = 15  # Linux IFNAMSIZ - 1
 
+# Each switch process listens on loopback: P4Runtime at GRPC_BASE_PORT + device_id,
+# BMv2 Thrift runtime CLI at THRIFT_BASE_PORT + device_id.
+GRPC_BASE_PORT = 50000
+THRIFT_BASE_PORT = 9090
+
 
 class TopologyError(ValueError):
     """Invalid fabric parameters; the message says what to change."""
@@ -70,6 +75,14 @@ class Switch:
     @property
     def mac(self) -> str:
         return f"02:00:00:{self.plane:02x}:{self.role:02x}:{self.index:02x}"
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{GRPC_BASE_PORT + self.device_id}"
+
+    @property
+    def thrift_port(self) -> int:
+        return THRIFT_BASE_PORT + self.device_id
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,46 @@
+"""Values that cross the boundary between the sans-IO core and its I/O layer."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+
+class EvState(enum.Enum):
+    GOOD = "good"
+    SKIP = "skip"  # internal: congestion seen on this EV, rest it for a while
+    ASSUMED_BAD = "assumed_bad"  # loss seen: retired, probed in the background
+    DENIED = "denied"  # set and cleared only by management
+
+
+@dataclass(frozen=True)
+class PathInfo:
+    """A source route as the core sees it; `route` is the I/O layer's handle (the uSID carrier)."""
+
+    plane: int
+    route: Hashable
+
+
+@dataclass(frozen=True)
+class TxPacket:
+    """A UDP payload the I/O layer must wrap in outer/inner IPv6 and send on `plane` via `route`."""
+
+    peer: Hashable
+    plane: int
+    route: Hashable
+    ev: int
+    dscp: int
+    ecn: int
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class RxMeta:
+    """What the I/O layer learned from the headers around a received UDP payload."""
+
+    peer: Hashable
+    plane: int
+    ev: int
+    dscp: int
+    ecn: int
