@@ -1,0 +1,80 @@
+"""Endpoint configuration: one frozen dataclass, validated up front so misuse fails early."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from host_agent.core.cc import DEFAULT_BASE_RTT, DEFAULT_MTU, CongestionControl, Nscc, NsccConfig
+from host_agent.core.errors import LocalProtocolError
+from host_agent.core.evs import EvConfig
+from host_agent.wire import PSN_MOD
+
+
+class ConfigError(LocalProtocolError, ValueError):
+    """An EndpointConfig field is out of range; the message names the field and the fix."""
+
+
+def default_cc() -> CongestionControl:
+    return Nscc()
+
+
+@dataclass(frozen=True)
+class EndpointConfig:
+    """Tunables of one endpoint. Times are seconds on the caller's clock.
+
+    Defaults assume the EV/CC modules' DEFAULT_BASE_RTT (1 ms, a BMv2 software fabric); use
+    EndpointConfig.for_base_rtt to scale every timer (and the EV set and NSCC) to another fabric.
+    """
+
+    mtu: int = DEFAULT_MTU  # payload bytes per data packet (docs/wire-format.md §6)
+    window: int = 4096  # PSNs: receiver window and sender's cap on unacknowledged PSNs
+    rto_initial: float = 5 * DEFAULT_BASE_RTT  # retransmission timeout before any RTT sample
+    rto_min: float = 2 * DEFAULT_BASE_RTT
+    rto_max: float = 500 * DEFAULT_BASE_RTT
+    reorder_threshold: int = 8  # lost once a packet sent this many packets later was acked
+    port_status_retry: float = 4 * DEFAULT_BASE_RTT  # EP_REQ repeat interval until EP_RSP
+    oor_backoff: float = DEFAULT_BASE_RTT  # pause after NACK(PSN_OOR_WINDOW) before resending
+    ev: EvConfig = field(default_factory=EvConfig)
+    cc_factory: Callable[[], CongestionControl] = default_cc
+
+    def __post_init__(self) -> None:
+        if isinstance(self.mtu, bool) or not isinstance(self.mtu, int) or not 1 <= self.mtu <= 9000:
+            raise ConfigError(f"mtu={self.mtu!r}: use an int in 1..9000 (default 1024)")
+        if not isinstance(self.window, int) or not 1 <= self.window <= PSN_MOD // 4:
+            raise ConfigError(
+                f"window={self.window!r}: use an int in 1..{PSN_MOD // 4} PSNs so serial PSN "
+                "arithmetic stays unambiguous (default 4096)"
+            )
+        if not isinstance(self.reorder_threshold, int) or self.reorder_threshold < 1:
+            raise ConfigError(f"reorder_threshold={self.reorder_threshold!r}: use an int >= 1")
+        for name in ("rto_initial", "rto_min", "rto_max", "port_status_retry", "oor_backoff"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(f"{name}={value!r}: must be a positive number of seconds")
+        if self.rto_min > self.rto_max:
+            raise ConfigError(f"rto_min={self.rto_min} exceeds rto_max={self.rto_max}: lower it")
+        if not isinstance(self.ev, EvConfig):
+            raise ConfigError(f"ev={self.ev!r}: pass an EvConfig")
+        if not callable(self.cc_factory):
+            raise ConfigError("cc_factory must be a zero-argument callable returning a controller")
+
+    @classmethod
+    def for_base_rtt(cls, base_rtt: float, **overrides: object) -> EndpointConfig:
+        """Every timer as the same multiple of `base_rtt` as the defaults are of 1 ms."""
+        if isinstance(base_rtt, bool) or not isinstance(base_rtt, (int, float)) or base_rtt <= 0:
+            raise ConfigError(f"base_rtt={base_rtt!r}: must be a positive number of seconds")
+        mtu = overrides.get("mtu", DEFAULT_MTU)
+        nscc = NsccConfig(mtu=mtu, base_rtt=base_rtt, min_cwnd=mtu)  # type: ignore[arg-type]
+        values: dict[str, object] = {
+            "rto_initial": 5 * base_rtt,
+            "rto_min": 2 * base_rtt,
+            "rto_max": 500 * base_rtt,
+            "port_status_retry": 4 * base_rtt,
+            "oor_backoff": base_rtt,
+            "ev": EvConfig.for_base_rtt(base_rtt),
+            "cc_factory": functools.partial(Nscc, nscc),
+        }
+        values.update(overrides)
+        return cls(**values)  # type: ignore[arg-type]

@@ -1,0 +1,70 @@
+"""Events the endpoint hands to its user through Endpoint.next_event() (frozen, h11 style)."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from host_agent.core.types import EvState
+
+
+@dataclass(frozen=True)
+class WriteCompleted:
+    """Sender: every byte of the write was acknowledged."""
+
+    qpn: int
+    wr_id: int
+
+
+@dataclass(frozen=True)
+class WriteFailed:
+    """Sender: the peer refused the write (rkey or bounds violation); nothing more is retried.
+
+    Not in the original contract: without it a refused write would look like a hang.
+    """
+
+    qpn: int
+    wr_id: int
+    reason: int  # wire NACK reason code
+
+
+@dataclass(frozen=True)
+class MessageReceived:
+    """Receiver: the whole message was placed; emitted strictly in message order."""
+
+    qpn: int
+    msn: int
+    length: int
+    imm: int | None
+
+
+@dataclass(frozen=True)
+class EvStateChanged:
+    qpn: int
+    ev: int
+    old: EvState
+    new: EvState
+    reason: str
+
+
+@dataclass(frozen=True)
+class PeerPlaneChanged:
+    """The peer announced (PORT_STATUS) that its NIC port on `plane` went down or came back."""
+
+    peer: Hashable
+    plane: int
+    up: bool
+
+
+@dataclass(frozen=True)
+class PlaneStateChanged:
+    """Our own NIC port on `plane` changed state (set_plane_up)."""
+
+    plane: int
+    up: bool
+
+
+Event = (
+    WriteCompleted | WriteFailed | MessageReceived | EvStateChanged | PeerPlaneChanged
+    | PlaneStateChanged
+)

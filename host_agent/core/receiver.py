@@ -1,0 +1,159 @@
+"""Receiver half of a connection: PSN window, checked placement, SACK/NACK generation, completions.
+
+State is O(window): `_bits` is an int whose bit i says PSN cack+i arrived (never wider than the
+window), `_ends` maps the last PSN of each message seen above cack to its (msn, imm), `_lengths`
+counts the bytes of messages not yet delivered. A SACK is generated for every accepted or duplicate
+data packet (no coalescing: the sender's loss detection and NSCC both work per packet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from host_agent import wire
+from host_agent.core.errors import RemoteProtocolError
+from host_agent.core.events import Event, MessageReceived
+from host_agent.core.memory import BoundsViolation, MemoryTable, RkeyViolation
+from host_agent.core.types import RxMeta
+
+BITMAP_BITS = 64
+_BITMAP_MASK = (1 << BITMAP_BITS) - 1
+_OFFSET_MIN, _OFFSET_MAX = -(1 << 15), (1 << 15) - 1
+_OOO_MAX = (1 << 15) - 1
+_RCVD_MOD = 1 << 24
+_TRIM_REASON = {
+    wire.DSCP_TRIMMED: wire.NACK_TRIMMED,
+    wire.DSCP_TRIMMED_LASTHOP: wire.NACK_TRIMMED_LASTHOP,
+}
+
+Control = wire.SackPacket | wire.NackPacket
+
+
+class Receiver:
+    def __init__(
+        self,
+        *,
+        window: int,
+        memory: MemoryTable,
+        local_qpn: int,
+        remote_qpn: int,
+        expected_psn: int,
+        stats: dict[str, int],
+        emit: Callable[[Event], None],
+    ) -> None:
+        self._window = window
+        self._memory = memory
+        self._qpn = local_qpn
+        self._remote_qpn = remote_qpn
+        self._stats = stats
+        self._emit = emit
+        self.cack = expected_psn % wire.PSN_MOD
+        self._bits = 0
+        self._ends: dict[int, tuple[int, int | None]] = {}
+        self._lengths: dict[int, int] = {}
+        self._failed: set[int] = set()  # msns with a refused packet: never delivered
+        self._rcvd_bytes = 0
+
+    def tracked_entries(self) -> int:
+        return len(self._ends) + len(self._lengths) + len(self._failed)
+
+    def on_data(self, pkt: wire.DataPacket, meta: RxMeta) -> Control:
+        """Accept one data packet; return the SACK or NACK to send back."""
+        psn = pkt.bth.psn
+        rel = wire.psn_diff(psn, self.cack)
+        if rel >= self._window:
+            return self._nack(wire.NACK_PSN_OOR_WINDOW, psn, meta)
+        if rel < 0 or self._bits >> rel & 1:
+            self._stats["duplicates"] += 1
+            return self._sack(psn, meta)
+        if len(pkt.payload) < pkt.reth.dma_len:
+            reason = _TRIM_REASON.get(meta.dscp)
+            if reason is None:
+                raise RemoteProtocolError(
+                    f"PSN {psn}: payload {len(pkt.payload)} < dma_len {pkt.reth.dma_len} "
+                    f"but DSCP {meta.dscp} is not a trimmed class"
+                )
+            self._stats["trims_received"] += 1
+            return self._nack(reason, psn, meta)
+        msn = pkt.meth.msn
+        refused = None
+        try:
+            self._memory.place(pkt.reth.rkey, pkt.reth.va, pkt.payload)
+        except RkeyViolation:
+            refused = wire.NACK_RKEY_VIOLATION
+            self._stats["rkey_violations"] += 1
+        except BoundsViolation:
+            refused = wire.NACK_BOUNDS_VIOLATION
+            self._stats["bounds_violations"] += 1
+        # A refused packet still consumes its PSN so the connection keeps moving; its message is
+        # marked failed and never delivered (the sender learns it from the NACK).
+        self._bits |= 1 << rel
+        if refused is None:
+            self._lengths[msn] = self._lengths.get(msn, 0) + len(pkt.payload)
+            self._rcvd_bytes = (self._rcvd_bytes + len(pkt.payload)) % _RCVD_MOD
+        else:
+            self._failed.add(msn)
+        if pkt.bth.opcode not in (wire.OP_WRITE_FIRST, wire.OP_WRITE_MIDDLE):
+            self._ends[psn] = (msn, pkt.imm)
+        self._advance()
+        if refused is not None:
+            return self._nack(refused, psn, meta)
+        return self._sack(psn, meta)
+
+    def _advance(self) -> None:
+        ones = (~self._bits & (self._bits + 1)).bit_length() - 1  # trailing one bits
+        if ones <= 0:
+            return
+        start = self.cack
+        self._bits >>= ones
+        self.cack = wire.psn_add(start, ones)
+        if not self._ends:
+            return
+        for i in range(ones):
+            end = self._ends.pop(wire.psn_add(start, i), None)
+            if end is not None:
+                self._deliver(*end)
+
+    def _deliver(self, msn: int, imm: int | None) -> None:
+        length = self._lengths.pop(msn, 0)
+        if msn in self._failed:
+            self._failed.discard(msn)
+            return
+        self._emit(MessageReceived(self._qpn, msn, length, imm))
+
+    def _sack(self, psn: int, meta: RxMeta, *, probe: bool = False) -> wire.SackPacket:
+        rel = wire.psn_diff(psn, self.cack)
+        offset = 1 if rel <= BITMAP_BITS else rel - (BITMAP_BITS - 1)  # keep the trigger visible
+        bitmap = (self._bits >> offset) & _BITMAP_MASK
+        m = wire.M_SKIP_ONCE if meta.ecn == wire.ECN_CE and not probe else wire.M_NONE
+        self._stats["sacks_sent"] += 1
+        return wire.SackPacket(
+            bth=wire.Bth(opcode=wire.OP_SACK, dest_qp=self._remote_qpn, psn=self.cack),
+            sack=wire.SackExt(
+                cack_psn=self.cack,
+                ack_psn_offset=0 if probe else min(max(rel, _OFFSET_MIN), _OFFSET_MAX),
+                entropy=meta.ev,
+                sack_offset=offset,
+                sack_bitmap=bitmap,
+                m=m,
+                probe_resp=probe,
+                spdcid=self._qpn & 0xFFFF,
+                dpdcid=self._remote_qpn & 0xFFFF,
+            ),
+            cc=wire.CcState(ooo_count=min(self._bits.bit_count(), _OOO_MAX),
+                            rcvd_bytes=self._rcvd_bytes),
+        )
+
+    def probe_reply(self, probe: wire.ProbePacket, meta: RxMeta) -> wire.SackPacket:
+        """Answer a PROBE: a SACK with probe_resp=1 echoing the probed EV."""
+        return self._sack(self.cack, RxMeta(meta.peer, meta.plane, probe.probe.entropy,
+                                            meta.dscp, meta.ecn), probe=True)
+
+    def _nack(self, reason: int, psn: int, meta: RxMeta) -> wire.NackPacket:
+        self._stats["nacks_sent"] += 1
+        m = wire.M_SKIP_ONCE if meta.ecn == wire.ECN_CE else wire.M_NONE
+        return wire.NackPacket(
+            bth=wire.Bth(opcode=wire.OP_NACK, dest_qp=self._remote_qpn, psn=self.cack),
+            nack=wire.NackExt(reason=reason, entropy=meta.ev, nack_psn=psn, cack_psn=self.cack,
+                              m=m, spdcid=self._qpn & 0xFFFF, dpdcid=self._remote_qpn & 0xFFFF),
+        )
