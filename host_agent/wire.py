@@ -1,0 +1,483 @@
+"""MRC wire codec: the one definition of every layout in docs/wire-format.md.
+
+Import every wire name from here (the frame half lives in wire_frame.py and is
+re-exported). Pure `struct`, no scapy: the endpoint, simulator and soft switch run it per
+packet, so each header run is packed by one precompiled Struct, and decoders
+turn every malformed input into a WireError subclass (never IndexError or
+struct.error) so callers can count and drop it.
+
+Choices the spec leaves open, made here: reserved bits are written as zero and
+ignored on receipt; the inner IPv6 flow label is 0 and its traffic class and
+hop limit are not checked on receipt (switches rewrite only the outer header);
+a trimmed WRITE_*_IMM packet has lost its ImmDt, so it decodes with imm=None.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from host_agent.wire_frame import (
+    DEFAULT_HOP_LIMIT,
+    ETH_LEN,
+    ETH_TYPE_IPV6,
+    FRAME_HEADERS_LEN,
+    IPPROTO_IPV6,
+    IPPROTO_UDP,
+    IPV6_LEN,
+    ROCE_UDP_PORT,
+    UDP_LEN,
+    BadField,
+    Envelope,
+    TruncatedPacket,
+    UnknownOpcode,
+    WireError,
+    check_bits,
+    decode_frame,
+    encode_frame,
+    ev_from_fields,
+    ev_to_fields,
+)
+
+__all__ = [  # the public wire API, including names re-exported from wire_frame
+    "OP_WRITE_FIRST", "OP_WRITE_MIDDLE", "OP_WRITE_LAST", "OP_WRITE_LAST_IMM", "OP_WRITE_ONLY",
+    "OP_WRITE_ONLY_IMM", "OP_ACK", "OP_EP_REQ", "OP_EP_RSP", "OP_SACK", "OP_NACK", "OP_PROBE",
+    "DATA_OPCODES", "IMM_OPCODES", "EXT_SACK", "EXT_NACK", "EXT_CC_STATE", "EXT_PROBE",
+    "EXT_PORT_STATUS", "NACK_TRIMMED", "NACK_TRIMMED_LASTHOP", "NACK_NO_BITMAP",
+    "NACK_PSN_OOR_WINDOW", "NACK_RKEY_VIOLATION", "NACK_BOUNDS_VIOLATION", "M_NONE",
+    "M_SKIP_ONCE", "M_ALWAYS_SKIP", "DSCP_NO_TRIM", "DSCP_TRIMMABLE", "DSCP_TRIMMABLE_RETX",
+    "DSCP_TRIMMED", "DSCP_TRIMMED_LASTHOP", "DSCP_CONTROL", "ECN_NOT_ECT", "ECN_ECT1",
+    "ECN_ECT0", "ECN_CE", "QPN_ENDPOINT", "PSN_BITS", "PSN_MOD", "BTH_LEN", "METH_LEN",
+    "RETH_LEN", "IMM_LEN", "SACK_LEN", "CC_STATE_LEN", "NACK_LEN", "PROBE_LEN",
+    "PORT_STATUS_LEN", "DATA_HEADERS_LEN", "TRIMMED_FRAME_LEN", "Bth", "Meth", "Reth",
+    "SackExt", "CcState", "NackExt", "ProbeExt", "PortStatusExt", "DataPacket", "SackPacket",
+    "NackPacket", "ProbePacket", "PortStatusPacket", "Packet", "encode_packet",
+    "decode_packet", "psn_add", "psn_diff", "BadField", "DEFAULT_HOP_LIMIT", "ETH_LEN",
+    "ETH_TYPE_IPV6", "FRAME_HEADERS_LEN", "IPPROTO_IPV6", "IPPROTO_UDP", "IPV6_LEN",
+    "ROCE_UDP_PORT", "UDP_LEN", "Envelope", "TruncatedPacket", "UnknownOpcode", "WireError",
+    "decode_frame", "encode_frame", "ev_from_fields", "ev_to_fields",
+]
+
+OP_WRITE_FIRST = 0xC6
+OP_WRITE_MIDDLE = 0xC7
+OP_WRITE_LAST = 0xC8
+OP_WRITE_LAST_IMM = 0xC9
+OP_WRITE_ONLY = 0xCA
+OP_WRITE_ONLY_IMM = 0xCB
+OP_ACK = 0xD1
+OP_EP_REQ = 0xD8
+OP_EP_RSP = 0xD9
+OP_SACK = 0xDC
+OP_NACK = 0xDD
+OP_PROBE = 0xDE
+DATA_OPCODES = frozenset(range(OP_WRITE_FIRST, OP_WRITE_ONLY_IMM + 1))
+IMM_OPCODES = frozenset({OP_WRITE_LAST_IMM, OP_WRITE_ONLY_IMM})
+
+EXT_SACK = 1
+EXT_NACK = 2
+EXT_CC_STATE = 3
+EXT_PROBE = 4
+EXT_PORT_STATUS = 5
+
+NACK_TRIMMED = 0x01
+NACK_TRIMMED_LASTHOP = 0x02
+NACK_NO_BITMAP = 0x06
+NACK_PSN_OOR_WINDOW = 0x0B
+NACK_RKEY_VIOLATION = 0x20
+NACK_BOUNDS_VIOLATION = 0x21
+
+M_NONE = 0
+M_SKIP_ONCE = 1
+M_ALWAYS_SKIP = 2
+
+DSCP_NO_TRIM = 0
+DSCP_TRIMMABLE = 4
+DSCP_TRIMMABLE_RETX = 8
+DSCP_TRIMMED = 12
+DSCP_TRIMMED_LASTHOP = 16
+DSCP_CONTROL = 46
+
+ECN_NOT_ECT = 0
+ECN_ECT1 = 1
+ECN_ECT0 = 2
+ECN_CE = 3
+
+QPN_ENDPOINT = 0x2
+PSN_BITS = 24
+PSN_MOD = 1 << PSN_BITS
+
+BTH_LEN = 12
+METH_LEN = 4
+RETH_LEN = 16
+IMM_LEN = 4
+SACK_LEN = 28
+CC_STATE_LEN = 8
+NACK_LEN = 20
+PROBE_LEN = 8
+PORT_STATUS_LEN = 8
+DATA_HEADERS_LEN = FRAME_HEADERS_LEN + BTH_LEN + METH_LEN + RETH_LEN  # 134
+TRIMMED_FRAME_LEN = DATA_HEADERS_LEN
+
+_PSN_MASK = PSN_MOD - 1
+_PSN_HALF = PSN_MOD >> 1
+
+
+def _check_m(m: int) -> None:
+    if not M_NONE <= m <= M_ALWAYS_SKIP:
+        raise BadField(f"m={m!r} is not an EV advice value (0..2)")
+
+
+# ---------------------------------------------------------------- headers
+
+
+@dataclass(frozen=True, slots=True)
+class Bth:
+    opcode: int
+    dest_qp: int
+    psn: int
+    ack_req: bool = False
+    rtx: bool = False
+    se: bool = False
+    migreq: bool = True
+    pad: int = 0
+    tver: int = 0
+    pkey: int = 0xFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class Meth:
+    msn: int
+    rq_msn: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Reth:
+    va: int
+    rkey: int
+    dma_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class SackExt:
+    cack_psn: int
+    ack_psn_offset: int
+    entropy: int
+    sack_offset: int
+    sack_bitmap: int
+    m: int = M_NONE
+    probe_resp: bool = False
+    spdcid: int = 0
+    dpdcid: int = 0
+    cc_type: int = 1
+    cc_flags: int = 0
+    mpr: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CcState:
+    ooo_count: int = 0
+    rcvd_bytes: int = 0
+    tx_ts: int = 0
+    restore: bool = False
+    rcv_cwnd_pen: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NackExt:
+    reason: int
+    entropy: int
+    nack_psn: int
+    cack_psn: int
+    m: int = M_NONE
+    spdcid: int = 0
+    dpdcid: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeExt:
+    entropy: int
+
+
+@dataclass(frozen=True, slots=True)
+class PortStatusExt:
+    seq: int
+    port_mask: int
+
+
+# ---------------------------------------------------------------- packets (UDP payloads)
+
+
+@dataclass(frozen=True, slots=True)
+class DataPacket:
+    bth: Bth
+    meth: Meth
+    reth: Reth
+    payload: bytes
+    imm: int | None = None
+
+    @property
+    def trimmed(self) -> bool:
+        """True when a switch cut the payload (and the ImmDt, on IMM opcodes)."""
+        return len(self.payload) < self.reth.dma_len or (
+            self.imm is None and self.bth.opcode in IMM_OPCODES
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SackPacket:
+    bth: Bth
+    sack: SackExt
+    cc: CcState
+
+
+@dataclass(frozen=True, slots=True)
+class NackPacket:
+    bth: Bth
+    nack: NackExt
+
+
+@dataclass(frozen=True, slots=True)
+class ProbePacket:
+    bth: Bth
+    probe: ProbeExt
+
+
+@dataclass(frozen=True, slots=True)
+class PortStatusPacket:
+    bth: Bth
+    status: PortStatusExt
+
+
+Packet = DataPacket | SackPacket | NackPacket | ProbePacket | PortStatusPacket
+
+# One Struct per packet type covering BTH and everything after it up to the payload.
+_S_BTH = "BBHII"
+_S_DATA = struct.Struct("!" + _S_BTH + "HH" + "QII")  # BTH METH RETH
+_S_IMM = struct.Struct("!I")
+_S_SACK = struct.Struct("!" + _S_BTH + "HhIHHIBBHQ" + "HHI")  # BTH SACK CC_STATE
+_S_NACK = struct.Struct("!" + _S_BTH + "HBBIHHII")
+_S_PROBE = struct.Struct("!" + _S_BTH + "HHI")
+_S_PORT_STATUS = _S_PROBE  # same shape: ext word, 16-bit field, 32-bit field
+_DATA_MIN = BTH_LEN + METH_LEN + RETH_LEN
+
+
+def _bth_fields(b: Bth, expected: frozenset[int] | int) -> tuple[int, int, int, int, int]:
+    """Validate a Bth for the packet type carrying it and return its five struct words."""
+    ok = b.opcode in expected if isinstance(expected, frozenset) else b.opcode == expected
+    if not ok:
+        raise BadField(f"bth.opcode=0x{b.opcode:02X} does not match the packet type")
+    check_bits("bth.pad", b.pad, 2)
+    check_bits("bth.tver", b.tver, 4)
+    check_bits("bth.pkey", b.pkey, 16)
+    check_bits("bth.dest_qp", b.dest_qp, 24)
+    check_bits("bth.psn", b.psn, PSN_BITS)
+    flags = bool(b.se) << 7 | bool(b.migreq) << 6 | b.pad << 4 | b.tver
+    return b.opcode, flags, b.pkey, b.dest_qp, bool(b.ack_req) << 31 | bool(b.rtx) << 30 | b.psn
+
+
+def _bth_from(op: int, flags: int, pkey: int, qp_word: int, psn_word: int) -> Bth:
+    return Bth(
+        op, qp_word & 0xFFFFFF, psn_word & _PSN_MASK, bool(psn_word >> 31),
+        bool(psn_word >> 30 & 1), bool(flags >> 7), bool(flags >> 6 & 1),
+        flags >> 4 & 3, flags & 0xF, pkey,
+    )
+
+
+def _ext_word(ext_type: int, nxt: int, m: int = M_NONE, probe_resp: bool = False) -> int:
+    return ext_type << 12 | nxt << 7 | m << 5 | bool(probe_resp) << 1
+
+
+def _expect_ext(word: int, ext_type: int, nxt: int) -> None:
+    if word >> 12 != ext_type or word >> 7 & 0x1F != nxt:
+        raise BadField(
+            f"extension type/next {word >> 12}/{word >> 7 & 0x1F}, expected {ext_type}/{nxt}"
+        )
+
+
+def _encode_data(p: DataPacket) -> bytes:
+    meth, reth, payload = p.meth, p.reth, p.payload
+    check_bits("meth.msn", meth.msn, 16)
+    check_bits("meth.rq_msn", meth.rq_msn, 16)
+    check_bits("reth.va", reth.va, 64)
+    check_bits("reth.rkey", reth.rkey, 32)
+    check_bits("reth.dma_len", reth.dma_len, 32)
+    if len(payload) > reth.dma_len:
+        raise BadField(f"payload of {len(payload)} bytes exceeds reth.dma_len={reth.dma_len}")
+    hdr = _S_DATA.pack(
+        *_bth_fields(p.bth, DATA_OPCODES), meth.rq_msn, meth.msn, reth.va, reth.rkey, reth.dma_len
+    )
+    if p.bth.opcode in IMM_OPCODES:
+        if p.imm is None:
+            if payload:
+                raise BadField("imm is required on an IMM opcode unless the packet is trimmed")
+            return hdr
+        check_bits("imm", p.imm, 32)
+        return hdr + _S_IMM.pack(p.imm) + payload
+    if p.imm is not None:
+        raise BadField(f"imm set on opcode 0x{p.bth.opcode:02X}, which carries no ImmDt")
+    return hdr + payload
+
+
+def _encode_sack(p: SackPacket) -> bytes:
+    s, c = p.sack, p.cc
+    _check_m(s.m)
+    if not -0x8000 <= s.ack_psn_offset <= 0x7FFF:
+        raise BadField(f"sack.ack_psn_offset={s.ack_psn_offset!r} does not fit in int16")
+    for name, value, bits in (
+        ("sack.cack_psn", s.cack_psn, PSN_BITS), ("sack.entropy", s.entropy, 32),
+        ("sack.sack_offset", s.sack_offset, 16), ("sack.sack_bitmap", s.sack_bitmap, 64),
+        ("sack.spdcid", s.spdcid, 16), ("sack.dpdcid", s.dpdcid, 16),
+        ("sack.cc_type", s.cc_type, 4), ("sack.cc_flags", s.cc_flags, 4), ("sack.mpr", s.mpr, 8),
+        ("cc.ooo_count", c.ooo_count, 15), ("cc.rcvd_bytes", c.rcvd_bytes, 24),
+        ("cc.tx_ts", c.tx_ts, 16), ("cc.rcv_cwnd_pen", c.rcv_cwnd_pen, 7),
+    ):
+        check_bits(name, value, bits)
+    return _S_SACK.pack(
+        *_bth_fields(p.bth, OP_SACK),
+        _ext_word(EXT_SACK, EXT_CC_STATE, s.m, s.probe_resp), s.ack_psn_offset, s.entropy,
+        s.spdcid, s.dpdcid, s.cack_psn, s.cc_type << 4 | s.cc_flags, s.mpr, s.sack_offset,
+        s.sack_bitmap,
+        c.tx_ts, c.ooo_count, bool(c.restore) << 31 | c.rcv_cwnd_pen << 24 | c.rcvd_bytes,
+    )
+
+
+def _encode_nack(p: NackPacket) -> bytes:
+    n = p.nack
+    _check_m(n.m)
+    for name, value, bits in (
+        ("nack.reason", n.reason, 8), ("nack.entropy", n.entropy, 32),
+        ("nack.spdcid", n.spdcid, 16), ("nack.dpdcid", n.dpdcid, 16),
+        ("nack.nack_psn", n.nack_psn, PSN_BITS), ("nack.cack_psn", n.cack_psn, PSN_BITS),
+    ):
+        check_bits(name, value, bits)
+    return _S_NACK.pack(
+        *_bth_fields(p.bth, OP_NACK), _ext_word(EXT_NACK, 0, n.m), n.reason, 0, n.entropy,
+        n.spdcid, n.dpdcid, n.nack_psn, n.cack_psn,
+    )
+
+
+def _encode_probe(p: ProbePacket) -> bytes:
+    check_bits("probe.entropy", p.probe.entropy, 32)
+    return _S_PROBE.pack(*_bth_fields(p.bth, OP_PROBE), _ext_word(EXT_PROBE, 0), 0,
+                         p.probe.entropy)
+
+
+_EP_OPCODES = frozenset({OP_EP_REQ, OP_EP_RSP})
+
+
+def _encode_port_status(p: PortStatusPacket) -> bytes:
+    st = p.status
+    if p.bth.dest_qp != QPN_ENDPOINT:
+        raise BadField(f"bth.dest_qp={p.bth.dest_qp:#x}: port status goes to QP {QPN_ENDPOINT:#x}")
+    check_bits("status.seq", st.seq, 16)
+    check_bits("status.port_mask", st.port_mask, 32)
+    return _S_PORT_STATUS.pack(*_bth_fields(p.bth, _EP_OPCODES), _ext_word(EXT_PORT_STATUS, 0),
+                               st.seq, st.port_mask)
+
+
+_ENCODERS: dict[type, Callable[..., bytes]] = {
+    DataPacket: _encode_data,
+    SackPacket: _encode_sack,
+    NackPacket: _encode_nack,
+    ProbePacket: _encode_probe,
+    PortStatusPacket: _encode_port_status,
+}
+
+
+def encode_packet(pkt: Packet) -> bytes:
+    """Serialize a packet to the UDP payload bytes; out-of-range fields raise BadField."""
+    enc = _ENCODERS.get(type(pkt))
+    if enc is None:
+        raise TypeError(f"not a wire packet: {type(pkt).__name__}")
+    return enc(pkt)
+
+
+def _decode_data(data: bytes) -> DataPacket:
+    n = len(data)
+    if n < _DATA_MIN:
+        raise TruncatedPacket(f"data packet of {n} bytes, headers need {_DATA_MIN}")
+    op, fl, pkey, qpw, psnw, rq_msn, msn, va, rkey, dma_len = _S_DATA.unpack_from(data)
+    off, imm = _DATA_MIN, None
+    if op in IMM_OPCODES and n > _DATA_MIN:  # exactly _DATA_MIN: trimmed, ImmDt cut
+        if n < _DATA_MIN + IMM_LEN:
+            raise TruncatedPacket(f"data packet of {n} bytes ends inside ImmDt")
+        imm = _S_IMM.unpack_from(data, _DATA_MIN)[0]
+        off += IMM_LEN
+    payload = bytes(data[off:])
+    if len(payload) > dma_len:
+        raise BadField(f"payload of {len(payload)} bytes exceeds reth.dma_len={dma_len}")
+    return DataPacket(_bth_from(op, fl, pkey, qpw, psnw), Meth(msn, rq_msn),
+                      Reth(va, rkey, dma_len), payload, imm)
+
+
+def _decode_sack(f: tuple) -> SackPacket:
+    (w0, apo, ent, spd, dpd, cackw, cc_byte, mpr, soff, bitmap, tx_ts, ooo, ccw) = f[5:]
+    _expect_ext(w0, EXT_SACK, EXT_CC_STATE)
+    m = w0 >> 5 & 3
+    _check_m(m)
+    sack = SackExt(cackw & _PSN_MASK, apo, ent, soff, bitmap, m, bool(w0 >> 1 & 1), spd, dpd,
+                   cc_byte >> 4, cc_byte & 0xF, mpr)
+    cc = CcState(ooo & 0x7FFF, ccw & 0xFFFFFF, tx_ts, bool(ccw >> 31), ccw >> 24 & 0x7F)
+    return SackPacket(_bth_from(*f[:5]), sack, cc)
+
+
+def _decode_nack(f: tuple) -> NackPacket:
+    w0, reason, _rsvd, ent, spd, dpd, npsn, cack = f[5:]
+    _expect_ext(w0, EXT_NACK, 0)
+    m = w0 >> 5 & 3
+    _check_m(m)
+    nack = NackExt(reason, ent, npsn & _PSN_MASK, cack & _PSN_MASK, m, spd, dpd)
+    return NackPacket(_bth_from(*f[:5]), nack)
+
+
+def _decode_probe(f: tuple) -> ProbePacket:
+    _expect_ext(f[5], EXT_PROBE, 0)
+    return ProbePacket(_bth_from(*f[:5]), ProbeExt(f[7]))
+
+
+def _decode_port_status(f: tuple) -> PortStatusPacket:
+    _expect_ext(f[5], EXT_PORT_STATUS, 0)
+    bth = _bth_from(*f[:5])
+    if bth.dest_qp != QPN_ENDPOINT:
+        raise BadField(f"port status to QP {bth.dest_qp:#x}, expected {QPN_ENDPOINT:#x}")
+    return PortStatusPacket(bth, PortStatusExt(f[6], f[7]))
+
+
+_CONTROL_DECODERS: dict[int, tuple[struct.Struct, Callable[[tuple], Packet]]] = {
+    OP_SACK: (_S_SACK, _decode_sack),
+    OP_NACK: (_S_NACK, _decode_nack),
+    OP_PROBE: (_S_PROBE, _decode_probe),
+    OP_EP_REQ: (_S_PORT_STATUS, _decode_port_status),
+    OP_EP_RSP: (_S_PORT_STATUS, _decode_port_status),
+}
+
+
+def decode_packet(data: bytes) -> Packet:
+    """Parse a UDP payload; a data payload shorter than reth.dma_len is a trimmed packet."""
+    if len(data) < BTH_LEN:
+        raise TruncatedPacket(f"{len(data)} bytes cannot hold a {BTH_LEN}-byte BTH")
+    op = data[0]
+    if op in DATA_OPCODES:
+        return _decode_data(data)
+    entry = _CONTROL_DECODERS.get(op)
+    if entry is None:
+        raise UnknownOpcode(f"BTH opcode 0x{op:02X} has no layout in the testbed")
+    st, dec = entry
+    if len(data) != st.size:
+        cls = TruncatedPacket if len(data) < st.size else BadField
+        raise cls(f"opcode 0x{op:02X} packet of {len(data)} bytes, expected {st.size}")
+    return dec(st.unpack_from(data))
+
+
+# ---------------------------------------------------------------- PSN serial arithmetic
+
+
+def psn_add(a: int, b: int) -> int:
+    """a + b in the 24-bit PSN space (b may be negative)."""
+    return (a + b) & _PSN_MASK
+
+
+def psn_diff(a: int, b: int) -> int:
+    """Signed distance a - b in 24-bit serial arithmetic, in -2^23..2^23-1."""
+    return ((a - b + _PSN_HALF) & _PSN_MASK) - _PSN_HALF

@@ -1,0 +1,154 @@
+"""Frame half of the MRC wire codec: errors, encapsulation constants, Envelope, EV.
+
+Import everything from `host_agent.wire`, which re-exports these names; this
+module exists only to keep each file short and has no dependency on the
+transport-header half.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from functools import lru_cache
+from ipaddress import IPv6Address
+
+ROCE_UDP_PORT = 4791
+ETH_TYPE_IPV6 = 0x86DD
+IPPROTO_IPV6 = 41
+IPPROTO_UDP = 17
+ETH_LEN = 14
+IPV6_LEN = 40
+UDP_LEN = 8
+FRAME_HEADERS_LEN = ETH_LEN + 2 * IPV6_LEN + UDP_LEN  # 102: bytes before the UDP payload
+DEFAULT_HOP_LIMIT = 64
+
+
+class WireError(ValueError):
+    """Base of every codec error: the packet is malformed and must be counted and dropped."""
+
+
+class TruncatedPacket(WireError):
+    """The bytes end before the headers or lengths they declare."""
+
+
+class UnknownOpcode(WireError):
+    """A BTH opcode the testbed defines no layout for."""
+
+
+class BadField(WireError):
+    """A field holds a value the spec forbids, or length fields disagree."""
+
+
+def check_bits(name: str, value: int, bits: int) -> None:
+    """Reject a value that does not fit an unsigned field, naming the field."""
+    if not 0 <= value < (1 << bits):
+        raise BadField(f"{name}={value!r} does not fit in {bits} unsigned bits")
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """Everything outside the UDP payload; dscp/ecn/hop_limit are the outer header's."""
+
+    src_mac: str
+    dst_mac: str
+    outer_src: IPv6Address
+    outer_dst: IPv6Address
+    inner_src: IPv6Address
+    inner_dst: IPv6Address
+    ev: int
+    dscp: int
+    ecn: int
+    hop_limit: int = DEFAULT_HOP_LIMIT
+
+
+_S_FRAME = struct.Struct("!6s6sH" "IHBB16s16s" "IHBB16s16s" "HHHH")
+_IPV6_VERSION_WORD = 6 << 28
+_MAX_UDP_PAYLOAD = 0xFFFF - IPV6_LEN - UDP_LEN  # outer payload length is 16 bits
+
+
+def ev_to_fields(ev: int) -> tuple[int, int]:
+    """Split an EV into (UDP source port, outer flow label); bits 19:16 go in both."""
+    check_bits("ev", ev, 32)
+    return ev >> 16, ev & 0xFFFFF
+
+
+def ev_from_fields(udp_sport: int, flow_label: int) -> int:
+    """Join an EV, rejecting packets whose doubly-carried bits 19:16 disagree."""
+    check_bits("udp_sport", udp_sport, 16)
+    check_bits("flow_label", flow_label, 20)
+    if (flow_label >> 16) != (udp_sport & 0xF):
+        raise BadField(
+            f"EV bits 19:16 disagree: flow label has {flow_label >> 16:#x}, "
+            f"UDP source port has {udp_sport & 0xF:#x}"
+        )
+    return udp_sport << 16 | (flow_label & 0xFFFF)
+
+
+@lru_cache(maxsize=4096)
+def _mac_bytes(mac: str) -> bytes:
+    try:
+        raw = bytes.fromhex(mac.replace(":", ""))
+    except (ValueError, AttributeError) as exc:
+        raise BadField(f"MAC address {mac!r} is not hex octets") from exc
+    if len(raw) != 6:
+        raise BadField(f"MAC address {mac!r} is not 6 octets")
+    return raw
+
+
+def _addr_bytes(name: str, addr: IPv6Address) -> bytes:
+    if not isinstance(addr, IPv6Address):
+        raise BadField(f"{name}={addr!r} is not an ipaddress.IPv6Address")
+    return addr.packed
+
+
+def encode_frame(env: Envelope, udp_payload: bytes) -> bytes:
+    """Wrap a UDP payload in Ethernet / outer IPv6 / inner IPv6 / UDP (checksum 0)."""
+    if len(udp_payload) > _MAX_UDP_PAYLOAD:
+        raise BadField(f"UDP payload of {len(udp_payload)} bytes exceeds {_MAX_UDP_PAYLOAD}")
+    sport, flow_label = ev_to_fields(env.ev)
+    check_bits("dscp", env.dscp, 6)
+    check_bits("ecn", env.ecn, 2)
+    check_bits("hop_limit", env.hop_limit, 8)
+    tc_bits = (env.dscp << 2 | env.ecn) << 20
+    udp_len = UDP_LEN + len(udp_payload)
+    return _S_FRAME.pack(
+        _mac_bytes(env.dst_mac), _mac_bytes(env.src_mac), ETH_TYPE_IPV6,
+        _IPV6_VERSION_WORD | tc_bits | flow_label, IPV6_LEN + udp_len, IPPROTO_IPV6,
+        env.hop_limit, _addr_bytes("outer_src", env.outer_src),
+        _addr_bytes("outer_dst", env.outer_dst),
+        _IPV6_VERSION_WORD | tc_bits, udp_len, IPPROTO_UDP, DEFAULT_HOP_LIMIT,
+        _addr_bytes("inner_src", env.inner_src), _addr_bytes("inner_dst", env.inner_dst),
+        sport, ROCE_UDP_PORT, udp_len, 0,
+    ) + udp_payload
+
+
+def decode_frame(frame: bytes) -> tuple[Envelope, bytes]:
+    """Parse the encapsulation and return it with the UDP payload; trailing padding is ignored."""
+    if len(frame) < FRAME_HEADERS_LEN:
+        raise TruncatedPacket(f"frame of {len(frame)} bytes, headers need {FRAME_HEADERS_LEN}")
+    (dmac, smac, etype, ow0, oplen, onh, ohl, osrc, odst,
+     iw0, iplen, inh, _ihl, isrc, idst, sport, dport, ulen, _csum) = _S_FRAME.unpack_from(frame)
+    if etype != ETH_TYPE_IPV6:
+        raise BadField(f"ethertype {etype:#06x}, expected {ETH_TYPE_IPV6:#06x}")
+    if ow0 >> 28 != 6 or iw0 >> 28 != 6:
+        raise BadField(f"IP versions {ow0 >> 28}/{iw0 >> 28}, expected 6/6")
+    if onh != IPPROTO_IPV6:
+        raise BadField(f"outer next header {onh}, expected {IPPROTO_IPV6}")
+    if inh != IPPROTO_UDP:
+        raise BadField(f"inner next header {inh}, expected {IPPROTO_UDP}")
+    if dport != ROCE_UDP_PORT:
+        raise BadField(f"UDP destination port {dport}, expected {ROCE_UDP_PORT}")
+    if ulen < UDP_LEN or iplen != ulen or oplen != IPV6_LEN + iplen:
+        raise BadField(f"inconsistent lengths: outer {oplen}, inner {iplen}, UDP {ulen}")
+    end = ETH_LEN + IPV6_LEN + oplen
+    if len(frame) < end:
+        raise TruncatedPacket(f"frame of {len(frame)} bytes, its lengths declare {end}")
+    ev = ev_from_fields(sport, ow0 & 0xFFFFF)
+    tc = ow0 >> 20 & 0xFF
+    env = Envelope(
+        smac.hex(":"), dmac.hex(":"), IPv6Address(osrc), IPv6Address(odst),
+        IPv6Address(isrc), IPv6Address(idst), ev, tc >> 2, tc & 3, ohl,
+    )
+    return env, bytes(frame[FRAME_HEADERS_LEN:end])
+
+
