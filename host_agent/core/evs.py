@@ -1,0 +1,540 @@
+"""The per-connection entropy-value (EV) set: which source route each packet takes.
+
+An EV names one source route (PathInfo). A connection sprays packets over `evs_per_connection`
+active EVs spread equally over planes and, within a plane, round-robin over that plane's paths
+[paper]. Each plane also holds `backups_per_plane` GOOD backup EVs that replace active EVs that
+fail, so the active count per plane stays [paper].
+
+States (EvState) change only through the data table _TRANSITIONS; a (state, trigger) pair that
+is not in it raises LocalProtocolError. Reasons reported by drain_changes() are the triggers.
+
+Rules chosen where the sources are silent [choice]:
+- EV values: the i-th EV built (actives in build order, then each plane's backups) is
+  first_ev + i, wrapping inside 1..2**32-1 (0 is never used).
+- Pools: every EV is "active" (sprayed on), "backup" (standby) or "out" (ASSUMED_BAD or
+  DENIED). An EV reinstated by probes or allowed again goes back to "active" if its plane has
+  fewer active EVs than it was built with (backups ran out), else to "backup".
+- Floor: while fewer than ev_min_active EVs are usable (GOOD, active, plane usable), choose()
+  also sprays over stand-ins on usable planes, best first: GOOD backups, then SKIP EVs
+  (soonest expiry first), then ASSUMED_BAD EVs least recently failed first (the failure that
+  is oldest is the likeliest to have healed), until ev_min_active EVs are in use. DENIED EVs
+  are never used, so choose() returns None when no plane is usable or every EV on the usable
+  planes is DENIED.
+- Probes: an ASSUMED_BAD EV on a usable plane is probed every probe_interval (one probe
+  outstanding at a time); a reply is a success, no reply within probe_timeout a failure that
+  resets the run of successes. Ordinary deliveries on an ASSUMED_BAD EV do not count.
+
+Timers are lazy (sans-IO): choose() expires SKIPs itself; the endpoint should call advance(now)
+when next_deadline() passes, then send a probe for each EV in probes_due(now).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from host_agent.core.cc import DEFAULT_BASE_RTT
+from host_agent.core.errors import LocalProtocolError
+from host_agent.core.types import EvState, PathInfo
+
+G, S, B, D = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
+
+_TRANSITIONS: dict[tuple[EvState, str], EvState] = {
+    (G, "ecn"): S,
+    (G, "nack_trimmed"): S,
+    (G, "loss"): B,
+    (G, "deny"): D,
+    (S, "ecn"): S,  # restarts the skip time
+    (S, "nack_trimmed"): S,
+    (S, "skip_expired"): G,
+    (S, "loss"): B,
+    (S, "deny"): D,
+    (B, "ecn"): B,  # late feedback for a packet sent before the failure: no news
+    (B, "nack_trimmed"): B,
+    (B, "loss"): B,  # another in-flight packet lost: restarts the probe run
+    (B, "probe_success_enough"): G,
+    (B, "deny"): D,
+    (D, "ecn"): D,
+    (D, "nack_trimmed"): D,
+    (D, "loss"): D,
+    (D, "allow"): G,
+}
+
+EV_SPACE = 2**32 - 1  # usable EV values 1..2**32-1
+ACTIVE, BACKUP, OUT = "active", "backup", "out"
+
+
+def _check_int(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"EvConfig.{name} must be an int >= {minimum}, got {value!r}")
+
+
+def _check_time(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"EvConfig.{name} must be a time in seconds, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"EvConfig.{name} must be a finite time > 0 seconds, got {value!r}")
+
+
+@dataclass(frozen=True)
+class EvConfig:
+    """EV-set parameters; times are seconds. Defaults assume DEFAULT_BASE_RTT (1 ms); use
+    EvConfig.for_base_rtt to scale them to another fabric.
+
+    skip_time: how long an ECN-marked or trimmed EV rests (4 base RTTs).
+    probe_interval: probe period of an ASSUMED_BAD EV (10 base RTTs).
+    probe_timeout: a probe unanswered this long failed (8 base RTTs).
+    probe_successes_to_reinstate: consecutive probe replies that make an EV GOOD again.
+    ev_min_active: floor of EVs sprayed on (see the module docstring), 1..evs_per_connection.
+    """
+
+    evs_per_connection: int = 128
+    backups_per_plane: int = 8
+    skip_time: float = 4 * DEFAULT_BASE_RTT
+    probe_interval: float = 10 * DEFAULT_BASE_RTT
+    probe_timeout: float = 8 * DEFAULT_BASE_RTT
+    probe_successes_to_reinstate: int = 3
+    ev_min_active: int = 8
+
+    def __post_init__(self) -> None:
+        _check_int("evs_per_connection", self.evs_per_connection, 1)
+        _check_int("backups_per_plane", self.backups_per_plane, 0)
+        _check_int("probe_successes_to_reinstate", self.probe_successes_to_reinstate, 1)
+        _check_int("ev_min_active", self.ev_min_active, 1)
+        for name in ("skip_time", "probe_interval", "probe_timeout"):
+            _check_time(name, getattr(self, name))
+        if self.ev_min_active > self.evs_per_connection:
+            raise ValueError(
+                f"EvConfig.ev_min_active ({self.ev_min_active}) must not exceed "
+                f"evs_per_connection ({self.evs_per_connection})"
+            )
+
+    @classmethod
+    def for_base_rtt(cls, base_rtt: float, **overrides: object) -> EvConfig:
+        """Timers scaled to a fabric's base RTT (same multiples as the defaults)."""
+        _check_time("base_rtt", base_rtt)
+        values: dict[str, object] = {
+            "skip_time": 4 * base_rtt,
+            "probe_interval": 10 * base_rtt,
+            "probe_timeout": 8 * base_rtt,
+        }
+        values.update(overrides)
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def _new_counters() -> dict[str, int]:
+    return dict.fromkeys(
+        ("chosen", "delivered", "ecn", "nack_trimmed", "nack_trimmed_lasthop", "losses",
+         "probes_sent", "probe_replies", "probe_timeouts"), 0)  # fmt: skip
+
+
+@dataclass(eq=False)
+class EvEntry:
+    """One EV. Callers read it; only EvSet changes it."""
+
+    ev: int
+    path: PathInfo
+    state: EvState = EvState.GOOD
+    pool: str = ACTIVE
+    counters: dict[str, int] = field(default_factory=_new_counters)
+    skip_until: float | None = None
+    failed_at: float | None = None  # last loss seen on this EV
+    next_probe_at: float | None = None
+    probe_sent_at: float | None = None  # set while a probe is outstanding
+    probe_successes: int = 0
+    usable: bool = field(default=False, repr=False)  # GOOD, active, plane usable (cached)
+    in_ring: bool = field(default=False, repr=False)
+
+
+class EvSet:
+    """EVs of one connection (one QP towards one peer); sans-IO, times passed in."""
+
+    def __init__(
+        self,
+        paths: Sequence[PathInfo],
+        config: EvConfig | None = None,
+        rng: random.Random | None = None,
+        *,
+        first_ev: int = 1,
+    ) -> None:
+        self.config = config if config is not None else EvConfig()
+        rng = rng if rng is not None else random.Random(0)
+        if not paths:
+            raise LocalProtocolError("EvSet needs at least one path")
+        if len(set(paths)) != len(paths):
+            raise LocalProtocolError("EvSet paths contain duplicates; pass each route once")
+        if type(first_ev) is not int or not 0 < first_ev <= EV_SPACE:
+            raise LocalProtocolError(f"first_ev must be in 1..{EV_SPACE:#x}, got {first_ev!r}")
+        by_plane: dict[int, list[PathInfo]] = {}
+        for path in paths:
+            by_plane.setdefault(path.plane, []).append(path)
+        self.planes: tuple[int, ...] = tuple(sorted(by_plane))
+        total = self.config.evs_per_connection + self.config.backups_per_plane * len(self.planes)
+        if self.config.evs_per_connection < len(self.planes):
+            raise LocalProtocolError(
+                f"evs_per_connection ({self.config.evs_per_connection}) is below the number of "
+                f"planes ({len(self.planes)}); raise it so every plane gets an EV"
+            )
+        if total > EV_SPACE:
+            raise LocalProtocolError(f"{total} EVs do not fit in the 32-bit EV space")
+        self._entries: dict[int, EvEntry] = {}
+        self._plane_entries: dict[int, list[EvEntry]] = {p: [] for p in self.planes}
+        self._target: dict[int, int] = dict.fromkeys(self.planes, 0)
+        used: dict[int, int] = dict.fromkeys(self.planes, 0)  # EVs placed per plane so far
+
+        def add(plane: int, pool: str) -> EvEntry:
+            ev = (first_ev - 1 + len(self._entries)) % EV_SPACE + 1
+            plane_paths = by_plane[plane]
+            entry = EvEntry(ev, plane_paths[used[plane] % len(plane_paths)], pool=pool)
+            used[plane] += 1
+            self._entries[ev] = entry
+            self._plane_entries[plane].append(entry)
+            return entry
+
+        actives = [
+            add(self.planes[i % len(self.planes)], ACTIVE)
+            for i in range(self.config.evs_per_connection)
+        ]
+        for plane in self.planes:
+            self._target[plane] = used[plane]
+            for _ in range(self.config.backups_per_plane):
+                add(plane, BACKUP)
+        self._plane_usable: dict[int, bool] = dict.fromkeys(self.planes, True)
+        start = rng.randrange(len(actives))  # connections need not all start on one path
+        self._ring: deque[EvEntry] = deque(actives[start:] + actives[:start])
+        self._usable_count = 0
+        for entry in actives:
+            entry.in_ring = True
+            self._refresh(entry)
+        self._skip_heap: list[tuple[float, int]] = []
+        self._bad: dict[int, EvEntry] = {}
+        self._fallback: list[EvEntry] | None = None
+        self._fallback_pos = 0
+        self._ctl_plane_pos = 0
+        self._ctl_cursor: dict[int, int] = dict.fromkeys(self.planes, 0)
+        self._changes: list[tuple[int, EvState, EvState, str]] = []
+        self.counters: dict[str, int] = dict.fromkeys(
+            ("chosen", "control_chosen", "floor_picks", "control_fallback", "ecn",
+             "nack_trimmed", "nack_trimmed_lasthop", "losses", "delivered", "skips",
+             "skip_extensions", "skip_expired", "retired", "reinstated", "swaps",
+             "backups_exhausted", "denied", "allowed", "probes_sent", "probe_replies",
+             "probe_timeouts", "probe_results_ignored"), 0)  # fmt: skip
+
+    # ----- lookups
+    def __contains__(self, ev: object) -> bool:
+        return ev in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def entry(self, ev: int) -> EvEntry:
+        try:
+            return self._entries[ev]
+        except KeyError:
+            raise LocalProtocolError(f"EV {ev!r} is not in this EV set") from None
+
+    def entries(self) -> list[EvEntry]:
+        return list(self._entries.values())
+
+    def states(self) -> dict[int, EvState]:
+        return {ev: e.state for ev, e in self._entries.items()}
+
+    def active(self, plane: int | None = None) -> list[EvEntry]:
+        """EVs in the active pool (any state), optionally of one plane."""
+        return [e for e in self._entries.values()
+                if e.pool == ACTIVE and (plane is None or e.path.plane == plane)]  # fmt: skip
+
+    def usable_count(self) -> int:
+        return self._usable_count
+
+    def drain_changes(self) -> list[tuple[int, EvState, EvState, str]]:
+        changes, self._changes = self._changes, []
+        return changes
+
+    # ----- bookkeeping
+    def _refresh(self, entry: EvEntry) -> None:
+        """Recompute the cached usable flag; the ring drops unusable EVs lazily in choose()."""
+        usable = (
+            entry.pool == ACTIVE
+            and entry.state is EvState.GOOD
+            and self._plane_usable[entry.path.plane]
+        )
+        if usable != entry.usable:
+            entry.usable = usable
+            self._usable_count += 1 if usable else -1
+            if usable and not entry.in_ring:
+                entry.in_ring = True
+                self._ring.append(entry)
+        self._fallback = None
+
+    def _apply(self, entry: EvEntry, trigger: str, now: float | None) -> EvState:
+        """Run one table transition plus the side effects of entering/leaving states."""
+        old = entry.state
+        new = _TRANSITIONS.get((old, trigger))
+        if new is None:
+            raise LocalProtocolError(
+                f"illegal EV transition: EV {entry.ev:#x} in state {old.name} "
+                f"has no transition for trigger {trigger!r}"
+            )
+        entry.state = new
+        if old is EvState.SKIP and new is not EvState.SKIP:
+            entry.skip_until = None
+        if old is EvState.ASSUMED_BAD and new is not EvState.ASSUMED_BAD:
+            del self._bad[entry.ev]
+            entry.next_probe_at = entry.probe_sent_at = None
+            entry.probe_successes = 0
+        if new is EvState.SKIP:
+            assert now is not None
+            entry.skip_until = now + self.config.skip_time
+            heapq.heappush(self._skip_heap, (entry.skip_until, entry.ev))
+            self.counters["skips" if old is not EvState.SKIP else "skip_extensions"] += 1
+        elif new is EvState.ASSUMED_BAD:
+            assert now is not None
+            entry.failed_at = now
+            entry.probe_successes = 0
+            if old is not EvState.ASSUMED_BAD:
+                self.counters["retired"] += 1
+                self._bad[entry.ev] = entry
+                entry.next_probe_at = now + self.config.probe_interval
+                self._take_out(entry)
+        elif new is EvState.DENIED and old is not EvState.DENIED:
+            self.counters["denied"] += 1
+            self._take_out(entry)
+        elif new is EvState.GOOD and old in (EvState.ASSUMED_BAD, EvState.DENIED):
+            self.counters["reinstated" if old is EvState.ASSUMED_BAD else "allowed"] += 1
+            active = sum(1 for e in self._plane_entries[entry.path.plane] if e.pool == ACTIVE)
+            entry.pool = ACTIVE if active < self._target[entry.path.plane] else BACKUP
+        if new is not old:
+            self._changes.append((entry.ev, old, new, trigger))
+        self._refresh(entry)
+        return old
+
+    def _take_out(self, entry: EvEntry) -> None:
+        """Move an EV out of service; an active one is replaced by a GOOD backup of its
+        plane, on a different path if one exists."""
+        was_active = entry.pool == ACTIVE
+        entry.pool = OUT
+        if not was_active:
+            return
+        backups = [e for e in self._plane_entries[entry.path.plane]
+                   if e.pool == BACKUP and e.state is EvState.GOOD]  # fmt: skip
+        if not backups:
+            self.counters["backups_exhausted"] += 1
+            return
+        other = [e for e in backups if e.path != entry.path]
+        chosen = (other or backups)[0]
+        chosen.pool = ACTIVE
+        self.counters["swaps"] += 1
+        self._refresh(chosen)
+
+    def _expire_skips(self, now: float) -> None:
+        heap = self._skip_heap
+        while heap and heap[0][0] <= now:
+            until, ev = heapq.heappop(heap)
+            entry = self._entries[ev]
+            if entry.state is EvState.SKIP and entry.skip_until == until:
+                self.counters["skip_expired"] += 1
+                self._apply(entry, "skip_expired", now)
+
+    def advance(self, now: float) -> None:
+        """Apply every timer due at `now`: SKIP expiry and probe timeouts."""
+        self._expire_skips(now)
+        for entry in list(self._bad.values()):
+            sent = entry.probe_sent_at
+            if sent is not None and now >= sent + self.config.probe_timeout:
+                self.on_probe_timeout(entry.ev, now)
+
+    def next_deadline(self) -> float | None:
+        """Earliest time advance()/probes_due() has work: SKIP expiry or probe schedule."""
+        heap = self._skip_heap
+        while heap:  # drop stale heap heads so the deadline is exact
+            until, ev = heap[0]
+            entry = self._entries[ev]
+            if entry.state is EvState.SKIP and entry.skip_until == until:
+                break
+            heapq.heappop(heap)
+        times = [heap[0][0]] if heap else []
+        for entry in self._bad.values():
+            if entry.probe_sent_at is not None:
+                times.append(entry.probe_sent_at + self.config.probe_timeout)
+            elif self._plane_usable[entry.path.plane] and entry.next_probe_at is not None:
+                times.append(entry.next_probe_at)
+        return min(times, default=None)
+
+    # ----- choosing
+    def choose(self, now: float) -> EvEntry | None:
+        """EV for the next data packet: round-robin over usable EVs, O(1) amortised (an EV
+        leaves the ring once per loss of usability); the floor rule applies below
+        ev_min_active usable EVs."""
+        self._expire_skips(now)
+        if self._usable_count >= self.config.ev_min_active:
+            ring = self._ring
+            while True:
+                entry = ring.popleft()
+                if entry.usable:
+                    ring.append(entry)
+                    break
+                entry.in_ring = False
+        else:
+            if self._fallback is None:
+                self._fallback = self._build_fallback()
+                self._fallback_pos = 0
+            if not self._fallback:
+                return None
+            entry = self._fallback[self._fallback_pos % len(self._fallback)]
+            self._fallback_pos += 1
+            if not entry.usable:
+                self.counters["floor_picks"] += 1
+        self.counters["chosen"] += 1
+        entry.counters["chosen"] += 1
+        return entry
+
+    @staticmethod
+    def _stand_in_rank(entry: EvEntry) -> tuple[int, float]:
+        if entry.state is EvState.GOOD:
+            return (0, 0.0)
+        if entry.state is EvState.SKIP:
+            return (1, entry.skip_until or 0.0)
+        return (2, entry.failed_at or 0.0)
+
+    def _build_fallback(self) -> list[EvEntry]:
+        """Usable EVs plus the best stand-ins (module docstring, "Floor"); rebuilt only after
+        a state, pool or plane change, so degraded sending is O(1) per packet too."""
+        usable = [e for e in self._entries.values() if e.usable]
+        spare = [
+            e for e in self._entries.values()
+            if not e.usable and e.state is not EvState.DENIED
+            and self._plane_usable[e.path.plane]
+        ]  # fmt: skip
+        spare.sort(key=self._stand_in_rank)
+        return usable + spare[: self.config.ev_min_active - len(usable)]
+
+    def choose_control(self, now: float) -> EvEntry | None:
+        """EV for a SACK/NACK: round-robin over usable planes, then round-robin over the
+        plane's GOOD active EVs; a plane without one falls back to its best stand-in, so every
+        usable plane with a non-DENIED EV keeps at least one control EV."""
+        self._expire_skips(now)
+        for _ in self.planes:
+            plane = self.planes[self._ctl_plane_pos % len(self.planes)]
+            self._ctl_plane_pos += 1
+            if not self._plane_usable[plane]:
+                continue
+            entry = self._control_on_plane(plane)
+            if entry is not None:
+                self.counters["control_chosen"] += 1
+                return entry
+        return None
+
+    def _control_on_plane(self, plane: int) -> EvEntry | None:
+        entries = self._plane_entries[plane]
+        start = self._ctl_cursor[plane]
+        for k in range(len(entries)):
+            entry = entries[(start + k) % len(entries)]
+            if entry.usable:
+                self._ctl_cursor[plane] = (start + k + 1) % len(entries)
+                return entry
+        spare = [e for e in entries if e.state is not EvState.DENIED]
+        if not spare:
+            return None
+        self.counters["control_fallback"] += 1
+        return min(spare, key=self._stand_in_rank)
+
+    # ----- feedback
+    def on_ecn(self, ev: int, now: float) -> None:
+        """CE echo or SACK M=SKIP_ONCE: congestion inside the fabric on this EV's path."""
+        entry = self.entry(ev)
+        entry.counters["ecn"] += 1
+        self.counters["ecn"] += 1
+        self._apply(entry, "ecn", now)
+
+    def on_nack_trimmed(self, ev: int, now: float) -> None:
+        entry = self.entry(ev)
+        entry.counters["nack_trimmed"] += 1
+        self.counters["nack_trimmed"] += 1
+        self._apply(entry, "nack_trimmed", now)
+
+    def on_nack_trimmed_lasthop(self, ev: int, now: float) -> None:
+        """Trimmed at the receiver's last hop: incast, not a path problem; counted only."""
+        self.entry(ev).counters["nack_trimmed_lasthop"] += 1
+        self.counters["nack_trimmed_lasthop"] += 1
+
+    def on_loss(self, ev: int, now: float) -> None:
+        """Timeout or untrimmed loss: assume the path failed and retire the EV at once."""
+        entry = self.entry(ev)
+        entry.counters["losses"] += 1
+        self.counters["losses"] += 1
+        self._apply(entry, "loss", now)
+
+    def on_delivered(self, ev: int, now: float) -> None:
+        self.entry(ev).counters["delivered"] += 1
+        self.counters["delivered"] += 1
+
+    def set_denied(self, ev: int, denied: bool) -> None:
+        """Management only; DENIED is left only through set_denied(ev, False)."""
+        self._apply(self.entry(ev), "deny" if denied else "allow", None)
+
+    def set_plane_usable(self, plane: int, usable: bool) -> None:
+        """Local port down, or the peer reported its port down: EV states are kept, the
+        plane's EVs are just not chosen (nor probed) until it is usable again."""
+        if plane not in self._plane_usable:
+            raise LocalProtocolError(f"plane {plane!r} has no paths in this EV set")
+        self._plane_usable[plane] = bool(usable)
+        for entry in self._plane_entries[plane]:
+            self._refresh(entry)
+
+    def plane_usable(self, plane: int) -> bool:
+        return self._plane_usable[plane]
+
+    # ----- probing
+    def probes_due(self, now: float) -> list[EvEntry]:
+        """ASSUMED_BAD EVs on usable planes whose next probe is due and none outstanding."""
+        self.advance(now)
+        return [
+            e for e in self._bad.values()
+            if e.probe_sent_at is None and self._plane_usable[e.path.plane]
+            and e.next_probe_at is not None and e.next_probe_at <= now
+        ]  # fmt: skip
+
+    def on_probe_sent(self, ev: int, now: float) -> None:
+        entry = self.entry(ev)
+        if entry.state is not EvState.ASSUMED_BAD or entry.probe_sent_at is not None:
+            raise LocalProtocolError(
+                f"cannot probe EV {ev:#x}: only an ASSUMED_BAD EV without an outstanding "
+                f"probe is probed (state {entry.state.name}, outstanding since "
+                f"{entry.probe_sent_at})"
+            )
+        entry.probe_sent_at = now
+        entry.next_probe_at = now + self.config.probe_interval
+        entry.counters["probes_sent"] += 1
+        self.counters["probes_sent"] += 1
+
+    def _outstanding(self, ev: int) -> EvEntry | None:
+        """The entry if it has a probe in flight; late or stray answers are counted, ignored."""
+        entry = self.entry(ev)
+        if entry.state is not EvState.ASSUMED_BAD or entry.probe_sent_at is None:
+            self.counters["probe_results_ignored"] += 1
+            return None
+        entry.probe_sent_at = None
+        return entry
+
+    def on_probe_reply(self, ev: int, now: float) -> None:
+        entry = self._outstanding(ev)
+        if entry is None:
+            return
+        entry.counters["probe_replies"] += 1
+        self.counters["probe_replies"] += 1
+        entry.probe_successes += 1
+        if entry.probe_successes >= self.config.probe_successes_to_reinstate:
+            self._apply(entry, "probe_success_enough", now)
+
+    def on_probe_timeout(self, ev: int, now: float) -> None:
+        entry = self._outstanding(ev)
+        if entry is None:
+            return
+        entry.counters["probe_timeouts"] += 1
+        self.counters["probe_timeouts"] += 1
+        entry.probe_successes = 0

@@ -1,0 +1,473 @@
+"""EvSet: transitions, spreading, skip expiry, loss/backup swap, probing, floor, planes, control."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from host_agent.core import evs as evs_mod
+from host_agent.core.errors import LocalProtocolError
+from host_agent.core.evs import EV_SPACE, EvConfig, EvSet
+from host_agent.core.types import EvState, PathInfo
+
+G, S, B, D = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
+TRIGGERS = ("ecn", "nack_trimmed", "skip_expired", "loss", "probe_success_enough", "deny", "allow")
+
+
+def paths(planes: int = 4, per_plane: int = 4) -> list[PathInfo]:
+    return [PathInfo(p, f"p{p}s{s}") for p in range(planes) for s in range(per_plane)]
+
+
+def make(planes: int = 4, per_plane: int = 4, seed: int = 1, **cfg: object) -> EvSet:
+    return EvSet(paths(planes, per_plane), EvConfig(**cfg), random.Random(seed))  # type: ignore[arg-type]
+
+
+def force(es: EvSet, ev: int, state: EvState, now: float = 0.0) -> None:
+    """Drive an EV into `state` through public calls only."""
+    if state is S:
+        es.on_ecn(ev, now)
+    elif state is B:
+        es.on_loss(ev, now)
+    elif state is D:
+        es.set_denied(ev, True)
+
+
+# ---------------------------------------------------------------- construction
+
+
+def test_build_counts_values_and_spread() -> None:
+    es = make(planes=4, per_plane=4, evs_per_connection=128, backups_per_plane=8)
+    assert len(es) == 128 + 4 * 8
+    values = [e.ev for e in es.entries()]
+    assert len(set(values)) == len(values) and 0 not in values
+    assert all(0 < v <= EV_SPACE for v in values)
+    assert values == list(range(1, len(values) + 1))  # first_ev=1, consecutive
+    per_plane = Counter(e.path.plane for e in es.active())
+    assert per_plane == {p: 32 for p in range(4)}
+    per_path = Counter(e.path for e in es.active())
+    assert set(per_path.values()) == {8}
+    backups = [e for e in es.entries() if e.pool == "backup"]
+    assert Counter(e.path.plane for e in backups) == {p: 8 for p in range(4)}
+    assert set(Counter(e.path for e in backups).values()) == {2}
+    assert all(e.state is G for e in es.entries())
+
+
+def test_uneven_split_differs_by_at_most_one() -> None:
+    es = make(planes=3, per_plane=2, evs_per_connection=10, backups_per_plane=0)
+    assert sorted(Counter(e.path.plane for e in es.active()).values()) == [3, 3, 4]
+
+
+def test_first_ev_wraps_and_skips_zero() -> None:
+    es = EvSet(paths(2, 1), EvConfig(evs_per_connection=4, backups_per_plane=0, ev_min_active=1),
+               random.Random(0), first_ev=EV_SPACE - 1)
+    assert [e.ev for e in es.entries()] == [EV_SPACE - 1, EV_SPACE, 1, 2]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"evs_per_connection": 0},
+        {"backups_per_plane": -1},
+        {"skip_time": 0},
+        {"probe_interval": float("inf")},
+        {"probe_timeout": "1"},
+        {"probe_successes_to_reinstate": 0},
+        {"ev_min_active": 0},
+        {"evs_per_connection": 4, "ev_min_active": 5},
+        {"evs_per_connection": True},
+    ],
+)
+def test_bad_config_rejected_with_field_name(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match="EvConfig"):
+        EvConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_bad_construction_rejected() -> None:
+    with pytest.raises(LocalProtocolError, match="at least one path"):
+        EvSet([], EvConfig(), random.Random(0))
+    with pytest.raises(LocalProtocolError, match="duplicates"):
+        EvSet(paths(1, 1) * 2, EvConfig(), random.Random(0))
+    with pytest.raises(LocalProtocolError, match="first_ev"):
+        EvSet(paths(), EvConfig(), random.Random(0), first_ev=0)
+    with pytest.raises(LocalProtocolError, match="planes"):
+        EvSet(paths(4, 1), EvConfig(evs_per_connection=2, ev_min_active=1), random.Random(0))
+
+
+def test_for_base_rtt_scales_timers() -> None:
+    cfg = EvConfig.for_base_rtt(1e-5, ev_min_active=4)
+    assert cfg.skip_time == pytest.approx(4e-5)
+    assert cfg.probe_interval == pytest.approx(1e-4)
+    assert cfg.probe_timeout == pytest.approx(8e-5)
+    assert cfg.ev_min_active == 4
+
+
+# ---------------------------------------------------------------- transition table
+
+
+def test_transition_table_is_total_over_listed_pairs_only() -> None:
+    table = evs_mod._TRANSITIONS
+    assert {t for _, t in table} <= set(TRIGGERS)
+    # DENIED is entered by "deny" and left only by "allow"
+    assert all(new is not D or trig == "deny" or old is D for (old, trig), new in table.items())
+    assert [k for k, v in table.items() if k[0] is D and v is not D] == [(D, "allow")]
+
+
+@pytest.mark.parametrize("pair", sorted(evs_mod._TRANSITIONS, key=lambda k: (k[0].name, k[1])))
+def test_every_legal_transition(pair: tuple[EvState, str]) -> None:
+    start, trigger = pair
+    es = make(backups_per_plane=2, probe_successes_to_reinstate=1)
+    ev = es.active()[0].ev
+    force(es, ev, start, now=1.0)
+    assert es.entry(ev).state is start
+    es.drain_changes()
+    now = 2.0
+    if trigger == "ecn":
+        es.on_ecn(ev, now)
+    elif trigger == "nack_trimmed":
+        es.on_nack_trimmed(ev, now)
+    elif trigger == "skip_expired":
+        es.advance(1.0 + es.config.skip_time)
+    elif trigger == "loss":
+        es.on_loss(ev, now)
+    elif trigger == "probe_success_enough":
+        (due,) = es.probes_due(1.0 + es.config.probe_interval)
+        es.on_probe_sent(due.ev, now)
+        es.on_probe_reply(due.ev, now)
+    elif trigger == "deny":
+        es.set_denied(ev, True)
+    else:
+        es.set_denied(ev, False)
+    expected = evs_mod._TRANSITIONS[pair]
+    assert es.entry(ev).state is expected
+    changes = es.drain_changes()
+    if expected is not start:
+        assert changes == [(ev, start, expected, trigger)]
+    else:
+        assert changes == []
+
+
+@pytest.mark.parametrize(
+    ("start", "call"),
+    [
+        (G, lambda es, ev: es.set_denied(ev, False)),  # allow on GOOD
+        (S, lambda es, ev: es.set_denied(ev, False)),
+        (B, lambda es, ev: es.set_denied(ev, False)),
+        (D, lambda es, ev: es.set_denied(ev, True)),  # deny twice
+    ],
+)
+def test_illegal_transitions_raise_naming_state_and_trigger(start, call) -> None:  # type: ignore[no-untyped-def]
+    es = make()
+    ev = es.active()[0].ev
+    force(es, ev, start)
+    with pytest.raises(LocalProtocolError) as info:
+        call(es, ev)
+    assert start.name in str(info.value)
+    assert ("'allow'" in str(info.value)) or ("'deny'" in str(info.value))
+    assert es.entry(ev).state is start
+
+
+def test_illegal_internal_triggers_raise() -> None:
+    es = make()
+    entry = es.active()[0]
+    for trigger in ("skip_expired", "probe_success_enough", "allow", "bogus"):
+        with pytest.raises(LocalProtocolError, match=f"GOOD.*'{trigger}'"):
+            es._apply(entry, trigger, 0.0)
+    assert entry.state is G
+
+
+def test_unknown_ev_and_plane_raise() -> None:
+    es = make()
+    with pytest.raises(LocalProtocolError, match="not in this EV set"):
+        es.on_ecn(0xDEAD_BEEF, 0.0)
+    with pytest.raises(LocalProtocolError, match="plane"):
+        es.set_plane_usable(9, False)
+    assert 0xDEAD_BEEF not in es
+
+
+# ---------------------------------------------------------------- choosing
+
+
+def test_choose_spreads_equally_over_planes_and_paths() -> None:
+    es = make(planes=4, per_plane=4)
+    picks = [es.choose(0.0) for _ in range(128 * 50)]
+    assert all(p is not None for p in picks)
+    by_ev = Counter(p.ev for p in picks if p)
+    assert set(by_ev.values()) == {50} and len(by_ev) == 128
+    assert set(Counter(p.path.plane for p in picks if p).values()) == {128 * 50 // 4}
+    assert set(Counter(p.path for p in picks if p).values()) == {128 * 50 // 16}
+    # consecutive packets go to different planes
+    assert all(a.path.plane != b.path.plane for a, b in zip(picks, picks[1:], strict=False))  # type: ignore[union-attr]
+
+
+def test_choose_is_amortised_constant() -> None:
+    """The ring pops at most one extra entry per loss of usability, never a scan per packet."""
+    es = make(planes=4, per_plane=4, backups_per_plane=0, ev_min_active=1)
+    for entry in es.active(plane=0):
+        es.on_ecn(entry.ev, 0.0)  # 32 EVs unusable, never expire before t=0.001
+    pops = 0
+    ring = es._ring
+    real_popleft = ring.popleft
+
+    class Counting:
+        def __getattr__(self, name: str) -> object:
+            return getattr(ring, name)
+
+        def popleft(self):  # type: ignore[no-untyped-def]
+            nonlocal pops
+            pops += 1
+            return real_popleft()
+
+    es._ring = Counting()  # type: ignore[assignment]
+    n = 10_000
+    for _ in range(n):
+        picked = es.choose(0.001)
+        assert picked is not None and picked.path.plane != 0
+    assert pops <= n + 32
+
+
+def test_skip_then_expiry_back_to_good() -> None:
+    es = make(skip_time=0.5)
+    ev = es.active()[0].ev
+    es.on_ecn(ev, 10.0)
+    assert es.entry(ev).state is S
+    assert es.next_deadline() == pytest.approx(10.5)
+    assert all(es.choose(10.2).ev != ev for _ in range(300))  # type: ignore[union-attr]
+    es.on_nack_trimmed(ev, 10.3)  # extends to 10.8
+    es.advance(10.6)
+    assert es.entry(ev).state is S
+    assert es.next_deadline() == pytest.approx(10.8)
+    es.choose(10.8)  # choose expires lazily
+    assert es.entry(ev).state is G
+    assert es.next_deadline() is None
+    assert ev in {es.choose(11.0).ev for _ in range(200)}  # type: ignore[union-attr]
+    assert es.counters["skips"] == 1 and es.counters["skip_extensions"] == 1
+    assert es.counters["skip_expired"] == 1
+
+
+def test_lasthop_trim_is_not_penalised() -> None:
+    es = make()
+    ev = es.active()[0].ev
+    es.on_nack_trimmed_lasthop(ev, 0.0)
+    assert es.entry(ev).state is G
+    assert es.counters["nack_trimmed_lasthop"] == 1
+    assert es.entry(ev).counters["nack_trimmed_lasthop"] == 1
+    assert es.drain_changes() == []
+
+
+def test_loss_swaps_in_backup_on_same_plane_other_path() -> None:
+    es = make(planes=2, per_plane=4, backups_per_plane=4)
+    victim = es.active(plane=1)[0]
+    before = len(es.active(plane=1))
+    es.on_loss(victim.ev, 1.0)
+    assert victim.state is B and victim.pool == "out"
+    after = es.active(plane=1)
+    assert len(after) == before and len(es.active(plane=0)) == 64
+    new = [e for e in after if e.counters["chosen"] == 0 and e.ev > 128]
+    assert len(new) == 1 and new[0].path.plane == 1 and new[0].path != victim.path
+    assert es.counters["retired"] == 1 and es.counters["swaps"] == 1
+    picks = {es.choose(2.0).ev for _ in range(400)}  # type: ignore[union-attr]
+    assert victim.ev not in picks and new[0].ev in picks
+
+
+def test_backups_exhausted_shrinks_plane() -> None:
+    es = make(planes=2, per_plane=2, evs_per_connection=8, backups_per_plane=1, ev_min_active=1)
+    a, b = es.active(plane=0)[:2]
+    es.on_loss(a.ev, 0.0)
+    es.on_loss(b.ev, 0.0)
+    assert len(es.active(plane=0)) == 3
+    assert es.counters["backups_exhausted"] == 1 and es.counters["retired"] == 2
+
+
+def test_repeat_loss_counts_retired_once() -> None:
+    es = make()
+    ev = es.active()[0].ev
+    es.on_loss(ev, 1.0)
+    es.on_loss(ev, 2.0)
+    assert es.counters["retired"] == 1 and es.counters["losses"] == 2
+    assert es.entry(ev).failed_at == 2.0
+
+
+# ---------------------------------------------------------------- probing
+
+
+def probe_round(es: EvSet, ev: int, now: float, reply: bool) -> None:
+    due = [e.ev for e in es.probes_due(now)]
+    assert ev in due
+    es.on_probe_sent(ev, now)
+    assert ev not in [e.ev for e in es.probes_due(now)]  # one probe outstanding at a time
+    if reply:
+        es.on_probe_reply(ev, now + 0.001)
+    else:
+        es.on_probe_timeout(ev, now + 0.001)
+
+
+def test_probe_reinstates_after_n_successes_and_failure_resets() -> None:
+    es = make(probe_interval=1.0, probe_successes_to_reinstate=3)
+    ev = es.active()[0].ev
+    es.on_loss(ev, 0.0)
+    assert es.probes_due(0.5) == []
+    assert es.next_deadline() == pytest.approx(1.0)
+    probe_round(es, ev, 1.0, reply=True)
+    probe_round(es, ev, 2.0, reply=True)
+    probe_round(es, ev, 3.0, reply=False)  # resets the run
+    assert es.entry(ev).probe_successes == 0
+    probe_round(es, ev, 4.0, reply=True)
+    probe_round(es, ev, 5.0, reply=True)
+    assert es.entry(ev).state is B
+    probe_round(es, ev, 6.0, reply=True)
+    entry = es.entry(ev)
+    assert entry.state is G and entry.pool == "backup"  # the plane's actives were refilled
+    assert es.counters["reinstated"] == 1 and es.counters["probe_timeouts"] == 1
+    assert es.counters["probes_sent"] == 6 and es.counters["probe_replies"] == 5
+    assert es.probes_due(100.0) == []
+    assert (ev, B, G, "probe_success_enough") in es.drain_changes()
+
+
+def test_reinstated_ev_refills_active_pool_when_backups_ran_out() -> None:
+    es = make(planes=1, per_plane=2, evs_per_connection=4, backups_per_plane=0, ev_min_active=1,
+              probe_interval=1.0, probe_successes_to_reinstate=1)
+    ev = es.active()[0].ev
+    es.on_loss(ev, 0.0)
+    assert len(es.active()) == 3
+    probe_round(es, ev, 1.0, reply=True)
+    assert es.entry(ev).pool == "active" and len(es.active()) == 4
+
+
+def test_probe_timeout_by_advance_and_late_reply_ignored() -> None:
+    es = make(probe_interval=1.0, probe_timeout=0.5)
+    ev = es.active()[0].ev
+    es.on_loss(ev, 0.0)
+    es.on_probe_sent(ev, 1.0)
+    assert es.next_deadline() == pytest.approx(1.5)
+    es.advance(1.5)
+    assert es.counters["probe_timeouts"] == 1
+    es.on_probe_reply(ev, 1.6)  # too late: ignored, not a success
+    assert es.entry(ev).probe_successes == 0
+    assert es.counters["probe_results_ignored"] == 1
+    assert es.next_deadline() == pytest.approx(2.0)
+
+
+def test_probe_misuse_raises() -> None:
+    es = make()
+    ev = es.active()[0].ev
+    with pytest.raises(LocalProtocolError, match="ASSUMED_BAD"):
+        es.on_probe_sent(ev, 0.0)
+    es.on_loss(ev, 0.0)
+    es.on_probe_sent(ev, 0.1)
+    with pytest.raises(LocalProtocolError, match="outstanding"):
+        es.on_probe_sent(ev, 0.2)
+
+
+def test_no_probes_on_unusable_plane() -> None:
+    es = make(probe_interval=1.0)
+    entry = es.active(plane=2)[0]
+    es.on_loss(entry.ev, 0.0)
+    es.set_plane_usable(2, False)
+    assert es.probes_due(5.0) == []
+    assert es.next_deadline() is None
+    es.set_plane_usable(2, True)
+    assert [e.ev for e in es.probes_due(5.0)] == [entry.ev]
+
+
+# ---------------------------------------------------------------- floor
+
+
+def test_floor_keeps_least_recently_failed_in_use() -> None:
+    es = make(planes=1, per_plane=4, evs_per_connection=4, backups_per_plane=0, ev_min_active=3)
+    a, b, c, d = es.active()
+    es.on_loss(a.ev, 1.0)
+    es.on_loss(b.ev, 2.0)
+    es.on_loss(c.ev, 3.0)
+    # one usable EV (d); floor 3 -> add the two least recently failed: a, then b
+    picks = Counter(es.choose(4.0).ev for _ in range(300))  # type: ignore[union-attr]
+    assert set(picks) == {a.ev, b.ev, d.ev} and set(picks.values()) == {100}
+    assert a.state is B and b.state is B  # still retired, just used as last resort
+    assert es.counters["floor_picks"] == 200
+    es.on_loss(a.ev, 5.0)  # a failed again: c is now older than a
+    assert {es.choose(6.0).ev for _ in range(30)} == {b.ev, c.ev, d.ev}  # type: ignore[union-attr]
+
+
+def test_floor_prefers_skip_over_assumed_bad_and_never_denied() -> None:
+    es = make(planes=1, per_plane=4, evs_per_connection=4, backups_per_plane=0, ev_min_active=2,
+              skip_time=10.0)
+    a, b, c, d = es.active()
+    es.on_loss(a.ev, 0.0)
+    es.on_ecn(b.ev, 0.0)
+    es.set_denied(c.ev, True)
+    es.set_denied(d.ev, True)
+    assert {es.choose(1.0).ev for _ in range(10)} == {a.ev, b.ev}  # type: ignore[union-attr]
+    es.set_denied(c.ev, False)  # back to GOOD and into the active pool
+    assert c.state is G and c.pool == "active"
+    assert {es.choose(1.0).ev for _ in range(10)} == {b.ev, c.ev}  # type: ignore[union-attr]
+
+
+def test_choose_none_only_without_usable_plane_or_all_denied() -> None:
+    es = make(planes=2, per_plane=1, evs_per_connection=4, backups_per_plane=0, ev_min_active=1)
+    for entry in es.active():
+        es.on_loss(entry.ev, 0.0)
+    assert es.choose(1.0) is not None  # all ASSUMED_BAD: floor still sends
+    es.set_plane_usable(0, False)
+    es.set_plane_usable(1, False)
+    assert es.choose(1.0) is None and es.choose_control(1.0) is None
+    es.set_plane_usable(1, True)
+    assert es.choose(1.0).path.plane == 1  # type: ignore[union-attr]
+    for entry in es.active(plane=1) + [e for e in es.entries() if e.path.plane == 1]:
+        if entry.state is not D:
+            es.set_denied(entry.ev, True)
+    assert es.choose(1.0) is None
+
+
+# ---------------------------------------------------------------- planes and control
+
+
+def test_unusable_plane_never_chosen_then_back() -> None:
+    es = make(planes=4, per_plane=2)
+    es.set_plane_usable(3, False)
+    picks = [es.choose(0.0) for _ in range(960)]
+    assert all(p is not None and p.path.plane != 3 for p in picks)
+    assert set(Counter(p.path.plane for p in picks if p).values()) == {320}
+    assert all(e.state is G for e in es.entries())  # state untouched
+    es.set_plane_usable(3, True)
+    again = Counter(es.choose(0.0).path.plane for _ in range(1280))  # type: ignore[union-attr]
+    assert again[3] == 320
+
+
+def test_control_covers_each_usable_plane_prefers_good() -> None:
+    es = make(planes=3, per_plane=2, evs_per_connection=6, backups_per_plane=1, ev_min_active=1)
+    picks = [es.choose_control(0.0) for _ in range(30)]
+    assert Counter(p.path.plane for p in picks if p) == {0: 10, 1: 10, 2: 10}
+    for entry in es.active(plane=1):
+        es.on_ecn(entry.ev, 0.0)
+    picks = [es.choose_control(0.0) for _ in range(30)]
+    assert {p.path.plane for p in picks if p} == {0, 1, 2}
+    # plane 1's actives are SKIP: its GOOD backup stands in
+    plane1 = {p.ev for p in picks if p and p.path.plane == 1}
+    assert len(plane1) == 1 and es.entry(plane1.pop()).pool == "backup"
+    es.set_plane_usable(2, False)
+    assert {es.choose_control(0.0).path.plane for _ in range(10)} == {0, 1}  # type: ignore[union-attr]
+
+
+def test_control_keeps_a_bad_plane_reachable() -> None:
+    es = make(planes=2, per_plane=1, evs_per_connection=2, backups_per_plane=0, ev_min_active=1)
+    (bad,) = es.active(plane=0)
+    es.on_loss(bad.ev, 0.0)
+    assert {es.choose_control(0.0).ev for _ in range(4)} == {bad.ev, es.active(plane=1)[0].ev}  # type: ignore[union-attr]
+    assert es.counters["control_fallback"] == 2
+
+
+def test_counters_and_changes_for_endpoint_events() -> None:
+    es = make()
+    ev = es.active()[0].ev
+    es.on_ecn(ev, 0.0)
+    es.on_loss(ev, 0.1)
+    es.set_denied(ev, True)
+    es.on_delivered(es.active()[1].ev, 0.2)
+    assert [c[1:] for c in es.drain_changes()] == [
+        (G, S, "ecn"), (S, B, "loss"), (B, D, "deny")
+    ]
+    assert es.drain_changes() == []
+    assert es.counters["denied"] == 1 and es.counters["delivered"] == 1
+    assert es.states()[ev] is D
+    assert es.entry(ev).pool == "out"
