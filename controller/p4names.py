@@ -55,9 +55,15 @@ ACTION_PARAMS: dict[str, tuple[tuple[str, int], ...]] = {
     ),
 }
 
+# ---- table sizes --------------------------------------------------------------------------
+MY_USID_TABLE_SIZE = 64
+USID_FWD_TABLE_SIZE = 1024
+ROUTING_V6_TABLE_SIZE = 1024
+
 # ---- action profile (ECMP) ----------------------------------------------------------------
 ECMP_SELECTOR = "IngressPipeImpl.ecmp_selector"
 ECMP_SELECTOR_SIZE = 1024
+ECMP_HASH_BITS = 16  # crc16 over the 5-tuple and flow label
 
 # ---- counters -----------------------------------------------------------------------------
 MY_USID_COUNTER = "IngressPipeImpl.my_usid_counter"  # direct, on my_usid_table
