@@ -1,0 +1,160 @@
+"""One QP pair: its EV set, congestion controller, sender and receiver halves, and probes."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable, Hashable, Sequence
+
+from host_agent import wire
+from host_agent.core.config import EndpointConfig
+from host_agent.core.errors import RemoteProtocolError
+from host_agent.core.events import Event, EvStateChanged
+from host_agent.core.evs import EvEntry, EvSet
+from host_agent.core.memory import MemoryTable
+from host_agent.core.receiver import Receiver
+from host_agent.core.sender import Sender
+from host_agent.core.types import EvState, PathInfo, RxMeta, TxPacket
+
+
+class Connection:
+    def __init__(
+        self,
+        *,
+        config: EndpointConfig,
+        peer: Hashable,
+        local_qpn: int,
+        remote_qpn: int,
+        paths: Sequence[PathInfo],
+        rng: random.Random,
+        memory: MemoryTable,
+        stats: dict[str, int],
+        emit: Callable[[Event], None],
+        initial_psn: int,
+        expected_psn: int,
+    ) -> None:
+        self.peer = peer
+        self.local_qpn = local_qpn
+        self.remote_qpn = remote_qpn
+        self._stats = stats
+        self._emit = emit
+        self.evs = EvSet(paths, config.ev, rng)
+        self.cc = config.cc_factory()
+        self.sender = Sender(config=config, evs=self.evs, cc=self.cc, peer=peer,
+                             local_qpn=local_qpn, remote_qpn=remote_qpn, initial_psn=initial_psn,
+                             stats=stats, emit=emit)
+        self.receiver = Receiver(window=config.window, memory=memory, local_qpn=local_qpn,
+                                 remote_qpn=remote_qpn, expected_psn=expected_psn, stats=stats,
+                                 emit=emit)
+        self.tx_per_ev: Counter[int] = Counter()
+        self._probe_seq = 0
+        self._plane_cursor: Counter[int] = Counter()
+        self.planes = tuple(sorted({p.plane for p in paths}))
+
+    # ---- input -------------------------------------------------------------------------------
+
+    def handle(self, pkt: wire.Packet, meta: RxMeta, now: float, out: list[TxPacket]) -> None:
+        """Process one decoded packet addressed to this QP; raise RemoteProtocolError if invalid."""
+        if meta.peer != self.peer:
+            raise RemoteProtocolError(f"QP {self.local_qpn:#x} belongs to {self.peer!r}, "
+                                      f"not {meta.peer!r}")
+        if isinstance(pkt, wire.DataPacket):
+            if meta.ecn == wire.ECN_CE:
+                self._stats["ecn_marks_received"] += 1
+            self._control(self.receiver.on_data(pkt, meta), now, out)
+        elif isinstance(pkt, wire.SackPacket):
+            self._check_ev(pkt.sack.entropy)
+            self._stats["sacks_received"] += 1
+            if pkt.sack.probe_resp:
+                self._stats["probe_replies"] += 1
+                self.evs.on_probe_reply(pkt.sack.entropy, now)
+            self.sender.on_sack(pkt.sack, now)
+        elif isinstance(pkt, wire.NackPacket):
+            self._check_ev(pkt.nack.entropy)
+            self._stats["nacks_received"] += 1
+            self.sender.on_nack(pkt.nack, now)
+        elif isinstance(pkt, wire.ProbePacket):
+            self._control(self.receiver.probe_reply(pkt, meta), now, out)
+        else:
+            raise RemoteProtocolError(f"{type(pkt).__name__} is not valid on a connection QP")
+        self.drain_ev_changes()
+
+    def _check_ev(self, ev: int) -> None:
+        if ev not in self.evs:
+            raise RemoteProtocolError(f"echoed EV {ev:#x} is not one of QP {self.local_qpn:#x}'s")
+
+    def _control(self, pkt: wire.Packet, now: float, out: list[TxPacket]) -> None:
+        entry = self.evs.choose_control(now)
+        if entry is None:
+            self._stats["control_dropped"] += 1
+            return
+        out.append(self.control_tx(pkt, entry))
+
+    def control_tx(self, pkt: wire.Packet, entry: EvEntry) -> TxPacket:
+        return TxPacket(self.peer, entry.path.plane, entry.path.route, entry.ev,
+                        wire.DSCP_CONTROL, wire.ECN_NOT_ECT, wire.encode_packet(pkt))
+
+    # ---- output ------------------------------------------------------------------------------
+
+    def poll(self, now: float, out: list[TxPacket]) -> None:
+        start = len(out)
+        for entry in self.evs.probes_due(now):
+            probe = wire.ProbePacket(
+                bth=wire.Bth(opcode=wire.OP_PROBE, dest_qp=self.remote_qpn, psn=self._probe_seq),
+                probe=wire.ProbeExt(entropy=entry.ev),
+            )
+            self._probe_seq = wire.psn_add(self._probe_seq, 1)
+            self.evs.on_probe_sent(entry.ev, now)
+            self._stats["probes_sent"] += 1
+            out.append(self.control_tx(probe, entry))
+        self.sender.poll(now, out)
+        for tx in out[start:]:
+            self.tx_per_ev[tx.ev] += 1
+        self.drain_ev_changes()
+
+    def deadline(self) -> float | None:
+        times = [t for t in (self.sender.deadline(), self.evs.next_deadline()) if t is not None]
+        return min(times, default=None)
+
+    def on_timer(self, now: float) -> None:
+        self.evs.advance(now)
+        self.sender.on_timer(now)
+        self.drain_ev_changes()
+
+    def drain_ev_changes(self) -> None:
+        for ev, old, new, reason in self.evs.drain_changes():
+            if new is EvState.ASSUMED_BAD and old is not EvState.ASSUMED_BAD:
+                self._stats["ev_retired"] += 1
+            if old is EvState.ASSUMED_BAD and new is EvState.GOOD:
+                self._stats["ev_reinstated"] += 1
+            self._emit(EvStateChanged(self.local_qpn, ev, old, new, reason))
+
+    # ---- planes ------------------------------------------------------------------------------
+
+    def set_plane_usable(self, plane: int, usable: bool) -> None:
+        if plane not in self.planes:
+            return
+        self.evs.set_plane_usable(plane, usable)
+        if not usable:
+            self.sender.plane_down(plane)
+
+    def entry_on_plane(self, plane: int) -> EvEntry | None:
+        """An EV on `plane` for endpoint messages, GOOD ones first, rotating among them."""
+        entries = [e for e in self.evs.entries() if e.path.plane == plane]
+        if not entries:
+            return None
+        good = [e for e in entries if e.state is EvState.GOOD] or entries
+        self._plane_cursor[plane] += 1
+        return good[self._plane_cursor[plane] % len(good)]
+
+    def ev_stats(self) -> dict[int, dict[str, object]]:
+        stats: dict[int, dict[str, object]] = {}
+        for entry in self.evs.entries():
+            stats[entry.ev] = {
+                "state": entry.state.name,
+                "plane": entry.path.plane,
+                "pool": entry.pool,
+                "tx_packets": self.tx_per_ev[entry.ev],
+                **entry.counters,
+            }
+        return stats
