@@ -471,3 +471,18 @@ def test_counters_and_changes_for_endpoint_events() -> None:
     assert es.counters["denied"] == 1 and es.counters["delivered"] == 1
     assert es.states()[ev] is D
     assert es.entry(ev).pool == "out"
+
+
+def test_denied_active_ev_is_replaced_and_never_probed_or_chosen() -> None:
+    es = make(planes=2, per_plane=2, probe_interval=1.0)
+    victim = es.active(plane=0)[0]
+    es.on_loss(victim.ev, 0.0)  # ASSUMED_BAD, would be probed at t=1
+    es.set_denied(victim.ev, True)
+    assert es.probes_due(5.0) == [] and es.next_deadline() is None
+    other = es.active(plane=1)[0]
+    es.set_denied(other.ev, True)
+    assert len(es.active(plane=1)) == 64 and other.pool == "out"
+    picks = {es.choose(6.0).ev for _ in range(500)}  # type: ignore[union-attr]
+    assert victim.ev not in picks and other.ev not in picks
+    es.set_denied(victim.ev, False)  # plane 0 already refilled: it becomes a backup
+    assert victim.state is G and victim.pool == "backup"

@@ -44,25 +44,16 @@ from host_agent.core.types import EvState, PathInfo
 G, S, B, D = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
 
 _TRANSITIONS: dict[tuple[EvState, str], EvState] = {
-    (G, "ecn"): S,
-    (G, "nack_trimmed"): S,
-    (G, "loss"): B,
-    (G, "deny"): D,
-    (S, "ecn"): S,  # restarts the skip time
-    (S, "nack_trimmed"): S,
-    (S, "skip_expired"): G,
-    (S, "loss"): B,
-    (S, "deny"): D,
-    (B, "ecn"): B,  # late feedback for a packet sent before the failure: no news
-    (B, "nack_trimmed"): B,
-    (B, "loss"): B,  # another in-flight packet lost: restarts the probe run
-    (B, "probe_success_enough"): G,
+    (G, "ecn"): S, (G, "nack_trimmed"): S, (G, "loss"): B, (G, "deny"): D,
+    # SKIP: more congestion restarts the skip time
+    (S, "ecn"): S, (S, "nack_trimmed"): S, (S, "skip_expired"): G, (S, "loss"): B, (S, "deny"): D,
+    # ASSUMED_BAD: ECN/trims are late news of packets sent before the failure; a further loss
+    # restarts the probe run; only probes bring it back
+    (B, "ecn"): B, (B, "nack_trimmed"): B, (B, "loss"): B, (B, "probe_success_enough"): G,
     (B, "deny"): D,
-    (D, "ecn"): D,
-    (D, "nack_trimmed"): D,
-    (D, "loss"): D,
-    (D, "allow"): G,
-}
+    # DENIED: feedback on packets still in flight is ignored; only management lets it go
+    (D, "ecn"): D, (D, "nack_trimmed"): D, (D, "loss"): D, (D, "allow"): G,
+}  # fmt: skip
 
 EV_SPACE = 2**32 - 1  # usable EV values 1..2**32-1
 ACTIVE, BACKUP, OUT = "active", "backup", "out"
@@ -248,9 +239,6 @@ class EvSet:
         return [e for e in self._entries.values()
                 if e.pool == ACTIVE and (plane is None or e.path.plane == plane)]  # fmt: skip
 
-    def usable_count(self) -> int:
-        return self._usable_count
-
     def drain_changes(self) -> list[tuple[int, EvState, EvState, str]]:
         changes, self._changes = self._changes, []
         return changes
@@ -271,7 +259,7 @@ class EvSet:
                 self._ring.append(entry)
         self._fallback = None
 
-    def _apply(self, entry: EvEntry, trigger: str, now: float | None) -> EvState:
+    def _apply(self, entry: EvEntry, trigger: str, now: float | None) -> None:
         """Run one table transition plus the side effects of entering/leaving states."""
         old = entry.state
         new = _TRANSITIONS.get((old, trigger))
@@ -311,7 +299,6 @@ class EvSet:
         if new is not old:
             self._changes.append((entry.ev, old, new, trigger))
         self._refresh(entry)
-        return old
 
     def _take_out(self, entry: EvEntry) -> None:
         """Move an EV out of service; an active one is replaced by a GOOD backup of its
@@ -444,34 +431,30 @@ class EvSet:
         return min(spare, key=self._stand_in_rank)
 
     # ----- feedback
+    def _feedback(self, ev: int, now: float, counter: str, trigger: str | None) -> None:
+        entry = self.entry(ev)
+        entry.counters[counter] += 1
+        self.counters[counter] += 1
+        if trigger is not None:
+            self._apply(entry, trigger, now)
+
     def on_ecn(self, ev: int, now: float) -> None:
         """CE echo or SACK M=SKIP_ONCE: congestion inside the fabric on this EV's path."""
-        entry = self.entry(ev)
-        entry.counters["ecn"] += 1
-        self.counters["ecn"] += 1
-        self._apply(entry, "ecn", now)
+        self._feedback(ev, now, "ecn", "ecn")
 
     def on_nack_trimmed(self, ev: int, now: float) -> None:
-        entry = self.entry(ev)
-        entry.counters["nack_trimmed"] += 1
-        self.counters["nack_trimmed"] += 1
-        self._apply(entry, "nack_trimmed", now)
+        self._feedback(ev, now, "nack_trimmed", "nack_trimmed")
 
     def on_nack_trimmed_lasthop(self, ev: int, now: float) -> None:
         """Trimmed at the receiver's last hop: incast, not a path problem; counted only."""
-        self.entry(ev).counters["nack_trimmed_lasthop"] += 1
-        self.counters["nack_trimmed_lasthop"] += 1
+        self._feedback(ev, now, "nack_trimmed_lasthop", None)
 
     def on_loss(self, ev: int, now: float) -> None:
         """Timeout or untrimmed loss: assume the path failed and retire the EV at once."""
-        entry = self.entry(ev)
-        entry.counters["losses"] += 1
-        self.counters["losses"] += 1
-        self._apply(entry, "loss", now)
+        self._feedback(ev, now, "losses", "loss")
 
     def on_delivered(self, ev: int, now: float) -> None:
-        self.entry(ev).counters["delivered"] += 1
-        self.counters["delivered"] += 1
+        self._feedback(ev, now, "delivered", None)
 
     def set_denied(self, ev: int, denied: bool) -> None:
         """Management only; DENIED is left only through set_denied(ev, False)."""
@@ -485,9 +468,6 @@ class EvSet:
         self._plane_usable[plane] = bool(usable)
         for entry in self._plane_entries[plane]:
             self._refresh(entry)
-
-    def plane_usable(self, plane: int) -> bool:
-        return self._plane_usable[plane]
 
     # ----- probing
     def probes_due(self, now: float) -> list[EvEntry]:
