@@ -133,6 +133,8 @@ def _check_m(m: int) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Bth:
+    """IBTA BTH; `rtx` is the top reserved bit after A, set on retransmitted data."""
+
     opcode: int
     dest_qp: int
     psn: int
@@ -153,6 +155,8 @@ class Meth:
 
 @dataclass(frozen=True, slots=True)
 class Reth:
+    """Per-packet placement (not IBTA per-message): va and dma_len describe this payload."""
+
     va: int
     rkey: int
     dma_len: int
@@ -160,6 +164,8 @@ class Reth:
 
 @dataclass(frozen=True, slots=True)
 class SackExt:
+    """Acked PSN = cack_psn + ack_psn_offset (int16); bitmap bit i = cack_psn + sack_offset + i."""
+
     cack_psn: int
     ack_psn_offset: int
     entropy: int
@@ -185,6 +191,8 @@ class CcState:
 
 @dataclass(frozen=True, slots=True)
 class NackExt:
+    """cack_psn replaces the secondary layout's tx_ts, so the sender learns the window start."""
+
     reason: int
     entropy: int
     nack_psn: int
@@ -245,6 +253,8 @@ class ProbePacket:
 
 @dataclass(frozen=True, slots=True)
 class PortStatusPacket:
+    """EP_REQ or EP_RSP, always to QP 0x2."""
+
     bth: Bth
     status: PortStatusExt
 

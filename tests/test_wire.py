@@ -7,7 +7,10 @@ test_wire_malformed.py so the codec and the scapy layers are held to the same by
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from ipaddress import IPv6Address
+from pathlib import Path
 
 import pytest
 from scapy.contrib.roce import BTH as ScapyBTH
@@ -311,3 +314,11 @@ def test_psn_arithmetic_wraps() -> None:
         assert psn_diff(b, a) == d
         if d != -0x800000:
             assert psn_diff(a, b) == -d
+
+
+def test_codec_does_not_import_scapy() -> None:
+    """The per-packet codec must stay light; scapy is only for layers.py."""
+    code = "import sys, host_agent.wire; print('scapy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[1],
+                         capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "False"
