@@ -142,7 +142,7 @@ class NsccConfig:
         return cls(**values)  # type: ignore[arg-type]
 
 
-class Nscc:
+class Nscc(CongestionControl):
     """NSCC-style window controller; see the module docstring for the quadrant table."""
 
     def __init__(self, config: NsccConfig | None = None) -> None:
@@ -229,7 +229,7 @@ class Nscc:
         self._set(self._cwnd * self.config.timeout_factor)
 
 
-class FixedWindow:
+class FixedWindow(CongestionControl):
     """A constant window, for tests and baselines: every signal is ignored by design."""
 
     def __init__(self, window_bytes: int) -> None:
