@@ -1,0 +1,230 @@
+"""Packet I/O: AF_PACKET sockets, egress queues and the runtime control socket, one event loop.
+
+The loop blocks in select() with a timeout only while a paced queue holds packets, so
+an idle switch sleeps in the kernel (no polling). Frames the switch itself sent
+(PACKET_OUTGOING) are ignored. Every frame goes through the pipeline, which counts
+and drops anything malformed; the loop never lets a bad frame escape as an exception.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import selectors
+import socket
+import time
+from collections.abc import Callable
+
+from softswitch.pipeline import Pipeline
+from softswitch.queues import PortQueues, QueueConfigError, check_setting
+from softswitch.store import DeviceState
+
+log = logging.getLogger("softswitch.dataplane")
+
+ETH_P_ALL = 0x0003
+PACKET_OUTGOING = 4
+RX_BATCH = 64  # frames taken from one socket per wakeup before serving others
+RCVBUF = 4 << 20
+MAX_FRAME = 65535
+MAX_CONTROL_REQUEST = 4096
+
+
+class Dataplane:
+    """Ports, queues and the current pipeline of one switch process."""
+
+    def __init__(self, ports: dict[int, str], priorities: int) -> None:
+        self.priorities = priorities
+        self.queues = {p: PortQueues(priorities) for p in ports}
+        self.names = dict(ports)
+        self.pipeline: Pipeline | None = None
+        self.stats = {"rx": 0, "tx": 0, "no_pipeline": 0, "no_port": 0, "tail_drop": 0,
+                      "tx_error": 0}
+        self.sel = selectors.DefaultSelector()
+        self.socks: dict[int, socket.socket] = {}
+        self._control_buffers: dict[socket.socket, bytes] = {}
+        self.stopping = False
+
+    # ---- setup ---------------------------------------------------------------------
+
+    def open_ports(self) -> None:
+        for port, ifname in self.names.items():
+            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+            try:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+                s.bind((ifname, 0))
+            except OSError as err:
+                s.close()
+                raise OSError(f"cannot open port {port} on interface {ifname!r}: {err}") from err
+            s.setblocking(False)
+            self.socks[port] = s
+            self.sel.register(s, selectors.EVENT_READ, self._reader(port, s))
+
+    def open_control(self, port: int) -> None:
+        srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind(("127.0.0.1", port))
+        srv.listen(8)
+        srv.setblocking(False)
+        self.sel.register(srv, selectors.EVENT_READ, lambda: self._accept(srv))
+
+    def add_wakeup(self, sock: socket.socket, on_wake: Callable[[], None]) -> None:
+        self.sel.register(sock, selectors.EVENT_READ, on_wake)
+
+    def set_state(self, state: DeviceState) -> None:
+        """Install a new pipeline (called from the P4Runtime thread; one assignment)."""
+        self.pipeline = Pipeline(state)
+
+    # ---- event loop ----------------------------------------------------------------
+
+    def run(self) -> None:
+        while not self.stopping:
+            timeout = self._timeout()
+            for key, _ in self.sel.select(timeout):
+                key.data()
+            self._drain_all()
+
+    def close(self) -> None:
+        for key in list(self.sel.get_map().values()):
+            self.sel.unregister(key.fileobj)
+            key.fileobj.close()
+        self.sel.close()
+
+    def _timeout(self) -> float | None:
+        times = [t for q in self.queues.values() if q.occupancy
+                 for t in (q.ready_at(),) if t is not None]
+        if not times:
+            return None
+        return max(0.0, min(times) - time.monotonic())
+
+    def _reader(self, port: int, sock: socket.socket) -> Callable[[], None]:
+        def read() -> None:
+            stats = self.stats
+            for _ in range(RX_BATCH):
+                try:
+                    frame, addr = sock.recvfrom(MAX_FRAME)
+                except BlockingIOError:
+                    return
+                except OSError as err:
+                    log.warning("port %d receive error: %s", port, err)
+                    return
+                if addr[2] == PACKET_OUTGOING:
+                    continue
+                stats["rx"] += 1
+                self._ingress(frame, port)
+        return read
+
+    def _ingress(self, frame: bytes, port: int) -> None:
+        pipeline = self.pipeline
+        if pipeline is None:
+            self.stats["no_pipeline"] += 1
+            return
+        result = pipeline.ingress(frame, port)
+        if result is None:
+            return
+        out_port, priority, out = result
+        q = self.queues.get(out_port)
+        if q is None:
+            self.stats["no_port"] += 1
+            return
+        if q.enqueue(priority, out, pipeline) is None:
+            self.stats["tail_drop"] += 1
+            return
+        self._drain(out_port, q, time.monotonic())
+
+    def _drain(self, port: int, q: PortQueues, now: float) -> None:
+        sock = self.socks.get(port)
+        while True:
+            item = q.dequeue(now)
+            if item is None:
+                return
+            frame, pipeline, enq_qdepth, deq_qdepth = item
+            pipeline.egress(port, enq_qdepth, deq_qdepth)
+            if sock is None:
+                continue
+            try:
+                sock.send(frame)
+                self.stats["tx"] += 1
+            except OSError as err:
+                self.stats["tx_error"] += 1
+                if err.errno not in (errno.ENOBUFS, errno.EAGAIN, errno.EMSGSIZE):
+                    log.warning("port %d send error: %s", port, err)
+
+    def _drain_all(self) -> None:
+        now = time.monotonic()
+        for port, q in self.queues.items():
+            if q.occupancy:
+                self._drain(port, q, now)
+
+    # ---- runtime control (JSON lines over loopback TCP) ----------------------------
+
+    def _accept(self, srv: socket.socket) -> None:
+        try:
+            conn, _ = srv.accept()
+        except BlockingIOError:
+            return
+        conn.setblocking(False)
+        self._control_buffers[conn] = b""
+        self.sel.register(conn, selectors.EVENT_READ, lambda: self._control_read(conn))
+
+    def _control_read(self, conn: socket.socket) -> None:
+        try:
+            chunk = conn.recv(MAX_CONTROL_REQUEST)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        buf = self._control_buffers[conn] + chunk
+        if chunk and b"\n" not in buf and len(buf) < MAX_CONTROL_REQUEST:
+            self._control_buffers[conn] = buf
+            return
+        self.sel.unregister(conn)
+        del self._control_buffers[conn]
+        if b"\n" in buf:
+            reply = self.control(buf.split(b"\n", 1)[0])
+            try:
+                conn.setblocking(True)
+                conn.settimeout(1.0)
+                conn.sendall(json.dumps(reply).encode() + b"\n")
+            except OSError as err:
+                log.info("control client went away: %s", err)
+        conn.close()
+
+    def control(self, line: bytes) -> dict:
+        """Execute one runtime command (the equivalent of BMv2's runtime CLI)."""
+        try:
+            req = json.loads(line)
+            if not isinstance(req, dict):
+                raise ValueError("request must be a JSON object")
+            cmd = req.get("cmd")
+            if cmd in ("set_queue_rate", "set_queue_depth"):
+                return self._set_queue(cmd, req)
+            if cmd == "queues":
+                return {"ok": True, "queues": {str(p): q.stats() for p, q in self.queues.items()}}
+            if cmd == "stats":
+                drops = self.pipeline.drop_stats() if self.pipeline else {}
+                return {"ok": True, "stats": dict(self.stats), "pipeline": drops}
+            raise ValueError(f"unknown command {cmd!r} (set_queue_rate, set_queue_depth, "
+                             "queues, stats)")
+        except (ValueError, TypeError, QueueConfigError) as err:
+            return {"ok": False, "error": str(err)}
+
+    def _set_queue(self, cmd: str, req: dict) -> dict:
+        key = "rate" if cmd == "set_queue_rate" else "depth"
+        value = req.get(key)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ValueError(f"{cmd} needs a numeric {key!r}")
+        port, priority = req.get("port"), req.get("priority")
+        if port is not None and port not in self.queues:
+            raise ValueError(f"port {port} is not a port of this switch "
+                             f"({sorted(self.queues)})")
+        check_setting(value, key, self.priorities, priority)
+        if key == "depth" and (value < 1 or value != int(value)):
+            raise ValueError(f"depth must be a whole number of packets >= 1, got {value}")
+        for p, q in self.queues.items():
+            if port is None or p == port:
+                if key == "rate":
+                    q.set_rate(float(value), priority)
+                else:
+                    q.set_depth(int(value), priority)
+        return {"ok": True}

@@ -1,0 +1,214 @@
+"""The MRC switch program (p4src/mrc.p4) in Python: parser, ingress and egress.
+
+Read p4src/include/{parser,ingress,egress}.p4 alongside: each step below mirrors one
+there, in the same order, with the same drop reasons and counters. Table, action and
+counter ids come from the installed P4Info through the names in controller/p4names.py.
+The ECMP hash is CRC-32 over the same selector fields the P4 program hashes (BMv2 uses
+crc16): deterministic per flow, not bit-identical to BMv2's member choice.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+from controller import p4names as N
+from host_agent.wire import (
+    DATA_OPCODES,
+    DSCP_CONTROL,
+    DSCP_TRIMMABLE,
+    DSCP_TRIMMABLE_RETX,
+    DSCP_TRIMMED,
+    DSCP_TRIMMED_LASTHOP,
+    ECN_CE,
+    ECN_ECT0,
+    ECN_ECT1,
+    ETH_LEN,
+    ETH_TYPE_IPV6,
+    IPPROTO_IPV6,
+    IPPROTO_UDP,
+    IPV6_LEN,
+    ROCE_UDP_PORT,
+    TRIMMED_FRAME_LEN,
+)
+from softswitch.store import DeviceState
+
+IPPROTO_TCP = 6
+DROP_PORT = 511  # v1model: egress_spec 511 drops the packet
+MIN_HOP_LIMIT = 2
+TRIMMED_OUTER_PAYLOAD_LEN = TRIMMED_FRAME_LEN - ETH_LEN - IPV6_LEN
+TRIMMED_INNER_PAYLOAD_LEN = TRIMMED_OUTER_PAYLOAD_LEN - IPV6_LEN
+TRIMMED_UDP_LEN = TRIMMED_INNER_PAYLOAD_LEN
+HIGH_DSCPS = frozenset({DSCP_CONTROL, DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP})
+TRIMMABLE_DSCPS = frozenset({DSCP_TRIMMABLE, DSCP_TRIMMABLE_RETX})
+ECT = frozenset({ECN_ECT0, ECN_ECT1})
+
+_WORD = struct.Struct("!I")
+_OUTER = struct.Struct("!IHBB")  # ver/tc/flow, payload len, next header, hop limit
+_PORTS = struct.Struct("!HH")
+_FLOW = struct.Struct("!16s16sIBHH")  # ECMP selector fields
+_ETH_IPV6 = ETH_TYPE_IPV6.to_bytes(2, "big")
+OUTER = ETH_LEN
+INNER = ETH_LEN + IPV6_LEN
+L4_AFTER_INNER = INNER + IPV6_LEN
+UDP_LEN_HDR, BTH_LEN_HDR, TCP_LEN_HDR, METH_RETH_LEN = 8, 12, 20, 20
+
+
+class Pipeline:
+    """Per-packet behaviour of one switch, bound to the ids of one installed P4Info."""
+
+    def __init__(self, state: DeviceState) -> None:
+        idx = state.index
+        self.state = state
+        self.my_usid = state.tables[idx.id_of(N.MY_USID_TABLE)]
+        self.usid_fwd = state.tables[idx.id_of(N.USID_FWD_TABLE)]
+        self.routing = state.tables[idx.id_of(N.ROUTING_V6_TABLE)]
+        self.port_config = state.tables[idx.id_of(N.PORT_CONFIG_TABLE)]
+        self.shift_usid = idx.id_of(N.SHIFT_USID)
+        self.set_next_hop = idx.id_of(N.SET_NEXT_HOP)
+        self.set_port_config = idx.id_of(N.SET_PORT_CONFIG)
+        profile = idx.id_of(N.ECMP_SELECTOR)
+        self.members = state.members[profile]
+        self.groups = state.groups[profile]
+        self.drops = state.counters[idx.id_of(N.DROP_COUNTER)]
+        self.trims = state.counters[idx.id_of(N.TRIM_COUNTER)]
+        self.ecn_marks = state.counters[idx.id_of(N.ECN_MARK_COUNTER)]
+        self.qdepth = state.registers[idx.id_of(N.QUEUE_DEPTH_REGISTER)]
+        self.empty_group = 0  # a hit on a group with no members: dropped, not a P4 drop reason
+
+    def drop_stats(self) -> dict[str, int]:
+        out = {name: self.drops[i][0] for name, i in N.DROP_REASONS.items()}
+        out["EMPTY_ECMP_GROUP"] = self.empty_group
+        return out
+
+    def _drop(self, reason: int) -> None:
+        self.drops[reason][0] += 1
+
+    def ingress(self, frame: bytes, in_port: int) -> tuple[int, int, bytes] | None:
+        """(egress port, priority, frame) for a forwarded frame; None when dropped."""
+        n = len(frame)
+        # ---- parser (parser.p4); a frame ending inside a header is a parser error
+        if n < ETH_LEN:
+            return self._drop(N.DROP_MALFORMED)
+        if frame[12:14] != _ETH_IPV6:
+            return self._drop(N.DROP_NOT_IPV6)
+        if n < INNER:
+            return self._drop(N.DROP_MALFORMED)
+        word, payload_len, next_hdr, hop_limit = _OUTER.unpack_from(frame, OUTER)
+        inner_ok = True
+        l4 = INNER
+        if next_hdr == IPPROTO_IPV6:
+            if n < L4_AFTER_INNER:
+                return self._drop(N.DROP_MALFORMED)
+            inner_ok = frame[INNER] >> 4 == 6
+            l4_proto = frame[INNER + 6]
+            l4 = L4_AFTER_INNER
+        else:
+            l4_proto = next_hdr
+        sport = dport = 0
+        reth = False
+        if l4_proto == IPPROTO_UDP:
+            if n < l4 + UDP_LEN_HDR:
+                return self._drop(N.DROP_MALFORMED)
+            sport, dport = _PORTS.unpack_from(frame, l4)
+            if dport == ROCE_UDP_PORT:
+                bth = l4 + UDP_LEN_HDR
+                if n < bth + BTH_LEN_HDR:
+                    return self._drop(N.DROP_MALFORMED)
+                if frame[bth] in DATA_OPCODES:
+                    if n < bth + BTH_LEN_HDR + METH_RETH_LEN:
+                        return self._drop(N.DROP_MALFORMED)
+                    reth = True
+        elif l4_proto == IPPROTO_TCP:
+            if n < l4 + TCP_LEN_HDR:
+                return self._drop(N.DROP_MALFORMED)
+            sport, dport = _PORTS.unpack_from(frame, l4)
+        # ---- ingress validity checks (ingress.p4 apply, first if-chain)
+        if word >> 28 != 6 or not inner_ok or n < INNER + payload_len:
+            return self._drop(N.DROP_MALFORMED)
+        if hop_limit < MIN_HOP_LIMIT:
+            return self._drop(N.DROP_HOP_LIMIT)
+        out = bytearray(frame)
+        prefix = int.from_bytes(frame[38:44], "big")
+        entry = self.my_usid.exact.get((prefix,))
+        if entry is not None:
+            entry.packets += 1
+            entry.bytes += n
+            if entry.action[0] == self.shift_usid:
+                out[42:54] = frame[44:54] + b"\0\0"
+                prefix = int.from_bytes(out[38:44], "big")
+            hop = self.usid_fwd.exact.get((prefix,))
+            if hop is None:
+                return self._drop(N.DROP_UNKNOWN_USID)
+            hop.packets += 1
+            hop.bytes += n
+            action = hop.action
+        else:
+            dst = int.from_bytes(frame[38:54], "big")
+            hop = self.routing.lookup((dst,))
+            if hop is None:
+                return self._drop(N.DROP_NO_ROUTE)
+            hop.packets += 1
+            hop.bytes += n
+            action = self._select(hop.action, frame, word, next_hdr, sport, dport)
+            if action is None:
+                self.empty_group += 1
+                return None
+        port = 0
+        if action[0] == self.set_next_hop:
+            port, dmac = action[1]
+            out[0:6] = dmac.to_bytes(6, "big")
+        # ---- forward: hop limit, port config, trimming / ECN, priority
+        out[21] = hop_limit - 1
+        configured = False
+        cfg = self.port_config.exact.get((port,))
+        if cfg is not None:
+            cfg.packets += 1
+            cfg.bytes += n
+            if cfg.action[0] == self.set_port_config:
+                configured = True
+                host_facing, ecn_enabled, trim_threshold, ecn_threshold, smac = cfg.action[1]
+                out[6:12] = smac.to_bytes(6, "big")
+        depth = self.qdepth[port] if port < len(self.qdepth) else 0
+        tc = (word >> 20) & 0xFF
+        dscp, ecn = tc >> 2, tc & 3
+        high = dscp in HIGH_DSCPS
+        trimmable = next_hdr == IPPROTO_IPV6 and reth and dscp in TRIMMABLE_DSCPS
+        if configured and trimmable and n > TRIMMED_FRAME_LEN and depth >= trim_threshold:
+            del out[TRIMMED_FRAME_LEN:]
+            out[18:20] = TRIMMED_OUTER_PAYLOAD_LEN.to_bytes(2, "big")
+            out[INNER + 4:INNER + 6] = TRIMMED_INNER_PAYLOAD_LEN.to_bytes(2, "big")
+            out[L4_AFTER_INNER + 4:L4_AFTER_INNER + 6] = TRIMMED_UDP_LEN.to_bytes(2, "big")
+            dscp = DSCP_TRIMMED_LASTHOP if host_facing else DSCP_TRIMMED
+            self._set_tc(out, word, dscp, ecn)
+            self.trims[port][0] += 1
+            high = True
+        elif (not high and configured and ecn_enabled and not host_facing and ecn in ECT
+              and depth >= ecn_threshold):
+            self._set_tc(out, word, dscp, ECN_CE)
+            self.ecn_marks[port][0] += 1
+        if port == DROP_PORT:
+            return None
+        return port, (N.PRIORITY_HIGH if high else N.PRIORITY_DATA), bytes(out)
+
+    @staticmethod
+    def _set_tc(out: bytearray, word: int, dscp: int, ecn: int) -> None:
+        word = (word & 0xF00FFFFF) | ((dscp << 2 | ecn) << 20)
+        out[OUTER:OUTER + 4] = _WORD.pack(word)
+
+    def _select(self, action: tuple, frame: bytes, word: int, next_hdr: int, sport: int,
+                dport: int) -> tuple | None:
+        """Resolve a selector-table action: member directly, group by the flow hash."""
+        kind, ref = action
+        if kind == "member":
+            return self.members.get(ref)
+        group = self.groups.get(ref)
+        if group is None or not group.slots:
+            return None
+        key = _FLOW.pack(frame[38:54], frame[22:38], word & 0xFFFFF, next_hdr, sport, dport)
+        return self.members.get(group.slots[zlib.crc32(key) % len(group.slots)])
+
+    def egress(self, port: int, enq_qdepth: int, deq_qdepth: int) -> None:
+        """egress.p4: remember the depth this packet found, for the next ingress decisions."""
+        if port < len(self.qdepth):
+            self.qdepth[port] = min(enq_qdepth, (1 << N.QDEPTH_BITS) - 1)
