@@ -1,4 +1,4 @@
-"""A tiny deterministic two-endpoint harness for the sans-IO core, plus checks of the harness itself.
+"""A tiny deterministic two-endpoint harness for the sans-IO core, plus checks of the harness.
 
 Not a fabric simulator: each (endpoint, plane, spine) route is just a delay line with seeded
 faults (drop, duplicate, reorder via jitter, trim, CE mark) and a kill switch.

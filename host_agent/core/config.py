@@ -33,7 +33,8 @@ class EndpointConfig:
     rto_initial: float = 5 * DEFAULT_BASE_RTT  # retransmission timeout before any RTT sample
     rto_min: float = 2 * DEFAULT_BASE_RTT
     rto_max: float = 500 * DEFAULT_BASE_RTT
-    reorder_threshold: int = 8  # lost once a packet sent this many packets later was acked
+    reorder_threshold: int = 8  # lost once a packet sent this many packets later was acked...
+    reorder_window: float = DEFAULT_BASE_RTT / 2  # ...and it has been out for srtt + this long
     port_status_retry: float = 4 * DEFAULT_BASE_RTT  # EP_REQ repeat interval until EP_RSP
     oor_backoff: float = DEFAULT_BASE_RTT  # pause after NACK(PSN_OOR_WINDOW) before resending
     ev: EvConfig = field(default_factory=EvConfig)
@@ -49,7 +50,8 @@ class EndpointConfig:
             )
         if not isinstance(self.reorder_threshold, int) or self.reorder_threshold < 1:
             raise ConfigError(f"reorder_threshold={self.reorder_threshold!r}: use an int >= 1")
-        for name in ("rto_initial", "rto_min", "rto_max", "port_status_retry", "oor_backoff"):
+        for name in ("rto_initial", "rto_min", "rto_max", "reorder_window", "port_status_retry",
+                     "oor_backoff"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"{name}={value!r}: must be a positive number of seconds")
@@ -71,6 +73,7 @@ class EndpointConfig:
             "rto_initial": 5 * base_rtt,
             "rto_min": 2 * base_rtt,
             "rto_max": 500 * base_rtt,
+            "reorder_window": base_rtt / 2,
             "port_status_retry": 4 * base_rtt,
             "oor_backoff": base_rtt,
             "ev": EvConfig.for_base_rtt(base_rtt),

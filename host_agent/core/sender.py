@@ -6,9 +6,12 @@ yet acknowledged. Nothing is kept for acknowledged packets.
 
 Loss detection (RACK-like, in transmission order rather than PSN order so retransmissions are
 handled the same way as first transmissions): every transmission gets a sequence number; a packet
-is lost once a packet transmitted `reorder_threshold` or more transmissions after it has been
-acknowledged (cumulatively or by the SACK bitmap). For first transmissions this is exactly "a PSN at
-least reorder_threshold higher was SACKed". The oldest in-flight packet also carries the RTO timer.
+is lost once (1) a packet transmitted `reorder_threshold` or more transmissions after it has been
+acknowledged (cumulatively or by the SACK bitmap) -- for first transmissions exactly "a PSN at
+least reorder_threshold higher was SACKed" -- and (2) it has been out for srtt + reorder_window.
+Condition (2) keeps per-packet spraying, which reorders a burst across paths of different delay,
+from declaring losses (and retiring EVs) spuriously; when (1) holds but (2) does not yet, a
+recheck timer is armed. The oldest in-flight packet also carries the RTO timer.
 """
 
 from __future__ import annotations
@@ -104,6 +107,7 @@ class Sender:
         self.rto = config.rto_initial
         self._backoff = 1
         self._hold_until = 0.0  # after NACK(PSN_OOR_WINDOW): send nothing before this
+        self._recheck: float | None = None  # when a reordered packet may be declared lost
 
     # ---- posting and transmitting ----------------------------------------------------------
 
@@ -293,10 +297,15 @@ class Sender:
 
     def _detect_losses(self, now: float) -> None:
         limit = self._delivered_seq - self._cfg.reorder_threshold
+        patience = (self.srtt if self.srtt is not None else self.rto) + self._cfg.reorder_window
+        self._recheck = None
         lost = False
         while self._inflight:
             pkt = next(iter(self._inflight.values()))
             if pkt.tx_seq > limit:
+                break
+            if now < pkt.sent_time + patience:
+                self._recheck = pkt.sent_time + patience
                 break
             self._mark_lost(pkt)
             self._evs.on_loss(pkt.ev, now)
@@ -316,12 +325,16 @@ class Sender:
             times.append(oldest.sent_time + self._rto_now())
         if self._hold_until and self._retx:
             times.append(self._hold_until)
+        if self._recheck is not None:
+            times.append(self._recheck)
         return min(times) if times else None
 
     def _rto_now(self) -> float:
         return min(self.rto * self._backoff, self._cfg.rto_max)
 
     def on_timer(self, now: float) -> None:
+        if self._recheck is not None and now >= self._recheck:
+            self._detect_losses(now)
         limit = self._rto_now()
         expired = 0
         while self._inflight:
