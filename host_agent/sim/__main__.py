@@ -1,0 +1,79 @@
+"""`python -m host_agent.sim SCENARIO [--json] [--seed N] [--size BYTES] ...`"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from host_agent.sim.harness import SimSettings
+from host_agent.sim.network import NetworkConfigError, QueueConfig
+from host_agent.sim.scenarios import SCENARIOS, ScenarioError, run_scenario
+
+DEFAULT_SIZE = 32 * 1024 * 1024
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m host_agent.sim",
+                                description="Run an MRC scenario on the simulated fabric.")
+    p.add_argument("scenario", choices=sorted(SCENARIOS),
+                   help="; ".join(f"{s.name}: {s.summary}" for s in SCENARIOS.values()))
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--size", type=int, default=DEFAULT_SIZE, help="bytes moved in total")
+    p.add_argument("--rate", type=float, default=SimSettings.rate_bps, help="link rate, bits/s")
+    p.add_argument("--delay", type=float, default=SimSettings.delay_s,
+                   help="per-link propagation delay, seconds")
+    defaults = QueueConfig()
+    p.add_argument("--queue", type=int, default=defaults.capacity, help="data queue, packets")
+    p.add_argument("--ecn-threshold", type=int, default=defaults.ecn_threshold)
+    p.add_argument("--trim-threshold", type=int, default=defaults.trim_threshold)
+    p.add_argument("--chunk", type=int, default=SimSettings.chunk, help="bytes per RDMA WRITE")
+    return p
+
+
+def _report(r: dict[str, Any]) -> str:
+    f = r["fabric"]
+    lines = [
+        f"scenario {r['scenario']} (seed {r['seed']}): {'OK' if r['ok'] else 'FAILED'}",
+        f"  fabric: {f['planes']} planes x {f['t0_per_plane']} T0 x {f['t1_per_plane']} T1, "
+        f"{f['hosts']} hosts, {f['link_rate_bps'] / 1e9:g} Gb/s links, {f['delay_s'] * 1e6:g} us",
+        f"  {r['bytes']} bytes in {r['duration_s'] * 1e3:.3f} ms simulated: goodput "
+        f"{r['goodput_bps'] / 1e9:.2f} Gb/s = {r['goodput_ratio']:.1%} of usable capacity "
+        f"({r['capacity_bps'] / 1e9:.2f} Gb/s)",
+        f"  timeouts {r['timeouts']}, nacks {r['nacks']}, trims {r['trims']}, "
+        f"retired EVs {r['retired_evs']}, reinstated EVs {r['reinstated_evs']}, "
+        f"retransmits {r['retransmits']}, ECN marks {r['ecn_marks']}",
+        f"  data packets per plane: {r['data_tx_per_plane']}",
+    ]
+    extra = {k: v for k, v in r.items() if k in (
+        "recovery_rtts", "peer_notified_after_rtts", "data_on_failed_plane_after_notification",
+        "data_on_failed_path_after_failure", "goodput_ratio_after_failure",
+        "congested_share_before", "congested_share_after")}
+    if extra:
+        lines.append("  " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                                      for k, v in extra.items()))
+    lines.append(f"  ({r['sim']['events']} events, {r['sim']['wall_s']:.1f} s wall)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        queues = QueueConfig(capacity=args.queue, ecn_threshold=args.ecn_threshold,
+                             trim_threshold=args.trim_threshold)
+        settings = SimSettings(rate_bps=args.rate, delay_s=args.delay, queues=queues,
+                               seed=args.seed, chunk=args.chunk)
+        if args.chunk < 1:
+            raise ScenarioError("--chunk must be at least 1 byte")
+        result = run_scenario(args.scenario, size=args.size, settings=settings)
+    except (ScenarioError, NetworkConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result) if args.json else _report(result))
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""Transfers between simulated endpoints: setup, completion tracking, verification, figures.
+
+Definitions used in every scenario result (the README and tests rely on them):
+- duration_s: simulated time from the first post_write until every write of every transfer
+  is complete at both ends (sender's WriteCompleted and receiver's MessageReceived).
+- goodput_bps: transferred bytes * 8 / duration_s (payload bytes only, each counted once).
+- capacity_bps: the time-average over [start, end] of the max-flow from the senders' NICs to
+  the receivers' NICs over the live fabric (metrics.capacity_bps), re-evaluated whenever a
+  failure is injected. goodput_ratio = goodput_bps / capacity_bps.
+- base_rtt_s: unloaded RTT of the longest path of the first transfer: a full-MTU data frame
+  out and a SACK frame back, store-and-forward at every hop.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.topology import Fabric
+from host_agent.core.cc import DEFAULT_MTU, Nscc, NsccConfig
+from host_agent.core.config import EndpointConfig
+from host_agent.core.endpoint import MIN_QPN, Endpoint
+from host_agent.core.events import (
+    Event,
+    EvStateChanged,
+    MessageReceived,
+    PeerPlaneChanged,
+    WriteCompleted,
+    WriteFailed,
+)
+from host_agent.sim import metrics
+from host_agent.sim.engine import EventLoop
+from host_agent.sim.host import HostAdapter
+from host_agent.sim.network import Network, QueueConfig
+from host_agent.wire import BTH_LEN, CC_STATE_LEN, DATA_HEADERS_LEN, FRAME_HEADERS_LEN, SACK_LEN
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    rate_bps: float = 10e9
+    delay_s: float = 1e-6
+    queues: QueueConfig = field(default_factory=QueueConfig)
+    seed: int = 1
+    chunk: int = 256 * 1024  # bytes per post_write; the last write of a transfer has no imm
+
+
+@dataclass
+class Transfer:
+    sender: int
+    receiver: int
+    data: bytes
+    send_qpn: int
+    recv_qpn: int
+    va: int = 0
+    rkey: int = 0
+    buffer: bytearray = field(default_factory=bytearray)
+    writes: int = 0
+    completed: int = 0
+    received: int = 0
+    received_bytes: int = 0
+    failed: list[int] = field(default_factory=list)
+    done_at: float | None = None
+    progress: list[tuple[float, int]] = field(default_factory=list)  # (time, bytes received)
+
+    @property
+    def done(self) -> bool:
+        return self.completed == self.writes and self.received == self.writes
+
+
+class Harness:
+    def __init__(self, fabric: Fabric, settings: SimSettings,
+                 config: EndpointConfig | None = None) -> None:
+        self.fabric, self.settings = fabric, settings
+        self.loop = EventLoop()
+        self.net = Network(fabric, self.loop, rate_bps=settings.rate_bps, delay_s=settings.delay_s,
+                           queues=settings.queues, seed=settings.seed)
+        self.rng = random.Random(settings.seed)
+        self.config = config
+        self.adapters: dict[int, HostAdapter] = {}
+        self.transfers: list[Transfer] = []
+        self._by_qpn: dict[tuple[int, int], Transfer] = {}
+        self._next_qpn: dict[int, int] = {}
+        self.pending = 0
+        self.start_time = 0.0
+        self.base_rtt = 0.0
+        self.end_time: float | None = None
+        self.capacity_log: list[tuple[float, float]] = []
+        # (time, host, peer, plane, up) for every PeerPlaneChanged an endpoint reported
+        self.peer_plane_events: list[tuple[float, int, int, int, bool]] = []
+        self.ev_changes = 0
+        self.listeners: list[Callable[[float, HostAdapter, Event], None]] = []
+
+    # --- setup ------------------------------------------------------------------------------
+    def adapter(self, host: int) -> HostAdapter:
+        if host not in self.adapters:
+            config = self.config or self.fabric_config(host)
+            ep = Endpoint(config, planes=self.fabric.planes, name=self.fabric.host_name(host),
+                          seed=self.settings.seed * 1_000_003 + host)
+            self.adapters[host] = HostAdapter(self.net, host, ep, self._on_event)
+        return self.adapters[host]
+
+    def fabric_config(self, host: int) -> EndpointConfig:
+        """Timers scaled to this fabric's RTT; NSCC window sized to the host's summed NIC rate."""
+        rtt = self.base_rtt_for(host)
+        line_rate = self.fabric.planes * self.settings.rate_bps
+        nscc = NsccConfig.for_link(line_rate, rtt, mtu=DEFAULT_MTU)
+        return EndpointConfig.for_base_rtt(rtt, cc_factory=functools.partial(Nscc, nscc))
+
+    def base_rtt_for(self, host: int) -> float:
+        """The longest unloaded RTT from `host` to any other host (the endpoint's RTT hint)."""
+        others = [h for h in range(self.fabric.hosts) if h != host] or [host]
+        return max(self.path_rtt(host, h) for h in others)
+
+    def path_rtt(self, src: int, dst: int) -> float:
+        data = DATA_HEADERS_LEN + self.adapter_mtu()
+        ack = FRAME_HEADERS_LEN + BTH_LEN + SACK_LEN + CC_STATE_LEN
+        return max(metrics.path_rtt(self.net, p, data, ack)
+                   for p in self.fabric.all_paths(src, dst))
+
+    def adapter_mtu(self) -> int:
+        return (self.config or EndpointConfig()).mtu
+
+    def add_transfer(self, sender: int, receiver: int, size: int) -> Transfer:
+        if size <= 0:
+            raise ValueError(f"transfer size must be positive, got {size}")
+        tx, rx = self.adapter(sender), self.adapter(receiver)
+        sq, rq = self._qpn(sender), self._qpn(receiver)
+        t = Transfer(sender, receiver, self.rng.randbytes(size), sq, rq)
+        region = rx.endpoint.register_memory(size)
+        t.va, t.rkey, t.buffer = region.va, region.rkey, region.buffer
+        tx.connect(receiver, sq, rq)
+        rx.connect(sender, rq, sq)
+        self.transfers.append(t)
+        self._by_qpn[(sender, sq)] = t
+        self._by_qpn[(receiver, rq)] = t
+        return t
+
+    def _qpn(self, host: int) -> int:
+        qpn = self._next_qpn.get(host, MIN_QPN)
+        self._next_qpn[host] = qpn + 1
+        return qpn
+
+    # --- running ----------------------------------------------------------------------------
+    def start(self) -> None:
+        now = self.loop.now
+        self.start_time = now
+        self.note_capacity()
+        chunk = self.settings.chunk
+        for t in self.transfers:
+            ep = self.adapters[t.sender].endpoint
+            offsets = range(0, len(t.data), chunk)
+            for i, off in enumerate(offsets):
+                imm = i if off + chunk < len(t.data) else None
+                ep.post_write(t.send_qpn, t.data[off:off + chunk], t.va + off, t.rkey,
+                              imm=imm, now=now)
+            t.writes = len(offsets)
+            self.pending += 1
+        for t in self.transfers:
+            self.adapters[t.sender].pump()
+
+    def run(self, time_limit: float) -> bool:
+        return self.loop.run(until=time_limit, done=lambda: self.pending == 0)
+
+    def at(self, when: float, action: Callable[[], Any]) -> None:
+        """Inject a change (failure, repair) at `when` and re-evaluate the usable capacity."""
+        def fire() -> None:
+            action()
+            self.note_capacity()
+        self.loop.at(when, fire)
+
+    def note_capacity(self) -> None:
+        senders = {t.sender for t in self.transfers}
+        receivers = {t.receiver for t in self.transfers}
+        capacity = metrics.capacity_bps(self.net, senders, receivers)
+        self.capacity_log.append((self.loop.now, capacity))
+
+    def _on_event(self, now: float, adapter: HostAdapter, event: Event) -> None:
+        for listener in self.listeners:
+            listener(now, adapter, event)
+        if isinstance(event, EvStateChanged):
+            self.ev_changes += 1
+            return
+        if isinstance(event, PeerPlaneChanged):
+            self.peer_plane_events.append((now, adapter.host, event.peer, event.plane, event.up))  # type: ignore[arg-type]
+            return
+        if not isinstance(event, (WriteCompleted, MessageReceived, WriteFailed)):
+            return
+        t = self._by_qpn.get((adapter.host, event.qpn))
+        if t is None:
+            return
+        was_done = t.done
+        if isinstance(event, WriteCompleted):
+            t.completed += 1
+        elif isinstance(event, WriteFailed):
+            t.failed.append(event.reason)
+            t.completed += 1
+        else:
+            t.received += 1
+            t.received_bytes += event.length
+            t.progress.append((now, t.received_bytes))
+        if t.done and not was_done:
+            t.done_at = now
+            self.pending -= 1
+            if self.pending == 0:
+                self.end_time = now
+
+    # --- results ----------------------------------------------------------------------------
+    def verified(self) -> bool:
+        return all(t.done and not t.failed and bytes(t.buffer) == t.data for t in self.transfers)
+
+    def mean_capacity(self, end: float) -> float:
+        log = self.capacity_log
+        span = end - self.start_time
+        if span <= 0:
+            return log[0][1]
+        area = 0.0
+        for i, (when, capacity) in enumerate(log):
+            until = log[i + 1][0] if i + 1 < len(log) else end
+            area += capacity * (min(until, end) - min(when, end))
+        return area / span
+
+    def endpoint_totals(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for a in self.adapters.values():
+            for key, value in a.endpoint.stats().items():
+                if isinstance(value, int):
+                    totals[key] = totals.get(key, 0) + value
+        return totals

@@ -1,0 +1,86 @@
+"""Reference figures a scenario is judged against: base RTT and usable capacity.
+
+Capacity is a max-flow: for the set of sending hosts and the set of receiving hosts it is
+the most bits/s the *live* fabric could carry from the senders' NICs to the receivers'
+NICs, summed over planes, using each port's rate. Hosts other than the senders and
+receivers do not relay. Background traffic is not subtracted: a scenario that injects
+it (ecn) therefore cannot reach a ratio of 1.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from controller.topology import Path
+from host_agent.sim.network import HostNode, Network, SwitchNode
+
+_SOURCE = "__source__"
+_SINK = "__sink__"
+
+
+def path_rtt(net: Network, path: Path, data_bytes: int, ack_bytes: int) -> float:
+    """Unloaded RTT: a data frame out along `path` and an ack frame back, store-and-forward."""
+    fabric = net.fabric
+    nodes = [fabric.host_name(path.src.host), *path.hops, fabric.host_name(path.dst.host)]
+    total = 0.0
+    for a, b in zip(nodes, nodes[1:], strict=False):
+        link = net.link(a, b)
+        out = next(p for p in link.ports if p.node.name == a)
+        back = next(p for p in link.ports if p.node.name == b)
+        total += data_bytes * 8 / out.rate_bps + out.delay_s
+        total += ack_bytes * 8 / back.rate_bps + back.delay_s
+    return total
+
+
+def capacity_bps(net: Network, senders: Iterable[int], receivers: Iterable[int]) -> float:
+    """Max-flow (Edmonds-Karp) from the senders' NICs to the receivers' NICs over live links."""
+    send, recv = set(senders), set(receivers)
+    cap: dict[str, dict[str, float]] = {}
+
+    def edge(a: str, b: str, c: float) -> None:
+        cap.setdefault(a, {})
+        cap.setdefault(b, {})
+        cap[a][b] = cap[a].get(b, 0.0) + c
+        cap[b].setdefault(a, 0.0)
+
+    for link in net.links.values():
+        if not link.up:
+            continue
+        for port in link.ports:
+            a, b = port.node, port.peer.node  # type: ignore[union-attr]
+            if isinstance(a, SwitchNode) and not a.up or isinstance(b, SwitchNode) and not b.up:
+                continue
+            if isinstance(a, HostNode) and a.index not in send:
+                continue
+            if isinstance(b, HostNode) and b.index not in recv:
+                continue
+            edge(a.name, b.name, port.rate_bps)
+    for h in send:
+        edge(_SOURCE, net.hosts[h].name, float("inf"))
+    for h in recv:
+        edge(net.hosts[h].name, _SINK, float("inf"))
+    flow = 0.0
+    while True:
+        parent: dict[str, str] = {_SOURCE: _SOURCE}
+        todo = deque([_SOURCE])
+        while todo and _SINK not in parent:
+            u = todo.popleft()
+            for v, c in cap[u].items():
+                if c > 1e-9 and v not in parent:
+                    parent[v] = u
+                    todo.append(v)
+        if _SINK not in parent:
+            return flow
+        bottleneck = float("inf")
+        v = _SINK
+        while v != _SOURCE:
+            bottleneck = min(bottleneck, cap[parent[v]][v])
+            v = parent[v]
+        v = _SINK
+        while v != _SOURCE:
+            u = parent[v]
+            cap[u][v] -= bottleneck
+            cap[v][u] += bottleneck
+            v = u
+        flow += bottleneck

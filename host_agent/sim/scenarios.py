@@ -1,0 +1,247 @@
+"""The named scenarios of `python -m host_agent.sim` and the figures each one reports.
+
+Every scenario moves `size` bytes of seeded random data with RDMA WRITEs and checks them
+byte for byte (see harness.py for duration, goodput, capacity and base RTT). Failure
+scenarios add recovery_rtts: (time of the last *data* packet the sender put on a failed
+route after the failure - failure time) / base_rtt_s, 0 if it sent none; probes and other
+control packets are excluded. Failures happen at FAILURE_AT x the ideal transfer time
+(size / capacity), i.e. mid-transfer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from controller.topology import Fabric
+from host_agent.core.config import EndpointConfig
+from host_agent.core.events import Event, PeerPlaneChanged
+from host_agent.sim.harness import Harness, SimSettings
+from host_agent.sim.host import HostAdapter
+from host_agent.sim.traffic import ConstantRateSource, CountingSink
+
+DEFAULT_FABRIC = Fabric(planes=4, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=2)
+INCAST_FABRIC = Fabric(planes=4, t0_per_plane=3, t1_per_plane=2, hosts_per_t0=3)
+FAILURE_AT = 0.3  # fraction of the ideal transfer time at which failures strike
+CONGESTION_AT = 0.25  # ecn: background load starts here
+BACKGROUND_SHARE = 0.8  # ecn: background rate as a fraction of the link rate
+LOSS_PROBABILITY = 0.01  # loss: on every link, both directions
+TIME_LIMIT_FACTOR = 50  # give up after this many ideal transfer times (+ 50 ms)
+
+Finisher = Callable[[dict[str, Any]], None]
+
+
+class ScenarioError(ValueError):
+    """Unknown scenario name or unusable parameters."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    fabric: Fabric
+    summary: str
+    setup: Callable[[Harness, int], Finisher]
+
+
+def _ideal_time(h: Harness) -> float:
+    return len(h.transfers[0].data) * len(h.transfers) * 8 / h.capacity_log[-1][1]
+
+
+def _recovery(h: Harness, sender: HostAdapter, routes: set, t_fail: float) -> float:
+    last = max((sender.last_data_tx_route.get(r, -1.0) for r in routes), default=-1.0)
+    return max(0.0, last - t_fail) / h.base_rtt if last > t_fail else 0.0
+
+
+def _single(h: Harness, size: int) -> tuple[HostAdapter, int, int]:
+    src, dst = 0, h.fabric.hosts - 1  # first and last host: on different T0s (cross-spine)
+    h.add_transfer(src, dst, size)
+    return h.adapters[src], src, dst
+
+
+def _clean(h: Harness, size: int) -> Finisher:
+    _single(h, size)
+    return lambda result: None
+
+
+def _loss(h: Harness, size: int) -> Finisher:
+    _single(h, size)
+    for link in h.net.links.values():
+        h.net.set_loss(link, LOSS_PROBABILITY)
+
+    def finish(result: dict[str, Any]) -> None:
+        result["loss_probability_per_link"] = LOSS_PROBABILITY
+    return finish
+
+
+def _link_failure(h: Harness, size: int) -> Finisher:
+    sender, src, dst = _single(h, size)
+    plane, spine = 0, 0
+    t0 = h.fabric.t0(plane, h.fabric.nic(src, plane).t0).name
+    t1 = h.fabric.t1(plane, spine).name
+    routes = {p.address for p in h.fabric.paths(src, dst, plane) if p.spine == spine}
+    t_fail = FAILURE_AT * _ideal_time_for(h, size)
+    before: dict[str, int] = {}
+
+    def fail() -> None:
+        before["data"] = sum(sender.data_tx_per_route[r] for r in routes)
+        h.net.set_link_up(h.net.link(t0, t1), False)
+    h.at(t_fail, fail)
+
+    def finish(result: dict[str, Any]) -> None:
+        after = sum(sender.data_tx_per_route[r] for r in routes) - before.get("data", 0)
+        result.update(failed_link=[t0, t1], failure_at_s=t_fail,
+                      recovery_rtts=_recovery(h, sender, routes, t_fail),
+                      data_on_failed_path_after_failure=after)
+    return finish
+
+
+def _plane_failure(h: Harness, size: int) -> Finisher:
+    sender, src, dst = _single(h, size)
+    plane = 0
+    routes = {p.address for p in h.fabric.paths(src, dst, plane)}
+    t_fail = FAILURE_AT * _ideal_time_for(h, size)
+    notified: dict[str, float] = {}
+
+    def on_event(now: float, adapter: HostAdapter, event: Event) -> None:
+        if (adapter is sender and isinstance(event, PeerPlaneChanged) and event.peer == dst
+                and event.plane == plane and not event.up and "at" not in notified):
+            notified["at"] = now
+            notified["data"] = sender.data_tx_per_plane[plane]
+    h.listeners.append(on_event)
+    h.at(t_fail, lambda: h.net.set_link_up(h.net.host_link(dst, plane), False))
+
+    def finish(result: dict[str, Any]) -> None:
+        t = h.transfers[0]
+        done_before = max((b for when, b in t.progress if when <= t_fail), default=0)
+        end = h.end_time or h.loop.now
+        after_bps = (len(t.data) - done_before) * 8 / (end - t_fail) if end > t_fail else 0.0
+        result.update(
+            failed_nic=[h.fabric.host_name(dst), plane], failure_at_s=t_fail,
+            recovery_rtts=_recovery(h, sender, routes, t_fail),
+            peer_notified_after_rtts=((notified["at"] - t_fail) / h.base_rtt
+                                      if "at" in notified else None),
+            data_on_failed_plane_after_notification=(
+                sender.data_tx_per_plane[plane] - notified["data"] if "at" in notified else None),
+            goodput_after_failure_bps=after_bps,
+            goodput_ratio_after_failure=after_bps / h.capacity_log[-1][1])
+    return finish
+
+
+def _incast(h: Harness, size: int) -> Finisher:
+    receiver, senders = 0, range(1, 9)
+    for s in senders:
+        h.add_transfer(s, receiver, max(1, size // len(senders)))
+    return lambda result: result.update(senders=list(senders), receiver=receiver)
+
+
+def _ecn(h: Harness, size: int) -> Finisher:
+    sender, src, dst = _single(h, size)
+    spine = 1
+    fabric = h.fabric
+    bg_src = _neighbour(fabric, src)
+    bg_dst = _neighbour(fabric, dst)
+    sink = CountingSink()
+    h.net.attach(bg_dst, sink)
+    bg_rate = BACKGROUND_SHARE * h.settings.rate_bps
+    source = ConstantRateSource(h.net, bg_src, bg_dst, spine, bg_rate, active=lambda: h.pending > 0)
+    t_cong = CONGESTION_AT * _ideal_time_for(h, size)
+    source.start(t_cong)
+    hot = {p.address for p in fabric.all_paths(src, dst) if p.spine == spine}
+    snapshot: dict[str, int] = {}
+
+    def take() -> None:
+        snapshot["hot"] = sum(sender.data_tx_per_route[r] for r in hot)
+        snapshot["all"] = sum(sender.data_tx_per_plane)
+    h.at(t_cong, take)
+
+    def finish(result: dict[str, Any]) -> None:
+        hot_now = sum(sender.data_tx_per_route[r] for r in hot)
+        all_now = sum(sender.data_tx_per_plane)
+        b_hot, b_all = snapshot.get("hot", hot_now), snapshot.get("all", all_now)
+        result.update(
+            congested_spine=spine, congestion_at_s=t_cong,
+            background={"src": fabric.host_name(bg_src), "dst": fabric.host_name(bg_dst),
+                        "rate_bps": bg_rate, "frames": source.sent,
+                        "delivered_frames": sink.frames},
+            congested_share_before=b_hot / b_all if b_all else None,
+            congested_share_after=((hot_now - b_hot) / (all_now - b_all)
+                                   if all_now > b_all else None))
+    return finish
+
+
+def _neighbour(fabric: Fabric, host: int) -> int:
+    """Another host on the same T0 (the ecn scenario's background endpoints)."""
+    t0 = fabric.nic(host, 0).t0
+    return next(x for x in range(fabric.hosts) if x != host and fabric.nic(x, 0).t0 == t0)
+
+
+def _ideal_time_for(h: Harness, size: int) -> float:
+    """Ideal transfer time before start() has logged capacity: evaluate it now."""
+    if not h.capacity_log:
+        h.note_capacity()
+    return size * 8 / h.capacity_log[-1][1]
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario("clean", DEFAULT_FABRIC, "one cross-spine transfer, nothing goes wrong", _clean),
+    Scenario("loss", DEFAULT_FABRIC, f"{LOSS_PROBABILITY:.0%} random loss on every link", _loss),
+    Scenario("link-failure", DEFAULT_FABRIC,
+             "the sender's T0 loses its link to one spine on plane 0 mid-transfer", _link_failure),
+    Scenario("plane-failure", DEFAULT_FABRIC,
+             "the receiver's NIC link on plane 0 dies mid-transfer", _plane_failure),
+    Scenario("incast", INCAST_FABRIC, "8 senders write to one receiver at once", _incast),
+    Scenario("ecn", DEFAULT_FABRIC,
+             "background load congests one spine on every plane mid-transfer", _ecn),
+)}
+
+
+def run_scenario(name: str, *, size: int = 32 * 1024 * 1024, settings: SimSettings | None = None,
+                 config: EndpointConfig | None = None) -> dict[str, Any]:
+    """Run one scenario to completion (or its time limit) and return its JSON-able result."""
+    scenario = SCENARIOS.get(name)
+    if scenario is None:
+        raise ScenarioError(f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}")
+    if size < 1:
+        raise ScenarioError(f"size must be at least 1 byte, got {size}")
+    settings = settings or SimSettings()
+    wall = time.perf_counter()
+    h = Harness(scenario.fabric, settings, config)
+    finish = scenario.setup(h, size)
+    h.base_rtt = h.path_rtt(h.transfers[0].sender, h.transfers[0].receiver)
+    h.capacity_log.clear()
+    h.start()
+    limit = TIME_LIMIT_FACTOR * _ideal_time(h) + 0.05
+    finished = h.run(limit)
+    end = h.end_time if finished and h.end_time is not None else h.loop.now
+    total = sum(len(t.data) for t in h.transfers)
+    duration = end - h.start_time
+    goodput = total * 8 / duration if finished and duration > 0 else 0.0
+    capacity = h.mean_capacity(end)
+    ep = h.endpoint_totals()
+    f = scenario.fabric
+    result: dict[str, Any] = {
+        "scenario": name, "seed": settings.seed,
+        "fabric": {"planes": f.planes, "t0_per_plane": f.t0_per_plane,
+                   "t1_per_plane": f.t1_per_plane, "hosts_per_t0": f.hosts_per_t0,
+                   "hosts": f.hosts, "link_rate_bps": settings.rate_bps,
+                   "delay_s": settings.delay_s, "queue": asdict(settings.queues),
+                   "mtu": h.adapter_mtu()},
+        "transfers": [{"sender": t.sender, "receiver": t.receiver, "bytes": len(t.data),
+                       "done_at_s": t.done_at} for t in h.transfers],
+        "bytes": total, "ok": finished and h.verified(), "completed": finished,
+        "duration_s": duration, "goodput_bps": goodput, "capacity_bps": capacity,
+        "goodput_ratio": goodput / capacity if capacity else 0.0, "base_rtt_s": h.base_rtt,
+        "timeouts": ep.get("timeouts", 0), "nacks": ep.get("nacks_sent", 0),
+        "trims": h.net.trims, "trims_received": ep.get("trims_received", 0),
+        "retired_evs": ep.get("ev_retired", 0), "reinstated_evs": ep.get("ev_reinstated", 0),
+        "retransmits": ep.get("retransmits", 0), "ecn_marks": h.net.ecn_marks,
+        "drops": dict(sorted(h.net.drops.items())),
+        "tx_packets_per_plane": {a.endpoint.name: a.tx_per_plane for a in h.adapters.values()},
+        "data_tx_per_plane": {a.endpoint.name: a.data_tx_per_plane for a in h.adapters.values()},
+        "endpoint": {k: ep[k] for k in sorted(ep)},
+        "sim": {"events": h.loop.events_run, "wall_s": time.perf_counter() - wall},
+    }
+    finish(result)
+    return result
