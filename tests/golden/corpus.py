@@ -1,0 +1,183 @@
+"""Loader for the golden packet corpus (tests/golden/cases.json, format in README.md).
+
+One truth for every data plane: the BMv2 runner (tests/bmv2_runner.py) and the software
+switch's tests both feed these cases to their pipeline and compare. API:
+
+    load_cases(path=CASES_PATH) -> list[Case]
+
+Integers that may exceed 53 bits (match values, params, addresses) are hex strings in the
+JSON and plain ints here; frames are bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controller import p4names
+
+CASES_PATH = Path(__file__).resolve().parent / "cases.json"
+FORMAT_VERSION = 1
+
+
+class CorpusError(ValueError):
+    """The corpus file does not follow README.md; the message names the case and field."""
+
+
+@dataclass(frozen=True)
+class Match:
+    """One match field; prefix_len is None for exact fields and set for lpm fields."""
+
+    field: str
+    value: int
+    prefix_len: int | None = None
+
+
+@dataclass(frozen=True)
+class ActionCall:
+    action: str
+    params: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """An entry of a direct table (one action) or of an ECMP table (group = members)."""
+
+    table: str
+    match: tuple[Match, ...]
+    action: ActionCall | None = None
+    group: tuple[ActionCall, ...] = ()
+
+
+@dataclass(frozen=True)
+class Output:
+    port: int
+    frame: bytes
+
+
+@dataclass(frozen=True)
+class Case:
+    """One packet in, and what must come out.
+
+    Exactly one of these holds:
+    - drop_reason is set: nothing is transmitted and drop_counter[DROP_REASONS[reason]] rises
+      by one;
+    - one_of is False: exactly the frames in `outputs` are transmitted, each on its port;
+    - one_of is True: exactly one frame is transmitted and it equals one of `outputs`
+      (ECMP: which member the hash picks is target-specific).
+    Registers not listed in `registers` start at 0. `counters` holds expected increments of
+    indexed counters, {counter name: {index: packets}}.
+    """
+
+    name: str
+    description: str
+    switch: str
+    ingress_port: int
+    frame: bytes
+    entries: tuple[TableEntry, ...]
+    registers: dict[str, dict[int, int]]
+    outputs: tuple[Output, ...]
+    one_of: bool
+    drop_reason: str | None
+    counters: dict[str, dict[int, int]]
+
+
+def _int(value: Any, where: str) -> int:
+    if isinstance(value, bool):
+        raise CorpusError(f"{where}: expected an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value, 0)
+        except ValueError:
+            pass
+    raise CorpusError(f"{where}: expected an int or a 0x-prefixed hex string, got {value!r}")
+
+
+def _hex_bytes(value: Any, where: str) -> bytes:
+    try:
+        return bytes.fromhex(value)
+    except (TypeError, ValueError) as exc:
+        raise CorpusError(f"{where}: expected a hex string of bytes ({exc})") from exc
+
+
+def _action(raw: dict[str, Any], where: str) -> ActionCall:
+    name = raw.get("action")
+    if name not in p4names.ACTION_PARAMS:
+        raise CorpusError(f"{where}: unknown action {name!r}")
+    params = {k: _int(v, f"{where}.params.{k}") for k, v in raw.get("params", {}).items()}
+    expected = [p for p, _ in p4names.ACTION_PARAMS[name]]
+    if sorted(params) != sorted(expected):
+        raise CorpusError(f"{where}: {name} takes params {expected}, got {sorted(params)}")
+    return ActionCall(name, params)
+
+
+def _entry(raw: dict[str, Any], where: str) -> TableEntry:
+    matches = []
+    for fname, spec in raw.get("match", {}).items():
+        if isinstance(spec, dict):
+            matches.append(Match(fname, _int(spec.get("value"), f"{where}.match.{fname}"),
+                                 _int(spec.get("prefix_len"), f"{where}.match.{fname}")))
+        else:
+            matches.append(Match(fname, _int(spec, f"{where}.match.{fname}")))
+    action = _action(raw["action"], f"{where}.action") if "action" in raw else None
+    group = tuple(_action(m, f"{where}.group[{i}]") for i, m in enumerate(raw.get("group", [])))
+    if (action is None) == (not group):
+        raise CorpusError(f"{where}: give exactly one of 'action' and 'group'")
+    return TableEntry(str(raw.get("table")), tuple(matches), action, group)
+
+
+def _indexed(raw: dict[str, Any], where: str) -> dict[str, dict[int, int]]:
+    return {name: {_int(i, f"{where}.{name}"): _int(v, f"{where}.{name}[{i}]")
+                   for i, v in values.items()}
+            for name, values in raw.items()}
+
+
+def _case(raw: dict[str, Any]) -> Case:
+    name = raw.get("name", "?")
+    expect = raw.get("expect", {})
+    drop = expect.get("drop")
+    if drop is not None and drop not in p4names.DROP_REASONS:
+        raise CorpusError(f"{name}: unknown drop reason {drop!r}")
+    kinds = [k for k in ("drop", "outputs", "one_of") if k in expect]
+    if len(kinds) != 1:
+        raise CorpusError(f"{name}: expect needs exactly one of 'drop', 'outputs', 'one_of'")
+    one_of = kinds == ["one_of"]
+    outs = expect.get(kinds[0], []) if drop is None else []
+    if drop is None and not outs:
+        raise CorpusError(f"{name}: expect.{kinds[0]} lists no frames")
+    return Case(
+        name=name,
+        description=raw.get("description", ""),
+        switch=raw.get("switch", ""),
+        ingress_port=_int(raw.get("ingress_port"), f"{name}.ingress_port"),
+        frame=_hex_bytes(raw.get("frame"), f"{name}.frame"),
+        entries=tuple(_entry(e, f"{name}.entries[{i}]")
+                      for i, e in enumerate(raw.get("entries", []))),
+        registers=_indexed(raw.get("registers", {}), f"{name}.registers"),
+        outputs=tuple(Output(_int(o.get("port"), f"{name}.port"),
+                             _hex_bytes(o.get("frame"), f"{name}.output"))
+                      for o in outs),
+        one_of=one_of,
+        drop_reason=drop,
+        counters=_indexed(expect.get("counters", {}), f"{name}.counters"),
+    )
+
+
+def load_cases(path: Path = CASES_PATH) -> list[Case]:
+    """Parse and validate the corpus; raises CorpusError saying which case is wrong."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CorpusError(f"cannot read corpus {path}: {exc}") from exc
+    if doc.get("format_version") != FORMAT_VERSION:
+        raise CorpusError(f"{path}: format_version {doc.get('format_version')!r}, "
+                          f"this loader reads {FORMAT_VERSION}")
+    cases = [_case(raw) for raw in doc.get("cases", [])]
+    names = [c.name for c in cases]
+    if len(set(names)) != len(names):
+        raise CorpusError(f"{path}: duplicate case names")
+    return cases
