@@ -228,13 +228,14 @@ class Sender:
         self._complete_writes()
 
     def on_nack(self, nack: wire.NackExt, now: float) -> None:
-        self._cumulative(nack.cack_psn)
         reason = nack.reason
         pkt = self._inflight.pop(nack.nack_psn, None)
         if pkt is not None:
             self.inflight_bytes -= pkt.length
         if reason in (wire.NACK_RKEY_VIOLATION, wire.NACK_BOUNDS_VIOLATION):
             # The receiver consumed the PSN without writing it: fail the write, never resend.
+            # Known race: if a SACK whose cumulative ack passes the write's end overtakes this
+            # NACK, the write was already reported complete.
             stale = self._retx.pop(nack.nack_psn, None)
             target = pkt or stale
             if target is not None:
@@ -249,6 +250,7 @@ class Sender:
             self.cc.on_nack(now)
             self._retx[pkt.psn] = pkt
             self._retx.move_to_end(pkt.psn, last=False)  # resend before anything else
+        self._cumulative(nack.cack_psn)
         self._complete_writes()
 
     def _cumulative(self, cack: int) -> int:
