@@ -1,0 +1,151 @@
+"""The golden corpus is current, well formed, and says what docs/wire-format.md says.
+
+These checks run everywhere; feeding the corpus to a data plane happens in
+tests/test_p4_bmv2.py (BMv2) and in the software switch's tests.
+"""
+
+from __future__ import annotations
+
+import json
+from ipaddress import IPv6Address
+from pathlib import Path
+
+import pytest
+
+from controller import p4names as n
+from controller.topology import shift_usid
+from host_agent import wire
+from tests.golden import generate
+from tests.golden.corpus import CASES_PATH, Case, CorpusError, load_cases
+
+CASES = load_cases()
+BY_NAME = {c.name: c for c in CASES}
+
+
+def test_committed_corpus_is_generator_output() -> None:
+    assert CASES_PATH.read_text() == generate.render(), \
+        "tests/golden/cases.json is stale: run python -m tests.golden.generate"
+
+
+def test_covers_issue_3_checklist() -> None:
+    required = ["usid_shift_t0_up", "usid_shift_t1", "usid_last_hop_to_host",
+                "usid_unknown_next", "hop_limit_1", "trim_fabric_port", "trim_last_hop",
+                "ecn_fabric_port", "ecn_not_on_host_port", "control_sack_not_trimmed",
+                "baseline_ecmp_udp", "malformed_short_bth"]
+    assert [r for r in required if r not in BY_NAME] == []
+    assert {c.drop_reason for c in CASES if c.drop_reason} == set(n.DROP_REASONS)
+
+
+def test_entries_use_p4info_names() -> None:
+    tables = {n.MY_USID_TABLE: {n.USID_PREFIX}, n.USID_FWD_TABLE: {n.USID_PREFIX},
+              n.ROUTING_V6_TABLE: {n.DST_ADDR}, n.PORT_CONFIG_TABLE: {n.EGRESS_PORT}}
+    for case in CASES:
+        for entry in case.entries:
+            assert {m.field for m in entry.match} == tables[entry.table], case.name
+            assert (entry.table == n.ROUTING_V6_TABLE) == bool(entry.group), case.name
+        assert set(case.registers) <= {n.QUEUE_DEPTH_REGISTER}
+
+
+def _outer(frame: bytes) -> wire.Envelope:
+    return wire.decode_frame(frame)[0]
+
+
+def _mrc_cases() -> list[Case]:
+    out = []
+    for c in CASES:
+        if c.drop_reason or c.one_of:
+            continue
+        try:
+            wire.decode_frame(c.frame)
+        except wire.WireError:
+            continue
+        out.append(c)
+    return out
+
+
+@pytest.mark.parametrize("case", _mrc_cases(), ids=lambda c: c.name)
+def test_mrc_outputs_follow_the_spec(case: Case) -> None:
+    (output,) = case.outputs
+    before, after = _outer(case.frame), _outer(output.frame)
+    assert after.hop_limit == before.hop_limit - 1
+    assert int(after.outer_dst) == shift_usid(int(before.outer_dst))
+    assert (after.inner_src, after.inner_dst, after.ev) == \
+        (before.inner_src, before.inner_dst, before.ev)
+    packet = wire.decode_packet(wire.decode_frame(output.frame)[1])
+    was_trimmed = len(output.frame) < len(case.frame)
+    if was_trimmed:
+        assert len(output.frame) == wire.TRIMMED_FRAME_LEN
+        assert packet.trimmed and packet.payload == b"" and packet.imm is None
+        assert after.dscp in (wire.DSCP_TRIMMED, wire.DSCP_TRIMMED_LASTHOP)
+        assert before.dscp in (wire.DSCP_TRIMMABLE, wire.DSCP_TRIMMABLE_RETX)
+    else:
+        assert len(output.frame) == len(case.frame)
+    if after.ecn != before.ecn:
+        assert (before.ecn, after.ecn) in ((wire.ECN_ECT0, wire.ECN_CE),
+                                           (wire.ECN_ECT1, wire.ECN_CE))
+        assert before.dscp != wire.DSCP_CONTROL
+
+
+def test_last_hop_trim_uses_lasthop_dscp() -> None:
+    assert _outer(BY_NAME["trim_last_hop"].outputs[0].frame).dscp == wire.DSCP_TRIMMED_LASTHOP
+    assert _outer(BY_NAME["trim_fabric_port"].outputs[0].frame).dscp == wire.DSCP_TRIMMED
+
+
+def test_ecmp_members_differ_only_in_port_and_mac() -> None:
+    case = BY_NAME["baseline_ecmp_udp"]
+    assert case.one_of and len({o.port for o in case.outputs}) == len(case.outputs) > 1
+    assert len({o.frame[12:] for o in case.outputs}) == 1
+
+
+def test_dropped_cases_expect_one_drop_count() -> None:
+    for case in (c for c in CASES if c.drop_reason):
+        assert case.outputs == ()
+        assert case.counters == {n.DROP_COUNTER: {n.DROP_REASONS[case.drop_reason]: 1}}
+
+
+def _write(tmp_path: Path, doc: dict) -> Path:
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _one_case(**changes) -> dict:
+    raw = json.loads(CASES_PATH.read_text())
+    case = dict(raw["cases"][0], **changes)
+    return {"format_version": raw["format_version"], "cases": [case]}
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"frame": "zz"}, "frame"),
+    ({"ingress_port": "port one"}, "ingress_port"),
+    ({"expect": {}}, "exactly one"),
+    ({"expect": {"drop": "LOST"}}, "unknown drop reason"),
+    ({"expect": {"outputs": []}}, "lists no frames"),
+    ({"entries": [{"table": n.MY_USID_TABLE, "match": {}, "action": {"action": "x.y"}}]},
+     "unknown action"),
+    ({"entries": [{"table": n.USID_FWD_TABLE, "match": {},
+                   "action": {"action": n.SET_NEXT_HOP, "params": {"port": "0x1"}}}]},
+     "takes params"),
+])
+def test_loader_rejects_bad_cases(tmp_path: Path, changes: dict, message: str) -> None:
+    with pytest.raises(CorpusError, match=message):
+        load_cases(_write(tmp_path, _one_case(**changes)))
+
+
+def test_loader_rejects_wrong_version_and_garbage(tmp_path: Path) -> None:
+    with pytest.raises(CorpusError, match="format_version"):
+        load_cases(_write(tmp_path, {"format_version": 99, "cases": []}))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(CorpusError, match="cannot read"):
+        load_cases(bad)
+
+
+def test_loader_returns_ints_and_bytes() -> None:
+    case = BY_NAME["usid_shift_t0_up"]
+    assert isinstance(case.frame, bytes) and case.ingress_port == 1
+    shift = next(e for e in case.entries if e.table == n.MY_USID_TABLE)
+    assert shift.match[0].value >> 16 == 0xFCBBBBBB and shift.match[0].prefix_len is None
+    route = next(e for e in case.entries if e.table == n.ROUTING_V6_TABLE)
+    assert route.match[0].prefix_len in (64, 128)
+    assert IPv6Address(route.match[0].value).exploded.startswith("fd00")
