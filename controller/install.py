@@ -1,0 +1,407 @@
+"""Install the computed tables over P4Runtime: one primary session per switch, all switches at once.
+
+Uses the generated stubs, not p4runtime-shell's client: that client exits the process when a
+switch does not answer and sets no deadlines, and the controller must survive a dead switch
+and report it by name. Every RPC carries a deadline; a switch that is down costs at most
+`timeout` seconds and shows up as a failed SwitchResult.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from google.protobuf import text_format
+from google.rpc import status_pb2
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+from controller.tables import (
+    Action,
+    Entity,
+    Exact,
+    Group,
+    Lpm,
+    Member,
+    PortThresholds,
+    SwitchTables,
+    TableEntry,
+    Update,
+    diff,
+    fabric_tables,
+)
+from controller.topology import Fabric, Switch
+
+log = logging.getLogger("controller.install")
+
+REPO = Path(__file__).resolve().parent.parent
+P4INFO_PATH = REPO / "p4src" / "mrc.p4info.txtpb"
+BMV2_JSON_PATH = REPO / "p4src" / "build" / "mrc.json"
+TARGETS = ("soft", "bmv2")
+CONTROLLER_ELECTION_ID = (0, 100)  # p4runtime-sh backups use a lower one (controller.shell)
+BATCH_SIZE = 500
+DEFAULT_TIMEOUT = 5.0
+
+
+class InstallError(Exception):
+    """A switch refused or did not answer; the message names the switch and the gRPC status."""
+
+
+def rpc_error_text(err: grpc.RpcError) -> str:
+    """Status code, details and the first per-update errors of a batched Write."""
+    if not isinstance(err, grpc.Call):
+        return f"RPC error: {err}"
+    text = f"{err.code().name}: {err.details()}"
+    for key, value in err.trailing_metadata() or ():
+        if key != "grpc-status-details-bin":
+            continue
+        problems = []
+        for i, detail in enumerate(status_pb2.Status.FromString(value).details):
+            error = p4runtime_pb2.Error()
+            if detail.Unpack(error) and error.canonical_code != 0:
+                problems.append(f"update {i}: {error.message}")
+        if problems:
+            text += " [" + "; ".join(problems[:3]) + (" ..." if len(problems) > 3 else "") + "]"
+    return text
+
+
+def load_p4info(path: Path = P4INFO_PATH) -> p4info_pb2.P4Info:
+    msg = p4info_pb2.P4Info()
+    text_format.Merge(path.read_text(), msg)
+    return msg
+
+
+def device_config(target: str) -> bytes:
+    """The target-specific blob of SetForwardingPipelineConfig: BMv2 JSON, or nothing."""
+    if target not in TARGETS:
+        raise InstallError(f"unknown target {target!r}: use one of {', '.join(TARGETS)}")
+    if target == "soft":
+        return b""  # the software switch runs the pipeline the P4Info names
+    if not BMV2_JSON_PATH.exists():
+        raise InstallError(f"{BMV2_JSON_PATH} is missing: run p4src/build.sh (needs p4c-bm2-ss)")
+    return BMV2_JSON_PATH.read_bytes()
+
+
+def _bytes(value: int, bitwidth: int) -> bytes:
+    """Canonical P4Runtime bytestring (shortest big-endian, at least one byte)."""
+    if value < 0 or value >> bitwidth:
+        raise ValueError(f"{value:#x} does not fit in {bitwidth} bits")
+    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
+
+
+class Codec:
+    """Name <-> id translation between the plain entries of controller.tables and protobuf."""
+
+    def __init__(self, p4info: p4info_pb2.P4Info) -> None:
+        self.ids: dict[str, int] = {}
+        self.names: dict[int, str] = {}
+        for group in (p4info.tables, p4info.actions, p4info.action_profiles):
+            for obj in group:
+                self.ids[obj.preamble.name] = obj.preamble.id
+                self.names[obj.preamble.id] = obj.preamble.name
+        self.fields = {t.preamble.id: {m.name: (m.id, m.bitwidth) for m in t.match_fields}
+                       for t in p4info.tables}
+        self.params = {a.preamble.id: {p.name: (p.id, p.bitwidth) for p in a.params}
+                       for a in p4info.actions}
+        self.table_ids = [t.preamble.id for t in p4info.tables]
+        self.profile_ids = [p.preamble.id for p in p4info.action_profiles]
+
+    def id(self, name: str) -> int:
+        try:
+            return self.ids[name]
+        except KeyError:
+            raise InstallError(f"P4Info has no object {name!r}: P4Info and "
+                               "controller/p4names.py disagree") from None
+
+    def _action(self, action: Action, out: p4runtime_pb2.Action) -> None:
+        out.action_id = self.id(action.name)
+        params = self.params[out.action_id]
+        for name, value in action.params:
+            pid, width = params[name]
+            out.params.add(param_id=pid, value=_bytes(value, width))
+
+    def encode(self, entity: Entity) -> p4runtime_pb2.Entity:
+        out = p4runtime_pb2.Entity()
+        if isinstance(entity, Member):
+            m = out.action_profile_member
+            m.action_profile_id, m.member_id = self.id(entity.profile), entity.member_id
+            self._action(entity.action, m.action)
+        elif isinstance(entity, Group):
+            g = out.action_profile_group
+            g.action_profile_id, g.group_id = self.id(entity.profile), entity.group_id
+            for mid in entity.member_ids:
+                g.members.add(member_id=mid, weight=1)
+        else:
+            t = out.table_entry
+            t.table_id = self.id(entity.table)
+            fields = self.fields[t.table_id]
+            for name, value in entity.match:
+                fid, width = fields[name]
+                if isinstance(value, Exact):
+                    t.match.add(field_id=fid).exact.value = _bytes(value.value, width)
+                elif value.prefix_len:  # a /0 LPM is expressed by omitting the field
+                    lpm = t.match.add(field_id=fid).lpm
+                    lpm.value, lpm.prefix_len = _bytes(value.value, width), value.prefix_len
+            if entity.action is not None:
+                self._action(entity.action, t.action.action)
+            elif entity.member_id is not None:
+                t.action.action_profile_member_id = entity.member_id
+            else:
+                t.action.action_profile_group_id = entity.group_id
+        return out
+
+    def _decode_action(self, action: p4runtime_pb2.Action) -> Action:
+        names = {pid: name for name, (pid, _) in self.params[action.action_id].items()}
+        return Action(self.names[action.action_id],
+                      tuple((names[p.param_id], int.from_bytes(p.value, "big"))
+                            for p in sorted(action.params, key=lambda p: p.param_id)))
+
+    def decode(self, entity: p4runtime_pb2.Entity) -> Entity:
+        kind = entity.WhichOneof("entity")
+        if kind == "action_profile_member":
+            m = entity.action_profile_member
+            return Member(self.names[m.action_profile_id], m.member_id,
+                          self._decode_action(m.action))
+        if kind == "action_profile_group":
+            g = entity.action_profile_group
+            return Group(self.names[g.action_profile_id], g.group_id,
+                         tuple(sorted(m.member_id for m in g.members)))
+        t = entity.table_entry
+        fields = {fid: name for name, (fid, _) in self.fields[t.table_id].items()}
+        match = []
+        for m in sorted(t.match, key=lambda m: m.field_id):
+            if m.WhichOneof("field_match_type") == "exact":
+                match.append((fields[m.field_id], Exact(int.from_bytes(m.exact.value, "big"))))
+            else:
+                match.append((fields[m.field_id],
+                              Lpm(int.from_bytes(m.lpm.value, "big"), m.lpm.prefix_len)))
+        which = t.action.WhichOneof("type")
+        return TableEntry(
+            self.names[t.table_id], tuple(match),
+            action=self._decode_action(t.action.action) if which == "action" else None,
+            member_id=t.action.action_profile_member_id if which == "action_profile_member_id"
+            else None,
+            group_id=t.action.action_profile_group_id if which == "action_profile_group_id"
+            else None)
+
+
+def _phases(updates: list[Update]) -> list[list[Update]]:
+    """Split into runs that may share a WriteRequest: P4Runtime does not order a batch."""
+    return [list(run) for _, run in itertools.groupby(
+        updates, key=lambda u: (u.kind == "DELETE", type(u.entity)))]
+
+
+class SwitchSession:
+    """A StreamChannel on which this controller is primary, plus unary RPCs with deadlines."""
+
+    def __init__(self, switch: Switch, timeout: float,
+                 election_id: tuple[int, int] = CONTROLLER_ELECTION_ID) -> None:
+        self.switch, self.timeout, self.election_id = switch, timeout, election_id
+        self.channel = grpc.insecure_channel(switch.grpc_address)
+        self._out: queue.Queue = queue.Queue()
+        self._arbitration: queue.Queue = queue.Queue()
+        self.primary = False
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            self.channel.close()
+            raise InstallError(f"{switch.name}: no P4Runtime server at {switch.grpc_address} "
+                               f"within {timeout:.1f}s") from None
+        self.stub = p4runtime_pb2_grpc.P4RuntimeStub(self.channel)
+        self._stream = self.stub.StreamChannel(iter(self._out.get, None))
+        self._reader = threading.Thread(target=self._read_stream, daemon=True,
+                                        name=f"p4rt-{switch.name}")
+        self._reader.start()
+        try:
+            self._arbitrate()
+        except InstallError:
+            self.close()
+            raise
+
+    def _read_stream(self) -> None:
+        try:
+            for msg in self._stream:
+                if msg.HasField("arbitration"):
+                    self.primary = msg.arbitration.status.code == 0
+                    self._arbitration.put(msg)
+        except grpc.RpcError as err:
+            self.primary = False
+            self._arbitration.put(err)
+
+    def _arbitrate(self) -> None:
+        req = p4runtime_pb2.StreamMessageRequest()
+        req.arbitration.device_id = self.switch.device_id
+        req.arbitration.election_id.high, req.arbitration.election_id.low = self.election_id
+        self._out.put(req)
+        try:
+            reply = self._arbitration.get(timeout=self.timeout)
+        except queue.Empty:
+            raise InstallError(f"{self.switch.name}: no arbitration answer within "
+                               f"{self.timeout:.1f}s") from None
+        if isinstance(reply, grpc.RpcError):
+            raise InstallError(f"{self.switch.name}: StreamChannel {rpc_error_text(reply)}")
+        if not self.primary:
+            raise InstallError(f"{self.switch.name}: not primary (another client has a higher "
+                               f"election id than {self.election_id}): "
+                               f"{reply.arbitration.status.message}")
+
+    def _call(self, what: str, rpc, request):
+        try:
+            return rpc(request, timeout=self.timeout)
+        except grpc.RpcError as err:
+            raise InstallError(f"{self.switch.name}: {what} {rpc_error_text(err)}") from None
+
+    def _fill(self, req) -> None:
+        req.device_id = self.switch.device_id
+        req.election_id.high, req.election_id.low = self.election_id
+
+    def set_pipeline(self, p4info: p4info_pb2.P4Info, blob: bytes) -> None:
+        req = p4runtime_pb2.SetForwardingPipelineConfigRequest()
+        self._fill(req)
+        req.action = p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT
+        req.config.p4info.CopyFrom(p4info)
+        req.config.p4_device_config = blob
+        self._call("SetForwardingPipelineConfig", self.stub.SetForwardingPipelineConfig, req)
+
+    def write(self, codec: Codec, updates: list[Update]) -> None:
+        for phase in _phases(updates):
+            for start in range(0, len(phase), BATCH_SIZE):
+                req = p4runtime_pb2.WriteRequest()
+                self._fill(req)
+                for u in phase[start:start + BATCH_SIZE]:
+                    req.updates.add(type=p4runtime_pb2.Update.Type.Value(u.kind),
+                                    entity=codec.encode(u.entity))
+                self._call("Write", self.stub.Write, req)
+
+    def read(self, codec: Codec) -> set[Entity]:
+        """Everything the switch holds: wildcard reads per table and per action profile."""
+        req = p4runtime_pb2.ReadRequest(device_id=self.switch.device_id)
+        for pid in codec.profile_ids:
+            req.entities.add().action_profile_member.action_profile_id = pid
+            req.entities.add().action_profile_group.action_profile_id = pid
+        for tid in codec.table_ids:
+            req.entities.add().table_entry.table_id = tid
+        try:
+            replies = list(self.stub.Read(req, timeout=self.timeout))
+        except grpc.RpcError as err:
+            raise InstallError(f"{self.switch.name}: Read {rpc_error_text(err)}") from None
+        return {codec.decode(e) for r in replies for e in r.entities
+                if not (e.HasField("table_entry") and e.table_entry.is_default_action)}
+
+    def close(self) -> None:
+        self._out.put(None)
+        self._stream.cancel()
+        self.channel.close()
+
+
+@dataclass(frozen=True)
+class SwitchResult:
+    name: str
+    ok: bool
+    entities: int
+    seconds: float
+    error: str = ""
+
+
+def compare(expected: SwitchTables, found: set[Entity]) -> str:
+    """'' when the switch holds exactly the expected entities, else what differs."""
+    want = set(expected.entities())
+    missing, extra = want - found, found - want
+    if not missing and not extra:
+        return ""
+    sample = next(iter(missing or extra))
+    return (f"{expected.switch.name}: read-back differs: {len(missing)} missing, "
+            f"{len(extra)} unexpected (e.g. {sample})")
+
+
+class Controller:
+    """Keeps one primary session per switch and the tables each switch currently holds."""
+
+    def __init__(self, fabric: Fabric, target: str = "soft", timeout: float = DEFAULT_TIMEOUT,
+                 thresholds: PortThresholds | None = None,
+                 election_id: tuple[int, int] = CONTROLLER_ELECTION_ID) -> None:
+        if timeout <= 0:
+            raise InstallError(f"timeout must be positive, got {timeout}")
+        self.fabric, self.timeout, self.election_id = fabric, timeout, election_id
+        self.thresholds = thresholds
+        self.blob = device_config(target)
+        self.p4info = load_p4info()
+        self.codec = Codec(self.p4info)
+        self.current: dict[str, SwitchTables] = fabric_tables(fabric, thresholds=thresholds)
+        self.sessions: dict[str, SwitchSession] = {}
+        self._locks = {name: threading.Lock() for name in self.current}
+
+    def _switch(self, name: str) -> Switch:
+        if name not in self.fabric.by_name:
+            raise InstallError(f"no switch {name!r} in {self.fabric}: names look like "
+                               f"{self.fabric.switches[0].name}")
+        return self.fabric.by_name[name]
+
+    def install(self, name: str) -> SwitchResult:
+        """(Re)connect, push the pipeline, write the switch's tables and verify by reading back.
+
+        Also the reboot path: a restarted switch gets the same static configuration.
+        """
+        start = time.monotonic()
+        switch = self._switch(name)
+        with self._locks[name]:
+            try:
+                old = self.sessions.pop(name, None)
+                if old is not None:
+                    old.close()
+                session = SwitchSession(switch, self.timeout, self.election_id)
+                self.sessions[name] = session
+                session.set_pipeline(self.p4info, self.blob)
+                tables = self.current[name]
+                session.write(self.codec, [Update("INSERT", e) for e in tables.entities()])
+                error = compare(tables, session.read(self.codec))
+            except InstallError as err:
+                error = str(err)
+            return SwitchResult(name, not error, len(self.current[name].entities()),
+                                time.monotonic() - start, error)
+
+    def install_all(self, names: list[str] | None = None, workers: int = 16) -> list[SwitchResult]:
+        names = list(self.current) if names is None else names
+        for name in names:
+            self._switch(name)
+        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(names)))) as pool:
+            return list(pool.map(self.install, names))
+
+    def apply(self, name: str, new: SwitchTables) -> list[Update]:
+        """Move a switch to `new` with the fewest writes; the session must be open."""
+        with self._locks[name]:
+            session = self.sessions.get(name)
+            if session is None:
+                raise InstallError(f"{name}: not connected; install it first")
+            updates = diff(self.current[name], new)
+            session.write(self.codec, updates)
+            self.current[name] = new
+            return updates
+
+    def verify(self, name: str) -> str:
+        with self._locks[name]:
+            session = self.sessions.get(name)
+            if session is None:
+                return f"{name}: not connected"
+            try:
+                return compare(self.current[name], session.read(self.codec))
+            except InstallError as err:
+                return str(err)
+
+    def read(self, name: str) -> set[Entity]:
+        session = self.sessions.get(name)
+        if session is None:
+            raise InstallError(f"{name}: not connected; install it first")
+        return session.read(self.codec)
+
+    def close(self) -> None:
+        for session in self.sessions.values():
+            session.close()
+        self.sessions.clear()
