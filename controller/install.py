@@ -201,10 +201,10 @@ def _phases(updates: list[Update]) -> list[list[Update]]:
 class SwitchSession:
     """A StreamChannel on which this controller is primary, plus unary RPCs with deadlines."""
 
-    def __init__(self, switch: Switch, timeout: float,
+    def __init__(self, switch: Switch, address: str, timeout: float,
                  election_id: tuple[int, int] = CONTROLLER_ELECTION_ID) -> None:
         self.switch, self.timeout, self.election_id = switch, timeout, election_id
-        self.channel = grpc.insecure_channel(switch.grpc_address)
+        self.channel = grpc.insecure_channel(address)
         self._out: queue.Queue = queue.Queue()
         self._arbitration: queue.Queue = queue.Queue()
         self.primary = False
@@ -212,7 +212,7 @@ class SwitchSession:
             grpc.channel_ready_future(self.channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:
             self.channel.close()
-            raise InstallError(f"{switch.name}: no P4Runtime server at {switch.grpc_address} "
+            raise InstallError(f"{switch.name}: no P4Runtime server at {address} "
                                f"within {timeout:.1f}s") from None
         self.stub = p4runtime_pb2_grpc.P4RuntimeStub(self.channel)
         self._stream = self.stub.StreamChannel(iter(self._out.get, None))
@@ -326,7 +326,9 @@ class Controller:
 
     def __init__(self, fabric: Fabric, target: str = "soft", timeout: float = DEFAULT_TIMEOUT,
                  thresholds: PortThresholds | None = None,
-                 election_id: tuple[int, int] = CONTROLLER_ELECTION_ID) -> None:
+                 election_id: tuple[int, int] = CONTROLLER_ELECTION_ID,
+                 addresses: dict[str, str] | None = None) -> None:
+        """`addresses` overrides the topology's gRPC address per switch (tests use free ports)."""
         if timeout <= 0:
             raise InstallError(f"timeout must be positive, got {timeout}")
         self.fabric, self.timeout, self.election_id = fabric, timeout, election_id
@@ -337,6 +339,8 @@ class Controller:
         self.current: dict[str, SwitchTables] = fabric_tables(fabric, thresholds=thresholds)
         self.sessions: dict[str, SwitchSession] = {}
         self._locks = {name: threading.Lock() for name in self.current}
+        self.addresses = {s.name: s.grpc_address for s in fabric.switches}
+        self.addresses.update(addresses or {})
 
     def _switch(self, name: str) -> Switch:
         if name not in self.fabric.by_name:
@@ -356,7 +360,8 @@ class Controller:
                 old = self.sessions.pop(name, None)
                 if old is not None:
                     old.close()
-                session = SwitchSession(switch, self.timeout, self.election_id)
+                session = SwitchSession(switch, self.addresses[name], self.timeout,
+                                        self.election_id)
                 self.sessions[name] = session
                 session.set_pipeline(self.p4info, self.blob)
                 tables = self.current[name]
@@ -381,8 +386,10 @@ class Controller:
             if session is None:
                 raise InstallError(f"{name}: not connected; install it first")
             updates = diff(self.current[name], new)
-            session.write(self.codec, updates)
+            # The target state is recorded even if the write fails: the switch is then
+            # presumably down, and its reinstall must write the tables it should have.
             self.current[name] = new
+            session.write(self.codec, updates)
             return updates
 
     def verify(self, name: str) -> str:
