@@ -1,0 +1,155 @@
+"""`python -m controller`: program a running fabric, export host paths, open a switch shell.
+
+    python -m controller install --planes 4 --t0 2 --t1 2 --hosts-per-t0 2 --target soft
+    python -m controller paths --planes 4 --json > paths.json
+    python -m controller tables --switch p0l0
+    python -m controller shell p0l0 --planes 4
+    python -m controller serve --delay 3.0      # install, then read link events from stdin
+
+`serve` keeps the controller primary and runs the conventional-network baseline: stdin lines
+`down A B`, `up A B` (a cable between nodes A and B), `reinstall SWITCH`, `verify`, `quit`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from controller import convergence, hostpaths, install, shell
+from controller.tables import PortThresholds, fabric_tables
+from controller.topology import Fabric, TopologyError
+
+
+def fabric_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--planes", type=int, default=4)
+    p.add_argument("--t0", type=int, default=2, help="T0 (leaf) switches per plane")
+    p.add_argument("--t1", type=int, default=2, help="T1 (spine) switches per plane")
+    p.add_argument("--hosts-per-t0", type=int, default=2)
+    p.add_argument("--ecn-threshold", type=int, default=PortThresholds.ecn,
+                   help="packets queued before CE marking (default %(default)s)")
+    p.add_argument("--trim-threshold", type=int, default=PortThresholds.trim,
+                   help="packets queued before trimming (default %(default)s)")
+
+
+def install_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", choices=install.TARGETS, default="soft")
+    p.add_argument("--timeout", type=float, default=install.DEFAULT_TIMEOUT,
+                   help="deadline of every P4Runtime call, seconds (default %(default)s)")
+    p.add_argument("--switch", action="append", default=None,
+                   help="only these switches (repeatable; default: all)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m controller", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("install", help="program every switch and verify by reading back")
+    fabric_args(p)
+    install_args(p)
+    p = sub.add_parser("serve", help="install, then converge baseline routes on link events")
+    fabric_args(p)
+    install_args(p)
+    p.add_argument("--delay", type=float, default=convergence.DEFAULT_DELAY,
+                   help="convergence delay after a link event, seconds (default %(default)s)")
+    p = sub.add_parser("paths", help="host path sets (PathInfo data) for the host agents")
+    fabric_args(p)
+    p.add_argument("--src", type=int, default=None, help="only paths leaving this host")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("tables", help="print the computed entries of switches")
+    fabric_args(p)
+    p.add_argument("--switch", action="append", default=None)
+    p = sub.add_parser("shell", help="p4runtime-sh on one switch (backup client)")
+    p.add_argument("name", help="switch name, e.g. p0l0")
+    fabric_args(p)
+    return parser
+
+
+def report(results: list[install.SwitchResult], seconds: float) -> int:
+    for r in results:
+        state = "ok" if r.ok else "FAILED"
+        print(f"  {r.name:10s} {state:6s} {r.entities:5d} entities  {r.seconds * 1000:8.1f} ms")
+    failed = [r for r in results if not r.ok]
+    total = sum(r.entities for r in results)
+    print(f"{len(results) - len(failed)}/{len(results)} switches programmed, {total} entities, "
+          f"{seconds:.3f} s")
+    for r in failed:
+        print(f"error: {r.error}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def serve(ctl: install.Controller, delay: float) -> int:
+    conv = convergence.Convergence(ctl.fabric, ctl, delay=delay, thresholds=ctl.thresholds)
+    print(f"serving: convergence delay {delay} s; commands: down A B | up A B | "
+          "reinstall SWITCH | verify | quit", flush=True)
+    try:
+        for line in sys.stdin:
+            words = line.split()
+            try:
+                if words[:1] in (["down"], ["up"]) and len(words) == 3:
+                    (conv.link_down if words[0] == "down" else conv.link_up)(words[1], words[2])
+                    print(f"ok {line.strip()}", flush=True)
+                elif words[:1] == ["reinstall"] and len(words) == 2:
+                    r = ctl.install(words[1])
+                    print(f"{'ok' if r.ok else 'error'} reinstall {r.name} {r.error}".rstrip(),
+                          flush=True)
+                elif words == ["verify"]:
+                    errors = [e for e in map(ctl.verify, ctl.current) if e]
+                    print("ok verify" if not errors else "error " + "; ".join(errors), flush=True)
+                elif words == ["quit"]:
+                    break
+                elif words:
+                    print(f"error unknown command {line.strip()!r}", flush=True)
+            except (TopologyError, install.InstallError) as err:
+                print(f"error {err}", flush=True)
+    finally:
+        if isinstance(conv.scheduler, convergence.ThreadScheduler):
+            conv.scheduler.cancel()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        fabric = Fabric(args.planes, args.t0, args.t1, args.hosts_per_t0)
+        thresholds = PortThresholds(ecn=args.ecn_threshold, trim=args.trim_threshold)
+        if args.command == "paths":
+            data = hostpaths.export(fabric, args.src)
+            if args.json:
+                json.dump(data, sys.stdout, indent=1)
+                print()
+            else:
+                for p in data["paths"]:
+                    spine = "-" if p["spine"] is None else p["spine"]
+                    print(f"h{p['src_host']} -> h{p['dst_host']} plane {p['plane']} "
+                          f"spine {spine}: {p['route']}")
+            return 0
+        if args.command == "tables":
+            tables = fabric_tables(fabric, thresholds=thresholds)
+            for name in args.switch or list(tables):
+                if name not in tables:
+                    raise TopologyError(f"no switch {name!r} in {fabric}")
+                print(f"{name}:")
+                for entity in tables[name].entities():
+                    print(f"  {entity}")
+            return 0
+        if args.command == "shell":
+            return shell.run(fabric, args.name)
+        start = time.monotonic()
+        ctl = install.Controller(fabric, args.target, args.timeout, thresholds)
+        try:
+            results = ctl.install_all(args.switch)
+            code = report(results, time.monotonic() - start)
+            if args.command == "serve" and code == 0:
+                code = serve(ctl, args.delay)
+            return code
+        finally:
+            ctl.close()
+    except (TopologyError, install.InstallError) as err:
+        print(f"controller: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
