@@ -1,0 +1,150 @@
+"""The controller against real `python -m softswitch` processes (P4Runtime only, no ports).
+
+The switches listen on free loopback ports instead of the topology's 50000+id so these tests
+never collide with a fabric someone else is running; every process is stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controller.convergence import Convergence
+from controller.install import Controller, InstallError, SwitchSession
+from controller.shell import SHELL_ELECTION_ID, check_pipeline
+from controller.tables import Group
+from controller.topology import Fabric
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("softswitch.__main__") is None,
+                                reason="softswitch (python -m softswitch) is not in this tree yet")
+
+FABRIC = Fabric(planes=1, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Switches:
+    """softswitch processes keyed by switch name; restart keeps the address."""
+
+    def __init__(self, fabric: Fabric) -> None:
+        self.fabric = fabric
+        self.addresses = {s.name: f"127.0.0.1:{free_port()}" for s in fabric.switches}
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str) -> None:
+        switch = self.fabric.by_name[name]
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "softswitch", "--device-id", str(switch.device_id),
+             "--grpc-server-addr", self.addresses[name], "--log-level", "warn"],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        host, port = self.addresses[name].split(":")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert self.procs[name].poll() is None, f"softswitch {name} exited"
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError(f"softswitch {name} did not listen on {self.addresses[name]}")
+
+    def stop(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def switches() -> Iterator[Switches]:
+    sw = Switches(FABRIC)
+    try:
+        for s in FABRIC.switches:
+            sw.start(s.name)
+        yield sw
+    finally:
+        for name in list(sw.procs):
+            sw.stop(name)
+
+
+@pytest.fixture
+def controller(switches: Switches) -> Iterator[Controller]:
+    ctl = Controller(FABRIC, "soft", timeout=10.0, addresses=switches.addresses)
+    try:
+        results = ctl.install_all()
+        assert [r.error for r in results] == [""] * len(results)
+        yield ctl
+    finally:
+        ctl.close()
+
+
+def test_install_read_back_restart_reinstall(switches: Switches, controller: Controller) -> None:
+    for name in controller.current:
+        assert controller.verify(name) == ""
+        assert controller.read(name) == set(controller.current[name].entities())
+    switches.stop("p0s1")
+    assert "p0s1" in controller.verify("p0s1")  # the read fails, named by switch
+    switches.start("p0s1")
+    result = controller.install("p0s1")
+    assert result.ok, result.error
+    assert controller.read("p0s1") == set(controller.current["p0s1"].entities())
+
+
+def test_backup_client_cannot_take_over(switches: Switches, controller: Controller) -> None:
+    switch = FABRIC.by_name["p0l0"]
+    with pytest.raises(InstallError, match="not primary"):
+        SwitchSession(switch, switches.addresses["p0l0"], 5.0, SHELL_ELECTION_ID)
+    assert check_pipeline(switches.addresses["p0l0"], switch.device_id) == ""
+    assert controller.verify("p0l0") == ""
+
+
+def test_dead_switch_reported_by_name(switches: Switches) -> None:
+    switches.stop("p0l1")
+    ctl = Controller(FABRIC, "soft", timeout=3.0, addresses=switches.addresses)
+    try:
+        results = {r.name: r for r in ctl.install_all()}
+    finally:
+        ctl.close()
+    assert not results["p0l1"].ok
+    assert results["p0l1"].error.startswith("p0l1: no P4Runtime server")
+    assert all(r.ok for name, r in results.items() if name != "p0l1")
+
+
+def groups_on(controller: Controller, name: str) -> dict[int, tuple[int, ...]]:
+    return {e.group_id: e.member_ids for e in controller.read(name) if isinstance(e, Group)}
+
+
+def test_convergence_removes_dead_member_after_delay(controller: Controller) -> None:
+    delay = 2.0
+    conv = Convergence(FABRIC, controller, delay=delay)
+    both = (FABRIC.uplink_port(0), FABRIC.uplink_port(1))
+    assert groups_on(controller, "p0l0") == {2: both}
+    started = time.monotonic()
+    conv.link_down("p0l0", "p0s0")
+    before = groups_on(controller, "p0l0")
+    checked_at = time.monotonic() - started
+    if checked_at < delay / 2:  # only meaningful when the machine was not stalled
+        assert before == {2: both}
+    time.sleep(delay + 2.0)
+    assert groups_on(controller, "p0l0") == {2: (FABRIC.uplink_port(1),)}
+    assert groups_on(controller, "p0l1") == {1: (FABRIC.uplink_port(1),)}
+    conv.link_up("p0l0", "p0s0")
+    time.sleep(delay + 2.0)
+    assert groups_on(controller, "p0l0") == {2: both}
+    assert all(controller.verify(name) == "" for name in controller.current)
+    assert [a.errors for a in conv.history] == [(), ()]
