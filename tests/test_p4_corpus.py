@@ -7,6 +7,7 @@ tests/test_p4_bmv2.py (BMv2) and in the software switch's tests.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from ipaddress import IPv6Address
 from pathlib import Path
 
@@ -84,6 +85,43 @@ def test_mrc_outputs_follow_the_spec(case: Case) -> None:
         assert (before.ecn, after.ecn) in ((wire.ECN_ECT0, wire.ECN_CE),
                                            (wire.ECN_ECT1, wire.ECN_CE))
         assert before.dscp != wire.DSCP_CONTROL
+
+
+@dataclass(frozen=True)
+class _Tc:
+    dscp: int
+    ecn: int
+
+
+def _dscp_ecn(frame: bytes) -> _Tc:
+    """Outer traffic class straight from the bytes (works for non-MRC frames too)."""
+    tc = int.from_bytes(frame[wire.ETH_LEN:wire.ETH_LEN + 4], "big") >> 20 & 0xFF
+    return _Tc(tc >> 2, tc & 3)
+
+
+def _port_config(case: Case, port: int) -> dict[str, int]:
+    (entry,) = [e for e in case.entries
+                if e.table == n.PORT_CONFIG_TABLE and e.match[0].value == port]
+    return entry.action.params
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.registers.get(n.QUEUE_DEPTH_REGISTER)
+                                  and c.outputs], ids=lambda c: c.name)
+def test_queue_outcome_matches_thresholds(case: Case) -> None:
+    """Trim iff data at/above the trim threshold; otherwise CE iff ECT on a fabric port at/above
+    the ECN threshold and not a high-priority class."""
+    (output,) = case.outputs
+    config = _port_config(case, output.port)
+    depth = case.registers[n.QUEUE_DEPTH_REGISTER].get(output.port, 0)
+    before, after = _dscp_ecn(case.frame), _dscp_ecn(output.frame)
+    trimmed = len(output.frame) < len(case.frame)
+    high = before.dscp in (wire.DSCP_CONTROL, wire.DSCP_TRIMMED, wire.DSCP_TRIMMED_LASTHOP)
+    if trimmed:
+        assert depth >= config[n.PARAM_TRIM_THRESHOLD]
+    should_mark = (not trimmed and not high and before.ecn in (wire.ECN_ECT0, wire.ECN_ECT1)
+                   and config[n.PARAM_ECN_ENABLED] == 1 and config[n.PARAM_HOST_FACING] == 0
+                   and depth >= config[n.PARAM_ECN_THRESHOLD])
+    assert (after.ecn == wire.ECN_CE and before.ecn != wire.ECN_CE) == should_mark
 
 
 def test_last_hop_trim_uses_lasthop_dscp() -> None:
