@@ -1,0 +1,249 @@
+"""P4Runtime conformance of the software switch's server (in-process, loopback gRPC)."""
+
+from __future__ import annotations
+
+import socket
+
+import grpc
+import pytest
+from google.rpc import code_pb2, status_pb2
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+from p4runtime_sh.p4runtime import P4RuntimeClient
+
+from controller import p4names as N
+from softswitch.p4info import COMMITTED_P4INFO
+from softswitch.p4info import load_text as load_p4info
+from softswitch.server import Device, serve
+from softswitch.tables import canonical_entry
+from softswitch.testing import (
+    committed_index,
+    group,
+    member,
+    register_update,
+    table_entry,
+    update,
+    usid_entries,
+)
+
+DEVICE_ID = 3
+IDX = committed_index()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def switch():
+    committed = []
+    device = Device(DEVICE_ID, committed.append)
+    addr = f"127.0.0.1:{free_port()}"
+    server = serve(device, addr)
+    clients: list[P4RuntimeClient] = []
+
+    def connect(election_low: int) -> P4RuntimeClient:
+        c = P4RuntimeClient(DEVICE_ID, addr, (0, election_low))
+        clients.append(c)
+        return c
+
+    try:
+        yield addr, connect, committed
+    finally:
+        for c in clients:
+            if hasattr(c, "channel"):  # not already torn down by the test
+                c.tear_down()
+        server.stop(0).wait()
+
+
+def pipeline_request(election: int, p4info=None):
+    req = p4runtime_pb2.SetForwardingPipelineConfigRequest(
+        device_id=DEVICE_ID,
+        action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
+    req.election_id.low = election
+    req.config.p4info.CopyFrom(p4info if p4info is not None else load_p4info(COMMITTED_P4INFO))
+    return req
+
+
+def write(client: P4RuntimeClient, *updates: p4runtime_pb2.Update) -> None:
+    req = p4runtime_pb2.WriteRequest()
+    req.updates.extend(updates)
+    client.write(req)
+
+
+def write_errors(client: P4RuntimeClient, *updates) -> list[int]:
+    """Canonical code of each update in a failed batch, from the status details."""
+    req = p4runtime_pb2.WriteRequest(device_id=DEVICE_ID)
+    req.election_id.low = client.election_id[1]
+    req.updates.extend(updates)
+    with pytest.raises(grpc.RpcError) as info:
+        client.stub.Write(req)
+    assert info.value.code() == grpc.StatusCode.UNKNOWN
+    details = dict(info.value.trailing_metadata())["grpc-status-details-bin"]
+    status = status_pb2.Status.FromString(details)
+    codes = []
+    for any_msg in status.details:
+        err = p4runtime_pb2.Error()
+        assert any_msg.Unpack(err)
+        codes.append(err.canonical_code)
+    return codes
+
+
+def read(client: P4RuntimeClient, entity: p4runtime_pb2.Entity) -> list[p4runtime_pb2.Entity]:
+    return [e for resp in client.read_one(entity) for e in resp.entities]
+
+
+def primary_with_pipeline(connect) -> P4RuntimeClient:
+    c = connect(10)
+    c.stub.SetForwardingPipelineConfig(pipeline_request(10))
+    return c
+
+
+def test_arbitration_backup_cannot_write(switch):
+    _, connect, committed = switch
+    primary = connect(10)
+    assert primary.get_stream_packet("arbitration", 0.1) is None  # nothing more than the OK
+    backup = connect(5)
+    with pytest.raises(grpc.RpcError) as info:
+        backup.stub.SetForwardingPipelineConfig(pipeline_request(5))
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    primary.stub.SetForwardingPipelineConfig(pipeline_request(10))
+    assert len(committed) == 1
+    req = p4runtime_pb2.WriteRequest(device_id=DEVICE_ID)
+    req.election_id.low = 5
+    req.updates.extend(usid_entries(IDX, 0xFCBBBBBB0100, {}))
+    with pytest.raises(grpc.RpcError) as info:
+        backup.stub.Write(req)
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    primary.tear_down()
+    msg = backup.get_stream_packet("arbitration", 2)  # the backup is told it is primary now
+    assert msg.arbitration.status.code == code_pb2.OK
+    write(backup, *usid_entries(IDX, 0xFCBBBBBB0100, {}))
+
+
+def test_new_higher_election_id_takes_over(switch):
+    _, connect, _ = switch
+    first = connect(10)
+    connect(20)
+    msg = first.get_stream_packet("arbitration", 2)
+    assert msg.arbitration.status.code == code_pb2.ALREADY_EXISTS
+    assert msg.arbitration.election_id.low == 20
+
+
+def test_write_before_pipeline_is_refused(switch):
+    _, connect, _ = switch
+    c = connect(10)
+    req = p4runtime_pb2.WriteRequest(device_id=DEVICE_ID)
+    req.election_id.low = 10
+    with pytest.raises(grpc.RpcError) as info:
+        c.stub.Write(req)
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_incompatible_p4info_is_rejected_naming_the_gap(switch):
+    _, connect, committed = switch
+    c = connect(10)
+    p4info = load_p4info(COMMITTED_P4INFO)
+    del p4info.tables[1]
+    p4info.actions[2].params[1].bitwidth = 40
+    with pytest.raises(grpc.RpcError) as info:
+        c.stub.SetForwardingPipelineConfig(pipeline_request(10, p4info))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "usid_fwd_table" in info.value.details() and "set_next_hop" in info.value.details()
+    assert committed == []
+
+
+def test_get_pipeline_and_capabilities(switch):
+    _, connect, _ = switch
+    c = primary_with_pipeline(connect)
+    assert c.get_p4info() == load_p4info(COMMITTED_P4INFO)
+    assert c.api_version() == "1.4.1"
+
+
+def test_read_back_equals_written_with_counters(switch):
+    _, connect, _ = switch
+    c = primary_with_pipeline(connect)
+    ups = usid_entries(IDX, 0xFCBBBBBB0100, {0xFCBBBBBB0200: (3, 0x0200000002FF)})
+    write(c, *ups)
+    want = table_entry(IDX, N.USID_FWD_TABLE, {}).table_id
+    got = read(c, p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=want)))
+    assert [e.table_entry for e in got] == [canonical_entry(ups[1].entity.table_entry)]
+    query = p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry())
+    query.table_entry.counter_data.SetInParent()
+    got = read(c, query)
+    assert len(got) == 2 and all(e.table_entry.HasField("counter_data") for e in got)
+
+
+def test_invalid_entries_get_the_right_codes(switch):
+    _, connect, _ = switch
+    c = primary_with_pipeline(connect)
+    good = usid_entries(IDX, 0xFCBBBBBB0100, {})[0]
+    unknown_table = update("table_entry", p4runtime_pb2.TableEntry(table_id=12345))
+    wide = update("table_entry", table_entry(IDX, N.MY_USID_TABLE, {}, N.SHIFT_USID))
+    wide.entity.table_entry.match.add(field_id=1).exact.value = b"\x01" + b"\x00" * 6
+    missing_param = usid_entries(IDX, 0xFCBBBBBB0100, {0xFCBBBBBB0201: (3, 1)})[1]
+    del missing_param.entity.table_entry.action.action.params[1]
+    codes = write_errors(c, good, unknown_table, wide, missing_param, good)
+    assert codes == [code_pb2.OK, code_pb2.INVALID_ARGUMENT, code_pb2.INVALID_ARGUMENT,
+                     code_pb2.INVALID_ARGUMENT, code_pb2.ALREADY_EXISTS]
+    delete = update("table_entry", good.entity.table_entry, p4runtime_pb2.Update.DELETE)
+    write(c, delete)
+    assert write_errors(c, delete) == [code_pb2.NOT_FOUND]
+    modify = update("table_entry", good.entity.table_entry, p4runtime_pb2.Update.MODIFY)
+    assert write_errors(c, modify) == [code_pb2.NOT_FOUND]
+
+
+def test_selector_members_groups_registers(switch):
+    _, connect, _ = switch
+    c = primary_with_pipeline(connect)
+    write(c, update("action_profile_member", member(IDX, 1, 2, 0xA)),
+          update("action_profile_member", member(IDX, 2, 3, 0xB)),
+          update("action_profile_group", group(IDX, 9, [1, 2])),
+          update("table_entry", table_entry(IDX, N.ROUTING_V6_TABLE,
+                                            {N.DST_ADDR: (0xFD << 120, 8)}, group=9)),
+          register_update(IDX, N.QUEUE_DEPTH_REGISTER, 4, 17))
+    profile = IDX.id_of(N.ECMP_SELECTOR)
+    groups = read(c, p4runtime_pb2.Entity(action_profile_group=p4runtime_pb2.ActionProfileGroup(
+        action_profile_id=profile)))
+    assert [m.member_id for m in groups[0].action_profile_group.members] == [1, 2]
+    members = read(c, p4runtime_pb2.Entity(
+        action_profile_member=p4runtime_pb2.ActionProfileMember(action_profile_id=profile)))
+    assert [m.action_profile_member.member_id for m in members] == [1, 2]
+    reg = p4runtime_pb2.Entity(register_entry=p4runtime_pb2.RegisterEntry(
+        register_id=IDX.id_of(N.QUEUE_DEPTH_REGISTER)))
+    reg.register_entry.index.index = 4
+    assert read(c, reg)[0].register_entry.data.bitstring == bytes([17])
+    # a member still in a group cannot go; a group still used by an entry cannot go
+    assert write_errors(c, update("action_profile_member", member(IDX, 1, 2, 0xA),
+                                  p4runtime_pb2.Update.DELETE)) == [code_pb2.FAILED_PRECONDITION]
+    assert write_errors(c, update("action_profile_group", group(IDX, 9, []),
+                                  p4runtime_pb2.Update.DELETE)) == [code_pb2.FAILED_PRECONDITION]
+    counters = read(c, p4runtime_pb2.Entity(counter_entry=p4runtime_pb2.CounterEntry(
+        counter_id=IDX.id_of(N.DROP_COUNTER))))
+    assert len(counters) == N.DROP_REASON_COUNT
+
+
+def test_p4runtime_shell_reads_tables(switch):
+    sh = pytest.importorskip("p4runtime_sh.shell")
+    addr, connect, _ = switch
+    c = primary_with_pipeline(connect)
+    write(c, *usid_entries(IDX, 0xFCBBBBBB0100, {0xFCBBBBBB0200: (3, 0x0200000002FF)}))
+    sh.setup(device_id=DEVICE_ID, grpc_addr=addr, election_id=(0, 1), verbose=False)
+    try:
+        seen = []
+        sh.TableEntry(N.USID_FWD_TABLE).read(lambda e: seen.append(e))
+        assert len(seen) == 1
+        assert int.from_bytes(seen[0].match["usid_prefix"].exact.value, "big") == 0xFCBBBBBB0200
+    finally:
+        sh.teardown()
+
+
+def test_stub_wrong_device_id(switch):
+    addr, _, _ = switch
+    with grpc.insecure_channel(addr) as channel:
+        stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.GetForwardingPipelineConfig(
+                p4runtime_pb2.GetForwardingPipelineConfigRequest(device_id=DEVICE_ID + 1))
+        assert info.value.code() == grpc.StatusCode.NOT_FOUND
