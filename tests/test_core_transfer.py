@@ -161,3 +161,15 @@ def test_small_mtu_config() -> None:
     h = Harness(config=small_config(mtu=256))
     transfer(h, [10_000])
     assert h.a.stats()["tx_data_packets"] == -(-10_000 // 256)
+
+
+def test_rtt_estimate_is_not_biased_by_spurious_retransmissions() -> None:
+    # per-packet delay is uniform in [BASE_RTT/2, BASE_RTT/2 + 2 BASE_RTT] each way: mean RTT 3x
+    h = Harness(seed=12, planes=2, spines=4)
+    h.link.faults.jitter = 2 * BASE_RTT
+    transfer(h, [400 * 1024], until=5.0)
+    sender = h.a.connection(QP_A).sender
+    assert sender.srtt is not None and 2.5 * BASE_RTT < sender.srtt < 3.5 * BASE_RTT
+    s = h.a.stats()
+    assert s["spurious_retransmits"] <= s["retransmits"]
+    assert h.b.stats()["duplicates"] >= s["spurious_retransmits"]

@@ -30,7 +30,7 @@ STAT_KEYS = (
     "malformed", "duplicates",
     # beyond the contract's list: finer-grained reasons, each also counted where noted
     "unknown_qpn", "rkey_violations", "bounds_violations", "control_dropped",
-    "port_status_sent", "port_status_received",
+    "port_status_sent", "port_status_received", "spurious_retransmits",
 )  # fmt: skip
 
 

@@ -8,7 +8,8 @@ Loss detection (RACK-like, in transmission order rather than PSN order so retran
 handled the same way as first transmissions): every transmission gets a sequence number; a packet
 is lost once (1) a packet transmitted `reorder_threshold` or more transmissions after it has been
 acknowledged (cumulatively or by the SACK bitmap) -- for first transmissions exactly "a PSN at
-least reorder_threshold higher was SACKed" -- and (2) it has been out for srtt + reorder_window.
+least reorder_threshold higher was SACKed" -- and (2) it has been out for
+srtt + max(reorder_window, 2 rttvar).
 Condition (2) keeps per-packet spraying, which reorders a burst across paths of different delay,
 from declaring losses (and retiring EVs) spuriously; when (1) holds but (2) does not yet, a
 recheck timer is armed. The oldest in-flight packet also carries the RTO timer.
@@ -30,6 +31,8 @@ from host_agent.core.types import TxPacket
 
 MSN_MOD = 1 << 16
 _CHOOSE_TRIES = 3  # attempts to find a different EV for a retransmission
+_REORDER_SCALE_MAX = 8  # reorder_window multiplier cap after spurious retransmissions
+_REORDER_DECAY_ACKS = 64  # clean acks between steps down of that multiplier
 
 
 @dataclass
@@ -58,6 +61,8 @@ class _OutPkt:
     sent_time: float = 0.0
     tx_seq: int = 0
     tx_count: int = 0
+    prev_ev: int | None = None  # EV and send time of the transmission before the latest one
+    prev_sent_time: float = 0.0
 
 
 def _opcode(first: bool, last: bool, imm: bool) -> int:
@@ -108,6 +113,8 @@ class Sender:
         self._backoff = 1
         self._hold_until = 0.0  # after NACK(PSN_OOR_WINDOW): send nothing before this
         self._recheck: float | None = None  # when a reordered packet may be declared lost
+        self._reorder_scale = 1  # grows on spurious retransmissions, decays on clean acks
+        self._clean_acks = 0
 
     # ---- posting and transmitting ----------------------------------------------------------
 
@@ -171,6 +178,8 @@ class Sender:
 
     def _transmit(self, pkt: _OutPkt, entry: EvEntry, now: float) -> TxPacket:
         retx = pkt.tx_count > 0
+        if retx:
+            pkt.prev_ev, pkt.prev_sent_time = pkt.ev, pkt.sent_time
         pkt.ev = entry.ev
         pkt.plane = entry.path.plane
         pkt.sent_time = now
@@ -202,9 +211,7 @@ class Sender:
         acked = 0
         rtt: float | None = None
         if not sack.probe_resp:
-            trigger = self._inflight.get(wire.psn_add(sack.cack_psn, sack.ack_psn_offset))
-            if trigger is not None and trigger.tx_count == 1:  # Karn: never time a resent packet
-                rtt = now - trigger.sent_time
+            rtt = self._rtt_of(wire.psn_add(sack.cack_psn, sack.ack_psn_offset), sack.entropy, now)
         acked += self._cumulative(sack.cack_psn)
         base = wire.psn_add(sack.cack_psn, sack.sack_offset)
         bits = sack.sack_bitmap
@@ -223,6 +230,10 @@ class Sender:
             self._evs.on_delivered(sack.entropy, now)
         if acked:
             self._backoff = 1
+            self._clean_acks += 1
+            if self._clean_acks >= _REORDER_DECAY_ACKS:
+                self._clean_acks = 0
+                self._reorder_scale = max(1, self._reorder_scale - 1)
         self.cc.on_ack(acked, rtt, ecn, now)
         self._detect_losses(now)
         self._complete_writes()
@@ -252,6 +263,22 @@ class Sender:
             self._retx.move_to_end(pkt.psn, last=False)  # resend before anything else
         self._cumulative(nack.cack_psn)
         self._complete_writes()
+
+    def _rtt_of(self, psn: int, ev: int, now: float) -> float | None:
+        """RTT of the transmission a SACK answers, told apart by the echoed EV (Karn's rule
+        without discarding resent packets, whose absence would bias srtt towards fast paths).
+        An answer to the transmission before a retransmission means that retransmission was
+        spurious: the reordering allowance grows."""
+        pkt = self._inflight.get(psn) or self._retx.get(psn)
+        if pkt is None or pkt.ev == pkt.prev_ev:
+            return None
+        if ev == pkt.ev:
+            return now - pkt.sent_time
+        if ev == pkt.prev_ev:
+            self._stats["spurious_retransmits"] += 1
+            self._reorder_scale = min(self._reorder_scale + 1, _REORDER_SCALE_MAX)
+            return now - pkt.prev_sent_time
+        return None
 
     def _cumulative(self, cack: int) -> int:
         advance = wire.psn_diff(cack, self.snd_una)
@@ -299,7 +326,7 @@ class Sender:
 
     def _detect_losses(self, now: float) -> None:
         limit = self._delivered_seq - self._cfg.reorder_threshold
-        patience = (self.srtt if self.srtt is not None else self.rto) + self._cfg.reorder_window
+        patience = self._reorder_patience()
         self._recheck = None
         lost = False
         while self._inflight:
@@ -314,6 +341,15 @@ class Sender:
             lost = True
         if lost:
             self.cc.on_loss(now)
+
+    def _reorder_patience(self) -> float:
+        """How long a packet may be out before reordering no longer explains its absence:
+        srtt plus the larger of 2 rttvar (paths of different queueing) and reorder_window,
+        scaled up after spurious retransmissions and back down as clean acks accumulate."""
+        window = self._cfg.reorder_window * self._reorder_scale
+        if self.srtt is None:
+            return self.rto + window
+        return self.srtt + max(window, 2 * self._rttvar)
 
     def _mark_lost(self, pkt: _OutPkt) -> None:
         del self._inflight[pkt.psn]
