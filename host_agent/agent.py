@@ -1,0 +1,431 @@
+"""One MRC host agent process: an Endpoint on the host's NICs plus a local control socket.
+
+    python -m host_agent.agent --host 0 --planes 4 --t0 2 --t1 2 --hosts-per-t0 2 \\
+        --socket /tmp/h0.sock [--paths paths.json] [--log h0.log]
+
+Start one per host inside the host's network namespace (Mininet: host.popen(...)); drive it
+with `python -m host_agent.cli --socket PATH ...` or control.ControlClient. It runs until
+SIGTERM, SIGINT or the `shutdown` command, then closes its sockets and removes the socket file.
+
+Conventions:
+- QPNs: the QP towards peer P is 0x100 + P, so P's QP towards us is 0x100 + our index
+  (driver.qpn_for). QPs open on demand: on the first command naming a peer or the first
+  packet from it (--connect-all opens them all at start so PORT_STATUS reaches every peer).
+- Test pattern: `write` sends random.Random(seed).randbytes(n); `verify` on the receiver
+  regenerates it from the same seed and compares byte for byte.
+
+Kernel interference (kernel_setup): MRC frames are raw, so by default each NIC gets
+disable_ipv6=1: the kernel then drops every IPv6 frame on it before routing (no neighbour
+discovery, DAD, router solicitation or MLD traffic, and no ICMP errors about MRC frames).
+--keep-ipv6 is for the kernel TCP/MPTCP baselines that need addresses on the NICs: it keeps IPv6
+but turns off autoconf, router advertisements/solicitations and DAD, and forwarding. With
+forwarding off, a frame to an address the kernel does not own (uSID carriers, other NICs) is
+dropped by ip6_forward without an ICMP error; frames to another MAC are dropped even earlier
+(PACKET_OTHERHOST). Offloads that could rewrite raw frames are disabled with ethtool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+import json
+import logging
+import os
+import random
+import resource
+import signal
+import socket
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from controller import hostpaths
+from controller.topology import Fabric, TopologyError
+from host_agent.control import ControlServer, Reply, RequestError
+from host_agent.core.config import EndpointConfig
+from host_agent.core.endpoint import Endpoint
+from host_agent.core.errors import LocalProtocolError
+from host_agent.core.events import (
+    Event,
+    EvStateChanged,
+    MessageReceived,
+    WriteCompleted,
+    WriteFailed,
+)
+from host_agent.core.memory import MemoryRegion
+from host_agent.driver import Driver, DriverError, HostConfig, qpn_for
+
+log = logging.getLogger("host_agent")
+
+IPV6_ONLY_RAW = {"disable_ipv6": "1"}
+IPV6_KEPT_QUIET = {"disable_ipv6": "0", "accept_ra": "0", "autoconf": "0", "accept_dad": "0",
+                   "dad_transmits": "0", "router_solicitations": "0", "forwarding": "0"}
+OFFLOADS_OFF = ("tx", "off", "rx", "off", "gro", "off", "gso", "off", "tso", "off")
+# A Python agent adds milliseconds of its own to every RTT on a busy 2-core machine; with the
+# core's 1 ms default, scheduling jitter fires spurious timeouts whose probes then overload the
+# agents (measured: 10 MB over veth took 73 s at 1 ms, 0.9 s at 5 ms).
+DEFAULT_BASE_RTT = 0.005
+WRITE_STATS = ("tx_data_packets", "retransmits", "timeouts", "nacks_received")
+
+
+def pattern(seed: int, length: int) -> bytes:
+    return random.Random(seed).randbytes(length)
+
+
+def kernel_setup(ifname: str, keep_ipv6: bool) -> None:
+    """Quiet the kernel on one NIC (see the module docstring for why each setting)."""
+    settings = IPV6_KEPT_QUIET if keep_ipv6 else IPV6_ONLY_RAW
+    for key, value in settings.items():
+        path = f"/proc/sys/net/ipv6/conf/{ifname}/{key}"
+        try:
+            with open(path, "w", encoding="ascii") as f:
+                f.write(value)
+        except OSError as exc:
+            raise DriverError(f"cannot set {path}={value}: {exc} (run as root in the host's "
+                              "namespace, or pass --no-kernel-setup)") from exc
+    result = subprocess.run(["ethtool", "-K", ifname, *OFFLOADS_OFF], capture_output=True,
+                            text=True, check=False)
+    if result.returncode != 0:  # some drivers cannot change some features; the rest still apply
+        log.warning("ethtool -K %s: %s", ifname, (result.stderr or result.stdout).strip())
+    try:
+        with open("/proc/sys/net/ipv6/conf/all/forwarding", encoding="ascii") as f:
+            if f.read().strip() != "0":
+                log.warning("IPv6 forwarding is on in this namespace: the kernel may forward or "
+                            "answer MRC frames with ICMP; turn it off")
+    except OSError:
+        pass  # no IPv6 in this kernel: nothing can answer MRC frames either
+
+MAX_WRITE = 1 << 30  # bytes per write command: the pattern is built in memory
+HISTORY = 10_000  # events and received messages kept for the `events` / `messages` commands
+_MISSING = object()
+
+
+def _int_arg(request: dict[str, Any], name: str, default: Any = _MISSING, *, low: int = 0,
+             high: int = (1 << 64) - 1) -> Any:
+    value = request.get(name, default)
+    if value is _MISSING:
+        raise RequestError(f"{request['cmd']}: missing argument {name!r}")
+    if value is default and default is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise RequestError(f"{request['cmd']}: {name}={value!r} must be an int in {low}..{high}")
+    return value
+
+
+def _event_record(seq: int, now: float, event: Event) -> dict[str, Any]:
+    fields = {k: (v.name if isinstance(v, enum.Enum) else v)
+              for k, v in dataclasses.asdict(event).items()}  # type: ignore[call-overload]
+    return {"seq": seq, "time": now, "type": type(event).__name__, **fields}
+
+
+@dataclasses.dataclass
+class PendingWrite:
+    reply: Reply
+    peer: int
+    length: int
+    start: float
+    stats_before: dict[str, int]
+    timer: Any
+
+
+class Commands:
+    """The control commands; each returns a response dict, or None when it answers later."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.regions: dict[int, MemoryRegion] = {}
+        self.pending: dict[tuple[int, int], PendingWrite] = {}
+        self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY)
+        self.messages: deque[dict[str, Any]] = deque(maxlen=HISTORY)
+        self._seq = 0
+        self.table: dict[str, Callable[[dict[str, Any], Reply], dict[str, Any] | None]] = {
+            "status": self.status, "register": self.register, "deregister": self.deregister,
+            "write": self.write, "verify": self.verify, "messages": self.list_messages,
+            "stats": self.stats, "events": self.events, "deny": self.deny, "allow": self.allow,
+            "shutdown": self.shutdown,
+        }
+
+    def handle(self, request: dict[str, Any], reply: Reply) -> None:
+        command = self.table.get(request["cmd"])
+        if command is None:
+            raise RequestError(f"unknown command {request['cmd']!r}: use one of "
+                               f"{', '.join(sorted(self.table))}")
+        try:
+            result = command(request, reply)
+        except (LocalProtocolError, DriverError) as exc:
+            raise RequestError(f"{request['cmd']}: {exc}") from exc
+        if result is not None:
+            reply({"ok": True, **result})
+
+    # ---- events from the endpoint ------------------------------------------------------------
+
+    def on_event(self, event: Event) -> None:
+        now = self.agent.driver.clock()
+        self._seq += 1
+        record = _event_record(self._seq, now, event)
+        self.history.append(record)
+        level = logging.DEBUG if isinstance(event, EvStateChanged) else logging.INFO
+        log.log(level, "event %s", json.dumps(record, default=str))
+        if isinstance(event, MessageReceived):
+            self.messages.append({**record, "peer": event.qpn - qpn_for(0)})
+        elif isinstance(event, (WriteCompleted, WriteFailed)):
+            pending = self.pending.pop((event.qpn, event.wr_id), None)
+            if pending is not None:
+                pending.timer.cancel()
+                self._finish(pending, event, now)
+
+    def _finish(self, pending: PendingWrite, event: Event, now: float) -> None:
+        if isinstance(event, WriteFailed):
+            pending.reply({"ok": False, "error": f"write to host {pending.peer} refused by the "
+                                                 f"peer: NACK reason {event.reason:#x}"})
+            return
+        duration = max(now - pending.start, 1e-9)
+        after = self.agent.endpoint.stats()
+        delta = {k: int(after[k]) - v for k, v in pending.stats_before.items()}  # type: ignore
+        pending.reply({"ok": True, "peer": pending.peer, "bytes": pending.length,
+                       "duration_s": duration, "goodput_gbps": pending.length * 8 / duration / 1e9,
+                       **delta})
+
+    def fail_pending(self, reason: str) -> None:
+        for pending in self.pending.values():
+            pending.timer.cancel()
+            pending.reply({"ok": False, "error": reason})
+        self.pending.clear()
+
+    # ---- commands ----------------------------------------------------------------------------
+
+    def status(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        driver, config = self.agent.driver, self.agent.config
+        return {
+            "host": config.host, "planes": config.planes, "pid": os.getpid(),
+            "planes_up": driver.plane_up,
+            "nics": [{"plane": n.plane, "ifname": n.ifname, "mac": n.mac,
+                      "address": str(n.address)} for n in config.nics],
+            "peers": sorted(config.paths), "connected": sorted(driver.connected),
+            "regions": [{"va": r.va, "rkey": r.rkey, "length": r.length}
+                        for r in self.regions.values()],
+            "pending_writes": len(self.pending),
+        }
+
+    def register(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        size = _int_arg(request, "size", low=1, high=MAX_WRITE)
+        region = self.agent.endpoint.register_memory(size)
+        self.regions[region.rkey] = region
+        return {"va": region.va, "rkey": region.rkey, "length": region.length}
+
+    def deregister(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        rkey = _int_arg(request, "rkey", high=(1 << 32) - 1)
+        self.agent.endpoint.deregister_memory(rkey)
+        self.regions.pop(rkey, None)
+        return {"rkey": rkey}
+
+    def write(self, request: dict[str, Any], reply: Reply) -> None:
+        peer = _int_arg(request, "peer", high=255)
+        length = _int_arg(request, "bytes", low=1, high=MAX_WRITE)
+        va = _int_arg(request, "va")
+        rkey = _int_arg(request, "rkey", high=(1 << 32) - 1)
+        seed = _int_arg(request, "seed", 0)
+        imm = _int_arg(request, "imm", None, high=(1 << 32) - 1)
+        timeout = request.get("timeout", 120.0)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise RequestError(f"write: timeout={timeout!r} must be a positive number of seconds")
+        driver, endpoint = self.agent.driver, self.agent.endpoint
+        qpn = driver.ensure_connected(peer)
+        data = pattern(seed, length)
+        stats = endpoint.stats()
+        before = {k: int(stats[k]) for k in WRITE_STATS}  # type: ignore[call-overload]
+        start = driver.clock()
+        wr_id = endpoint.post_write(qpn, data, va, rkey, imm=imm, now=start)
+        key = (qpn, wr_id)
+        timer = driver.call_at(start + timeout, lambda: self._timeout(key, timeout))
+        self.pending[key] = PendingWrite(reply, peer, length, start, before, timer)
+        return None
+
+    def _timeout(self, key: tuple[int, int], timeout: float) -> None:
+        pending = self.pending.pop(key, None)
+        if pending is not None:
+            pending.reply({"ok": False, "error": f"write to host {pending.peer} not complete "
+                                                 f"after {timeout} s (it keeps running)"})
+
+    def verify(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        rkey = _int_arg(request, "rkey", high=(1 << 32) - 1)
+        length = _int_arg(request, "length", low=1, high=MAX_WRITE)
+        seed = _int_arg(request, "seed", 0)
+        offset = _int_arg(request, "offset", 0)
+        region = self.regions.get(rkey)
+        if region is None:
+            raise RequestError(f"verify: no region with rkey {rkey:#x} registered here")
+        if offset + length > region.length:
+            raise RequestError(f"verify: [{offset}, +{length}) exceeds the region's "
+                               f"{region.length} bytes")
+        got = memoryview(region.buffer)[offset:offset + length]
+        want = pattern(seed, length)
+        first = None
+        if got != want:
+            first = offset + next(i for i in range(length) if got[i] != want[i])
+        return {"match": first is None, "first_mismatch": first, "length": length}
+
+    def list_messages(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        since = _int_arg(request, "since", 0)
+        return {"messages": [m for m in self.messages if m["seq"] > since]}
+
+    def events(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        since = _int_arg(request, "since", 0)
+        return {"events": [e for e in self.history if e["seq"] > since], "last": self._seq}
+
+    def stats(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        endpoint, driver = self.agent.endpoint, self.agent.driver
+        stats = endpoint.stats()
+        per_ev = stats.pop("per_ev")
+        summary: dict[str, dict[str, dict[str, int]]] = {}
+        for qpn, evs in per_ev.items():  # type: ignore[attr-defined]
+            by_plane: dict[str, dict[str, int]] = {}
+            for info in evs.values():
+                counts = by_plane.setdefault(str(info["plane"]), {})
+                counts[info["state"]] = counts.get(info["state"], 0) + 1
+            summary[f"{qpn:#x}"] = by_plane
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        result: dict[str, Any] = {
+            "endpoint": stats, "driver": driver.driver_stats(), "ev_states": summary,
+            "planes_up": driver.plane_up,
+            "peer_planes_up": {p: sorted(endpoint.peer_planes_up(p)) for p in driver.connected},
+            "cpu_seconds": usage.ru_utime + usage.ru_stime,
+        }
+        if request.get("per_ev"):
+            result["per_ev"] = {f"{qpn:#x}": evs for qpn, evs in per_ev.items()}  # type: ignore
+        return result
+
+    def _set_denied(self, request: dict[str, Any], denied: bool) -> dict[str, Any]:
+        peer = _int_arg(request, "peer", high=255)
+        ev = _int_arg(request, "ev", high=(1 << 32) - 1)
+        qpn = self.agent.driver.ensure_connected(peer)
+        self.agent.endpoint.set_ev_denied(qpn, ev, denied)
+        return {"peer": peer, "ev": ev, "state": self.agent.endpoint.ev_states(qpn)[ev].name}
+
+    def deny(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        return self._set_denied(request, True)
+
+    def allow(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        return self._set_denied(request, False)
+
+    def shutdown(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        self.agent.driver.stop()
+        return {"host": self.agent.config.host}
+
+
+class Agent:
+    """Wires the endpoint, the driver, the control server and signals together."""
+
+    def __init__(self, config: HostConfig, endpoint_config: EndpointConfig, socket_path: str,
+                 seed: int) -> None:
+        self.config = config
+        self.endpoint = Endpoint(endpoint_config, planes=config.planes,
+                                 name=f"h{config.host}", seed=seed)
+        self.commands = Commands(self)
+        self.driver = Driver(self.endpoint, config, on_event=self.commands.on_event)
+        self.socket_path = socket_path
+        self._wake_r, self._wake_w = socket.socketpair()
+
+    def run(self, connect_all: bool) -> None:
+        self.driver.open()
+        server = None
+        old_wakeup = -1
+        try:
+            if connect_all:
+                for peer in sorted(self.config.paths):
+                    self.driver.ensure_connected(peer)
+            server = ControlServer(self.socket_path, self.driver, self.commands.handle)
+            for sock in (self._wake_r, self._wake_w):
+                sock.setblocking(False)
+            old_wakeup = signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, self._on_signal)
+            self.driver.add_reader(self._wake_r, self._drain_wakeup)
+            log.info("host %d agent ready on %s", self.config.host, self.socket_path)
+            self.driver.run()
+        finally:
+            self.commands.fail_pending("the agent is shutting down")
+            if server is not None:
+                server.close()
+            signal.set_wakeup_fd(old_wakeup)
+            self.driver.close()
+            self._wake_r.close()
+            self._wake_w.close()
+            log.info("host %d agent stopped", self.config.host)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        log.info("signal %d: shutting down", signum)
+        self.driver.stop()
+
+    def _drain_wakeup(self) -> None:
+        try:
+            while self._wake_r.recv(512):
+                pass
+        except (BlockingIOError, InterruptedError):
+            return
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    defaults = Fabric()
+    p = argparse.ArgumentParser(prog="python -m host_agent.agent", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--host", type=int, required=True, help="this host's global index")
+    p.add_argument("--paths", help="path-set JSON (controller.hostpaths.export); "
+                   "overrides the fabric parameters")
+    p.add_argument("--planes", type=int, default=defaults.planes)
+    p.add_argument("--t0", type=int, default=defaults.t0_per_plane, help="T0 switches per plane")
+    p.add_argument("--t1", type=int, default=defaults.t1_per_plane, help="T1 switches per plane")
+    p.add_argument("--hosts-per-t0", type=int, default=defaults.hosts_per_t0)
+    p.add_argument("--socket", required=True, help="control socket path")
+    p.add_argument("--log", help="log file (default: stderr)")
+    p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING"))
+    p.add_argument("--base-rtt", type=float, default=DEFAULT_BASE_RTT,
+                   help="base RTT in seconds, including the agents' own processing; scales "
+                   f"every core timer (EndpointConfig.for_base_rtt). Default {DEFAULT_BASE_RTT}")
+    p.add_argument("--seed", type=int, help="endpoint RNG seed (default: the host index)")
+    p.add_argument("--keep-ipv6", action="store_true",
+                   help="keep kernel IPv6 on the NICs (kernel TCP baselines), quietened")
+    p.add_argument("--no-kernel-setup", action="store_true",
+                   help="leave sysctls and offloads alone")
+    p.add_argument("--connect-all", action="store_true", help="open QPs to every peer at start")
+    return p.parse_args(argv)
+
+
+def load_host_config(args: argparse.Namespace) -> HostConfig:
+    if args.paths:
+        with open(args.paths, encoding="utf-8") as f:
+            fabric, paths = hostpaths.load(f.read())
+    else:
+        fabric = Fabric(args.planes, args.t0, args.t1, args.hosts_per_t0)
+        paths = list(hostpaths.all_host_paths(fabric, args.host))
+    if not 0 <= args.host < fabric.hosts:
+        raise DriverError(f"--host {args.host}: the fabric has hosts 0..{fabric.hosts - 1}")
+    return HostConfig.from_paths(args.host, fabric.planes, paths)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        filename=args.log, level=args.log_level,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        config = load_host_config(args)
+        endpoint_config = EndpointConfig.for_base_rtt(args.base_rtt)
+        if not args.no_kernel_setup:
+            for nic in config.nics:
+                kernel_setup(nic.ifname, args.keep_ipv6)
+        seed = args.host if args.seed is None else args.seed
+        Agent(config, endpoint_config, args.socket, seed).run(args.connect_all)
+    except (DriverError, TopologyError, ValueError, OSError) as exc:
+        log.error("%s", exc)
+        print(f"host agent: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    os.umask(0o077)  # the control socket lets anyone who can open it drive the host
+    sys.exit(main())
