@@ -356,21 +356,34 @@ class Controller:
         start = time.monotonic()
         switch = self._switch(name)
         with self._locks[name]:
-            try:
-                old = self.sessions.pop(name, None)
-                if old is not None:
-                    old.close()
-                session = SwitchSession(switch, self.addresses[name], self.timeout,
-                                        self.election_id)
-                self.sessions[name] = session
-                session.set_pipeline(self.p4info, self.blob)
-                tables = self.current[name]
-                session.write(self.codec, [Update("INSERT", e) for e in tables.entities()])
-                error = compare(tables, session.read(self.codec))
-            except InstallError as err:
-                error = str(err)
+            error = ""
+            # A live session is reused (a second stream with our election id would be
+            # refused); one that turns out dead gets a single fresh retry.
+            live = name in self.sessions and self.sessions[name].primary
+            for fresh in (False, True) if live else (True,):
+                try:
+                    session = self._session(switch, fresh)
+                    session.set_pipeline(self.p4info, self.blob)
+                    tables = self.current[name]
+                    session.write(self.codec, [Update("INSERT", e) for e in tables.entities()])
+                    error = compare(tables, session.read(self.codec))
+                    break
+                except InstallError as err:
+                    error = str(err)
             return SwitchResult(name, not error, len(self.current[name].entities()),
                                 time.monotonic() - start, error)
+
+    def _session(self, switch: Switch, fresh: bool) -> SwitchSession:
+        old = self.sessions.get(switch.name)
+        if old is not None and old.primary and not fresh:
+            return old
+        if old is not None:
+            del self.sessions[switch.name]
+            old.close()
+        session = SwitchSession(switch, self.addresses[switch.name], self.timeout,
+                                self.election_id)
+        self.sessions[switch.name] = session
+        return session
 
     def install_all(self, names: list[str] | None = None, workers: int = 16) -> list[SwitchResult]:
         names = list(self.current) if names is None else names

@@ -1,12 +1,15 @@
-"""The controller against real `python -m softswitch` processes (P4Runtime only, no ports).
+"""The controller against real switch processes (P4Runtime only, no data ports).
 
-The switches listen on free loopback ports instead of the topology's 50000+id so these tests
-never collide with a fabric someone else is running; every process is stopped by its PID.
+Target "soft" runs `python -m softswitch`; target "bmv2" runs simple_switch_grpc and is skipped
+where BMv2/p4c are not installed. The switches listen on free loopback ports instead of the
+topology's 50000+id so these tests never collide with a fabric someone else is running;
+every process is stopped by its PID.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import socket
 import subprocess
 import sys
@@ -17,14 +20,12 @@ from pathlib import Path
 import pytest
 
 from controller.convergence import Convergence
-from controller.install import Controller, InstallError, SwitchSession
+from controller.install import BMV2_JSON_PATH, Controller, InstallError, SwitchSession
 from controller.shell import SHELL_ELECTION_ID, check_pipeline
 from controller.tables import Group
 from controller.topology import Fabric
 
 REPO = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("softswitch.__main__") is None,
-                                reason="softswitch (python -m softswitch) is not in this tree yet")
 
 FABRIC = Fabric(planes=1, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=1)
 
@@ -38,17 +39,22 @@ def free_port() -> int:
 class Switches:
     """softswitch processes keyed by switch name; restart keeps the address."""
 
-    def __init__(self, fabric: Fabric) -> None:
-        self.fabric = fabric
+    def __init__(self, fabric: Fabric, target: str) -> None:
+        self.fabric, self.target = fabric, target
         self.addresses = {s.name: f"127.0.0.1:{free_port()}" for s in fabric.switches}
         self.procs: dict[str, subprocess.Popen] = {}
 
     def start(self, name: str) -> None:
         switch = self.fabric.by_name[name]
+        if self.target == "soft":
+            cmd = [sys.executable, "-m", "softswitch", "--device-id", str(switch.device_id),
+                   "--grpc-server-addr", self.addresses[name], "--log-level", "warn"]
+        else:
+            cmd = ["simple_switch_grpc", "--device-id", str(switch.device_id), "--no-p4",
+                   "--thrift-port", str(free_port()), "--",
+                   "--grpc-server-addr", self.addresses[name]]
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "softswitch", "--device-id", str(switch.device_id),
-             "--grpc-server-addr", self.addresses[name], "--log-level", "warn"],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         host, port = self.addresses[name].split(":")
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -70,9 +76,22 @@ class Switches:
             proc.wait()
 
 
-@pytest.fixture
-def switches() -> Iterator[Switches]:
-    sw = Switches(FABRIC)
+def skip_unless_available(target: str) -> None:
+    if target == "soft" and importlib.util.find_spec("softswitch.__main__") is None:
+        pytest.skip("softswitch (python -m softswitch) is not in this tree")
+    if target == "bmv2":
+        if shutil.which("simple_switch_grpc") is None:
+            pytest.skip("simple_switch_grpc (BMv2) is not on PATH")
+        if not BMV2_JSON_PATH.exists():
+            if shutil.which("p4c-bm2-ss") is None:
+                pytest.skip("p4c-bm2-ss is not on PATH to build p4src/build/mrc.json")
+            subprocess.run([str(REPO / "p4src" / "build.sh")], check=True)
+
+
+@pytest.fixture(params=["soft", pytest.param("bmv2", marks=pytest.mark.bmv2)])
+def switches(request: pytest.FixtureRequest) -> Iterator[Switches]:
+    skip_unless_available(request.param)
+    sw = Switches(FABRIC, request.param)
     try:
         for s in FABRIC.switches:
             sw.start(s.name)
@@ -84,7 +103,7 @@ def switches() -> Iterator[Switches]:
 
 @pytest.fixture
 def controller(switches: Switches) -> Iterator[Controller]:
-    ctl = Controller(FABRIC, "soft", timeout=10.0, addresses=switches.addresses)
+    ctl = Controller(FABRIC, switches.target, timeout=10.0, addresses=switches.addresses)
     try:
         results = ctl.install_all()
         assert [r.error for r in results] == [""] * len(results)
@@ -97,6 +116,8 @@ def test_install_read_back_restart_reinstall(switches: Switches, controller: Con
     for name in controller.current:
         assert controller.verify(name) == ""
         assert controller.read(name) == set(controller.current[name].entities())
+    assert controller.install("p0l0").ok  # a live switch: same session, same tables
+    assert controller.verify("p0l0") == ""
     switches.stop("p0s1")
     assert "p0s1" in controller.verify("p0s1")  # the read fails, named by switch
     switches.start("p0s1")
@@ -115,7 +136,7 @@ def test_backup_client_cannot_take_over(switches: Switches, controller: Controll
 
 def test_dead_switch_reported_by_name(switches: Switches) -> None:
     switches.stop("p0l1")
-    ctl = Controller(FABRIC, "soft", timeout=3.0, addresses=switches.addresses)
+    ctl = Controller(FABRIC, switches.target, timeout=3.0, addresses=switches.addresses)
     try:
         results = {r.name: r for r in ctl.install_all()}
     finally:
