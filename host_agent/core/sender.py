@@ -33,6 +33,8 @@ MSN_MOD = 1 << 16
 _CHOOSE_TRIES = 3  # attempts to find a different EV for a retransmission
 _REORDER_SCALE_MAX = 8  # reorder_window multiplier cap after spurious retransmissions
 _REORDER_DECAY_ACKS = 64  # clean acks between steps down of that multiplier
+_RTT_MAX_DECAY = 0.999  # per RTT sample: the remembered maximum halves in ~700 samples
+_RTO_MAX_MARGIN = 1.5  # RTO >= this x the remembered maximum RTT
 
 
 @dataclass
@@ -108,6 +110,7 @@ class Sender:
         self._tx_seq = 0
         self._delivered_seq = -1  # highest transmission sequence number acknowledged
         self.srtt: float | None = None
+        self._rtt_max = 0.0
         self._rttvar = 0.0
         self.rto = config.rto_initial
         self._backoff = 1
@@ -314,13 +317,18 @@ class Sender:
                 self._emit(WriteFailed(self._qpn, w.wr_id, w.failed_reason))
 
     def _rtt_sample(self, rtt: float) -> None:
-        """RFC 6298 smoothing; RTO = srtt + 4 rttvar clamped to [rto_min, rto_max]."""
+        """RFC 6298 smoothing, RTO = srtt + 4 rttvar, but never below a slowly decaying maximum
+        RTT sample (x RTO_MAX_MARGIN): sprayed packets see every path's queue, and a timeout
+        shorter than the slowest path's RTT would retire EVs that are merely congested.
+        Clamped to [rto_min, rto_max]."""
         if self.srtt is None:
             self.srtt, self._rttvar = rtt, rtt / 2
         else:
             self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self.srtt - rtt)
             self.srtt = 0.875 * self.srtt + 0.125 * rtt
-        self.rto = min(max(self.srtt + 4 * self._rttvar, self._cfg.rto_min), self._cfg.rto_max)
+        self._rtt_max = max(rtt, self._rtt_max * _RTT_MAX_DECAY)
+        rto = max(self.srtt + 4 * self._rttvar, _RTO_MAX_MARGIN * self._rtt_max)
+        self.rto = min(max(rto, self._cfg.rto_min), self._cfg.rto_max)
 
     # ---- loss ------------------------------------------------------------------------------
 
@@ -344,12 +352,13 @@ class Sender:
 
     def _reorder_patience(self) -> float:
         """How long a packet may be out before reordering no longer explains its absence:
-        srtt plus the larger of 2 rttvar (paths of different queueing) and reorder_window,
-        scaled up after spurious retransmissions and back down as clean acks accumulate."""
+        srtt plus the larger of 2 rttvar (paths of different queueing) and reorder_window
+        (scaled up after spurious retransmissions, back down as clean acks accumulate), and at
+        least the remembered maximum RTT sample."""
         window = self._cfg.reorder_window * self._reorder_scale
         if self.srtt is None:
             return self.rto + window
-        return self.srtt + max(window, 2 * self._rttvar)
+        return max(self.srtt + max(window, 2 * self._rttvar), self._rtt_max)
 
     def _mark_lost(self, pkt: _OutPkt) -> None:
         del self._inflight[pkt.psn]
