@@ -1,0 +1,86 @@
+"""Runtime control of a running softswitch, the counterpart of BMv2's simple_switch_CLI.
+
+    python -m softswitch.cli --port 9091 set_queue_rate 1000 [EGRESS_PORT [PRIORITY]]
+    python -m softswitch.cli --port 9091 set_queue_depth 64 [EGRESS_PORT [PRIORITY]]
+    python -m softswitch.cli --port 9091 queues | stats
+
+The switch listens on 127.0.0.1:--thrift-port; one JSON object per line each way,
+e.g. {"cmd": "set_queue_rate", "rate": 1000, "port": 3} -> {"ok": true}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+
+TIMEOUT_S = 5.0
+
+
+class ControlError(RuntimeError):
+    """The switch refused a command, or could not be reached."""
+
+
+def parse_command(words: list[str]) -> dict:
+    """BMv2 CLI syntax -> JSON request; raises ValueError saying the expected form."""
+    if not words:
+        raise ValueError("no command (set_queue_rate, set_queue_depth, queues, stats)")
+    cmd, args = words[0], words[1:]
+    if cmd in ("queues", "stats") and not args:
+        return {"cmd": cmd}
+    if cmd in ("set_queue_rate", "set_queue_depth") and 1 <= len(args) <= 3:
+        key = "rate" if cmd == "set_queue_rate" else "depth"
+        try:
+            req: dict = {"cmd": cmd, key: float(args[0]) if key == "rate" else int(args[0])}
+            if len(args) > 1:
+                req["port"] = int(args[1])
+            if len(args) > 2:
+                req["priority"] = int(args[2])
+        except ValueError:
+            raise ValueError(f"usage: {cmd} <{key}> [<egress_port> [<priority>]] "
+                             f"with numbers, got {' '.join(args)!r}") from None
+        return req
+    raise ValueError(f"cannot parse {' '.join(words)!r}: use set_queue_rate <pps> "
+                     "[port [prio]], set_queue_depth <packets> [port [prio]], queues, stats")
+
+
+def request(port: int, req: dict, host: str = "127.0.0.1") -> dict:
+    """Send one request; returns the reply, raising ControlError when ok is false."""
+    try:
+        with socket.create_connection((host, port), timeout=TIMEOUT_S) as s:
+            s.sendall(json.dumps(req).encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+    except OSError as err:
+        raise ControlError(f"softswitch control port {port}: {err}") from err
+    try:
+        reply = json.loads(data)
+    except json.JSONDecodeError as err:
+        raise ControlError(f"softswitch control port {port}: bad reply {data[:80]!r}") from err
+    if not reply.get("ok"):
+        raise ControlError(f"softswitch refused {req}: {reply.get('error')}")
+    return reply
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m softswitch.cli", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--port", type=int, required=True, help="the switch's --thrift-port")
+    p.add_argument("command", nargs="+")
+    args = p.parse_args(argv)
+    try:
+        reply = request(args.port, parse_command(args.command))
+    except (ValueError, ControlError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(reply, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
