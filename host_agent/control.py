@@ -32,6 +32,10 @@ class ControlError(RuntimeError):
     """The agent refused a request, or could not be reached; the message says why."""
 
 
+class AgentUnreachable(ControlError):
+    """No agent listens on the socket path."""
+
+
 class Loop(Protocol):
     def add_reader(self, sock: socket.socket, callback: Callable[[], None]) -> None: ...
 
@@ -188,7 +192,7 @@ class ControlClient:
             self._sock.connect(path)
         except OSError as exc:
             self._sock.close()
-            raise ControlError(f"cannot reach the agent at {path}: {exc}") from exc
+            raise AgentUnreachable(f"cannot reach the agent at {path}: {exc}") from exc
         self._buf = bytearray()
         self._next_id = 1
 

@@ -47,7 +47,7 @@ SOCKET_BUFFER = 4 << 20
 SOL_PACKET, PACKET_STATISTICS = 263, 6
 TPACKET_STATS = struct.Struct("=II")  # tp_packets, tp_drops
 RX_BATCH = 4  # frames per socket per round: few, so planes stay in arrival order
-RX_ROUNDS = 1024  # rounds per wake-up before timers get a turn
+RX_ROUNDS = 32  # rounds per wake-up: bounds how long netlink, control and timers wait
 MAX_FRAME = 65535
 
 RTMGRP_LINK = 1
