@@ -6,6 +6,7 @@ import pytest
 
 from host_agent import wire
 from host_agent.core.events import MessageReceived, WriteCompleted
+from host_agent.core.types import RxMeta
 from tests.test_core_harness import BASE_RTT, QP_A, QP_B, Harness, pattern, small_config
 
 
@@ -163,13 +164,35 @@ def test_small_mtu_config() -> None:
     assert h.a.stats()["tx_data_packets"] == -(-10_000 // 256)
 
 
-def test_rtt_estimate_is_not_biased_by_spurious_retransmissions() -> None:
-    # per-packet delay is uniform in [BASE_RTT/2, BASE_RTT/2 + 2 BASE_RTT] each way: mean RTT 3x
-    h = Harness(seed=12, planes=2, spines=4)
-    h.link.faults.jitter = 2 * BASE_RTT
-    transfer(h, [400 * 1024], until=5.0)
+def _resend_once(h: Harness) -> tuple:
+    """Send one packet at t=0, NACK it (trimmed) at t=1us, resend at t=2us; return both txs."""
+    mr = h.b.register_memory(64)
+    h.a.post_write(QP_A, b"r" * 64, mr.va, mr.rkey, now=0.0)
+    (first,) = h.a.packets_to_send(now=0.0)
+    nack = wire.NackPacket(bth=wire.Bth(opcode=wire.OP_NACK, dest_qp=QP_A, psn=0),
+                           nack=wire.NackExt(reason=wire.NACK_TRIMMED, entropy=first.ev,
+                                             nack_psn=0, cack_psn=0))
+    h.a.receive_packet(wire.encode_packet(nack), RxMeta("B", 0, 1, wire.DSCP_CONTROL, 0), now=1e-6)
+    (second,) = h.a.packets_to_send(now=2e-6)
+    assert second.ev != first.ev
+    return first, second
+
+
+def _sack_for(ev: int) -> bytes:
+    return wire.encode_packet(wire.SackPacket(
+        bth=wire.Bth(opcode=wire.OP_SACK, dest_qp=QP_A, psn=1),
+        sack=wire.SackExt(cack_psn=1, ack_psn_offset=-1, entropy=ev, sack_offset=1,
+                          sack_bitmap=0), cc=wire.CcState()))
+
+
+@pytest.mark.parametrize("answer", ["first", "second"])
+def test_echoed_ev_times_the_right_transmission(answer: str) -> None:
+    h = Harness(planes=1)
+    first, second = _resend_once(h)
+    ev = first.ev if answer == "first" else second.ev
+    h.a.receive_packet(_sack_for(ev), RxMeta("B", 0, 1, wire.DSCP_CONTROL, 0), now=10e-6)
     sender = h.a.connection(QP_A).sender
-    assert sender.srtt is not None and 2.5 * BASE_RTT < sender.srtt < 3.5 * BASE_RTT
-    s = h.a.stats()
-    assert s["spurious_retransmits"] <= s["retransmits"]
-    assert h.b.stats()["duplicates"] >= s["spurious_retransmits"]
+    assert sender.srtt == pytest.approx(10e-6 if answer == "first" else 8e-6)
+    assert h.a.stats()["spurious_retransmits"] == (1 if answer == "first" else 0)
+    h.flush()
+    assert h.of_type("A", WriteCompleted) == [WriteCompleted(QP_A, 1)]
