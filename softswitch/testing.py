@@ -132,3 +132,19 @@ def corpus_updates(idx: P4InfoIndex, case) -> list[p4runtime_pb2.Update]:
         for index, value in cells.items():
             ups.append(register_update(idx, name, index, value))
     return ups
+
+
+def reset_pipeline(client, device_id: int, updates: list[p4runtime_pb2.Update],
+                   election_low: int = 1) -> None:
+    """Recommit the committed P4Info (fresh tables, counters, registers), then write
+    `updates`; `client` is a p4runtime_sh P4RuntimeClient that is primary."""
+    req = p4runtime_pb2.SetForwardingPipelineConfigRequest(
+        device_id=device_id,
+        action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
+    req.election_id.low = election_low
+    req.config.p4info.CopyFrom(load_p4info(COMMITTED_P4INFO))
+    client.stub.SetForwardingPipelineConfig(req)
+    if updates:
+        write = p4runtime_pb2.WriteRequest()
+        write.updates.extend(updates)
+        client.write(write)

@@ -24,9 +24,7 @@ from controller import p4names as N
 from host_agent import wire as W
 from softswitch.cli import parse_command, request
 from softswitch.netlab import VethLab, receive
-from softswitch.p4info import COMMITTED_P4INFO
-from softswitch.p4info import load_text as load_p4info
-from softswitch.testing import committed_index, corpus_updates
+from softswitch.testing import committed_index, corpus_updates, reset_pipeline
 from tests.golden import corpus
 
 pytestmark = [pytest.mark.root, pytest.mark.skipif(
@@ -88,17 +86,7 @@ def live():
 
 
 def reset(client: P4RuntimeClient, updates: list[p4runtime_pb2.Update]) -> None:
-    """Recommit the pipeline (fresh tables, counters, registers) and program it."""
-    req = p4runtime_pb2.SetForwardingPipelineConfigRequest(
-        device_id=DEVICE_ID,
-        action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
-    req.election_id.low = 1
-    req.config.p4info.CopyFrom(load_p4info(COMMITTED_P4INFO))
-    client.stub.SetForwardingPipelineConfig(req)
-    if updates:
-        write = p4runtime_pb2.WriteRequest()
-        write.updates.extend(updates)
-        client.write(write)
+    reset_pipeline(client, DEVICE_ID, updates)
 
 
 def drop_counts(client: P4RuntimeClient) -> list[int]:

@@ -73,7 +73,8 @@ class SoftSwitch(Switch):
         return f"127.0.0.1:{self.grpc_port}"
 
     @property
-    def pid(self) -> int | None:
+    def switch_pid(self) -> int | None:
+        """PID of the softswitch process (Mininet's own `pid` is the node's shell)."""
         return self.proc.pid if self.proc is not None else None
 
     def _data_ports(self) -> dict[int, str]:
