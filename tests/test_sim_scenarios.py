@@ -72,9 +72,6 @@ def test_plane_failure_keeps_the_other_planes_busy() -> None:
     assert sender[0] < min(sender[1:])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core RTO: rto = srtt + 4 rttvar with rttvar collapsing under steady queueing and rto_min = "
-    "2 base RTTs fires while trimmed-bounded queues still hold the packet (no fabric drops)"))
 def test_incast_trims_and_nacks_instead_of_timing_out() -> None:
     r = result("incast")
     assert r["fabric"]["hosts"] >= 9 and len(r["transfers"]) == 8
