@@ -172,6 +172,7 @@ class Driver:
             sock.bind((nic.ifname, ETH_P_IPV6))
             sock.setblocking(False)
             self._socks.append(sock)
+            _check_mac(nic)
             self._ifindex[index] = nic.plane
             self.add_reader(sock, self._drain_nics)
         now = self.clock()
@@ -383,7 +384,11 @@ class Driver:
         stats["rx_frames"] += 1
         self.ensure_connected(peer)
         meta = RxMeta(peer, plane, env.ev, env.dscp, env.ecn)
-        self.endpoint.receive_packet(payload, meta, now=self.clock())
+        try:
+            self.endpoint.receive_packet(payload, meta, now=self.clock())
+        except Exception:  # a core bug on one packet must not take every QP of the host down
+            stats["rx_core_errors"] += 1
+            log.exception("endpoint failed on a packet from host %d plane %d", peer, plane)
 
     # ---- link state --------------------------------------------------------------------------
 
@@ -453,3 +458,16 @@ def parse_link_messages(data: bytes) -> list[tuple[int, bool]]:
         offset += (length + 3) & ~3
     return out
 
+
+
+def _check_mac(nic: NicConfig) -> None:
+    """Frames carry the fabric model's MAC; a NIC with another one works on veths (packet sockets
+    see PACKET_OTHERHOST frames) but not behind a MAC-filtering NIC, so say so."""
+    try:
+        with open(f"/sys/class/net/{nic.ifname}/address", encoding="ascii") as f:
+            actual = f.read().strip()
+    except OSError:
+        return
+    if actual != nic.mac:
+        log.warning("%s has MAC %s, the fabric model says %s: set it with "
+                    "`ip link set %s address %s`", nic.ifname, actual, nic.mac, nic.ifname, nic.mac)

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from controller import hostpaths
 from controller.topology import Fabric
 from host_agent import wire
 from host_agent.control import ControlClient, ControlError
@@ -45,7 +46,8 @@ def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 class VethBed:
     """Namespaces, veths and agent processes of one test run; close() undoes exactly those."""
 
-    def __init__(self, tag: str) -> None:
+    def __init__(self, tag: str, extra_args: tuple[list[str], list[str]] = ([], [])) -> None:
+        self.extra_args = extra_args
         self.prefix = f"mra{os.getpid() % 10000:04d}{tag}"
         self.ns = [f"{self.prefix}h{h}" for h in range(2)]
         self.tmp = Path(tempfile.mkdtemp(prefix=f"{self.prefix}-"))
@@ -79,7 +81,7 @@ class VethBed:
                "--host", str(host), "--planes", str(FABRIC.planes), "--t0",
                str(FABRIC.t0_per_plane), "--t1", str(FABRIC.t1_per_plane), "--hosts-per-t0",
                str(FABRIC.hosts_per_t0), "--socket", self.sockets[host], "--log",
-               self.logs[host]]
+               self.logs[host], *self.extra_args[host]]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         return subprocess.Popen(cmd, cwd=ROOT, env=env)  # ip netns exec execs: pid = agent's
 
@@ -297,11 +299,52 @@ def test_idle_agents_use_almost_no_cpu(bed: VethBed) -> None:
     assert all(u < 0.15 for u in used), f"idle agents burnt {used} CPU s in 3 s: busy polling?"
 
 
-def test_shutdown_leaves_nothing_behind() -> None:
-    tb = VethBed("s")
+def in_ns(tb: VethBed, host: int, *cmd: str) -> str:
+    return sh("ip", "netns", "exec", tb.ns[host], *cmd).stdout
+
+
+def test_kernel_is_kept_out_of_the_way(bed: VethBed) -> None:
+    for p in range(PLANES):
+        ifname = FABRIC.nic(1, p).ifname
+        assert in_ns(bed, 1, "cat", f"/proc/sys/net/ipv6/conf/{ifname}/disable_ipv6") == "1\n"
+        offloads = in_ns(bed, 1, "ethtool", "-k", ifname)
+        assert "generic-receive-offload: off" in offloads
+        assert "tx-checksumming: off" in offloads
+
+
+def test_cli_drives_the_agent(bed: VethBed) -> None:
+    def run_cli(host: int, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "host_agent.cli", "--socket",
+                               bed.sockets[host], *args], cwd=ROOT, capture_output=True,
+                              text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+    out = run_cli(0, "write", "1", "300000", "--seed", "11", "--peer-socket", bed.sockets[1])
+    assert out.returncode == 0, out.stderr
+    assert "receiver verified every byte" in out.stdout
+    stats = json.loads(run_cli(0, "--json", "stats", "--per-ev").stdout)
+    ev = int(next(iter(stats["per_ev"]["0x101"])))
+    assert run_cli(0, "deny", "1", hex(ev)).returncode == 0
+    per_ev = json.loads(run_cli(0, "--json", "stats", "--per-ev").stdout)["per_ev"]["0x101"]
+    assert per_ev[str(ev)]["state"] == "DENIED"
+    assert "receiver verified" in run_cli(0, "write", "1", "300000", "--peer-socket",
+                                          bed.sockets[1]).stdout
+    after = json.loads(run_cli(0, "--json", "stats", "--per-ev").stdout)["per_ev"]["0x101"]
+    assert after[str(ev)]["tx_packets"] == per_ev[str(ev)]["tx_packets"]  # never used
+    assert run_cli(0, "allow", "1", str(ev)).returncode == 0
+    assert run_cli(0, "allow", "1", str(ev)).returncode == 1  # already GOOD: refused
+    assert "plane" in run_cli(1, "stats").stdout
+
+
+def test_shutdown_leaves_nothing_behind(tmp_path: Path) -> None:
+    paths = tmp_path / "paths.json"
+    paths.write_text(json.dumps(hostpaths.export(FABRIC)))
+    tb = VethBed("s", (["--paths", str(paths)], ["--keep-ipv6"]))
     try:
         tb.start()
         assert transfer(tb, 50_000, seed=9)["verified"]
+        conf = f"/proc/sys/net/ipv6/conf/{FABRIC.nic(1, 0).ifname}"
+        assert in_ns(tb, 1, "cat", f"{conf}/disable_ipv6", f"{conf}/autoconf",
+                     f"{conf}/accept_dad").split() == ["0", "0", "0"]
         assert tb.call(0, "shutdown") == {"ok": True, "host": 0}
         tb.procs[1].send_signal(signal.SIGTERM)
         codes = [p.wait(timeout=15) for p in tb.procs]
