@@ -207,6 +207,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
 
     def StreamChannel(self, request_iterator, context) -> Iterator:
         out: queue.Queue = queue.Queue()
+        context.add_callback(lambda: out.put(None))  # RPC ended (cancel, server stop)
         with self.arbiter.lock:
             self._next_token += 1
             token = self._next_token

@@ -6,6 +6,10 @@ helpers produce exactly what a controller would send (full-width bytestrings).
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import time
+
 from p4.v1 import p4runtime_pb2
 
 from controller import p4names as N
@@ -148,3 +152,23 @@ def reset_pipeline(client, device_id: int, updates: list[p4runtime_pb2.Update],
         write = p4runtime_pb2.WriteRequest()
         write.updates.extend(updates)
         client.write(write)
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    """Block until 127.0.0.1:port accepts connections; fail if `proc` exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"switch process exited with {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout} s")

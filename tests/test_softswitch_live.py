@@ -24,7 +24,13 @@ from controller import p4names as N
 from host_agent import wire as W
 from softswitch.cli import parse_command, request
 from softswitch.netlab import VethLab, receive
-from softswitch.testing import committed_index, corpus_updates, reset_pipeline
+from softswitch.testing import (
+    committed_index,
+    corpus_updates,
+    free_port,
+    reset_pipeline,
+    wait_listening,
+)
 from tests.golden import corpus
 
 pytestmark = [pytest.mark.root, pytest.mark.skipif(
@@ -36,21 +42,8 @@ IDX = committed_index()
 CASES = corpus.load_cases() if corpus.CASES_PATH.exists() else []
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
-def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stderr.read().decode()
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise TimeoutError(f"softswitch gRPC port {port} not listening after {timeout} s")
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,14 @@ from p4runtime_sh.p4runtime import P4RuntimeClient
 
 from softswitch.__main__ import ConfigError, main, parse_interface, parse_loopback
 from softswitch.cli import parse_command, request
-from softswitch.testing import committed_index, corpus_updates, reset_pipeline
+from softswitch.testing import (
+    committed_index,
+    corpus_updates,
+    free_port,
+    reset_pipeline,
+    wait_listening,
+)
 from tests.golden import corpus
-from tests.test_softswitch_p4runtime import free_port
 from topologies import targets
 from topologies.softswitch_node import SoftSwitch, softswitch_command
 
@@ -115,3 +120,31 @@ def test_control_request_error_is_typed():
 
     with pytest.raises(ControlError):
         request(1, {"cmd": "queues"})
+
+
+def test_sigterm_exits_cleanly_with_a_client_connected():
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "softswitch", "--device-id", "2",
+                             "--grpc-server-addr", f"127.0.0.1:{port}", "--no-p4"],
+                            stderr=subprocess.PIPE, text=True)
+    client = None
+    try:
+        wait_listening(port, proc)
+        client = P4RuntimeClient(2, f"127.0.0.1:{port}", (0, 1))
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if client is not None:
+            client.tear_down()
+
+
+def test_missing_interface_and_bad_p4info_exit_with_a_message(tmp_path, capsys):
+    assert main(["-i", "1@nosuchif0", "--grpc-server-addr", f"127.0.0.1:{free_port()}"]) == 1
+    assert "nosuchif0" in capsys.readouterr().err or os.geteuid() != 0
+    bad = tmp_path / "bad.txtpb"
+    bad.write_text('tables { preamble { id: 1 name: "t" } }\n')
+    assert main(["--p4info", str(bad), "--grpc-server-addr", f"127.0.0.1:{free_port()}"]) == 1
+    assert "missing table IngressPipeImpl.my_usid_table" in capsys.readouterr().err

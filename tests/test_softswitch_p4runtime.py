@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-
 import grpc
 import pytest
 from google.rpc import code_pb2, status_pb2
@@ -17,6 +15,7 @@ from softswitch.server import Device, serve
 from softswitch.tables import canonical_entry
 from softswitch.testing import (
     committed_index,
+    free_port,
     group,
     member,
     register_update,
@@ -29,10 +28,6 @@ DEVICE_ID = 3
 IDX = committed_index()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
