@@ -64,9 +64,10 @@ IPV6_ONLY_RAW = {"disable_ipv6": "1"}
 IPV6_KEPT_QUIET = {"disable_ipv6": "0", "accept_ra": "0", "autoconf": "0", "accept_dad": "0",
                    "dad_transmits": "0", "router_solicitations": "0", "forwarding": "0"}
 OFFLOADS_OFF = ("tx", "off", "rx", "off", "gro", "off", "gso", "off", "tso", "off")
-# A Python agent adds milliseconds of its own to every RTT on a busy 2-core machine; with the
-# core's 1 ms default, scheduling jitter fires spurious timeouts whose probes then overload the
-# agents (measured: 10 MB over veth took 73 s at 1 ms, 0.9 s at 5 ms).
+# A Python agent adds its own processing and scheduling delay to every RTT, and BMv2 hops add
+# more; 5 ms leaves that room on a busy 2-core machine. Measured back to back over veth, 10 MB
+# completes without a retransmission at both 1 ms and 5 ms; spurious timeouts at a too-small
+# value retire EVs and start probes, which cost the agents CPU in turn.
 DEFAULT_BASE_RTT = 0.005
 WRITE_STATS = ("tx_data_packets", "retransmits", "timeouts", "nacks_received")
 
