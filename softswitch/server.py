@@ -181,6 +181,8 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
                                       "COMMIT without a config saved by VERIFY_AND_SAVE")
                     self.device.commit(self.device.saved)
                     self.device.saved = None
+                elif action == SetReq.RECONCILE_AND_COMMIT:
+                    self._reconcile(request.config, context)
                 else:
                     context.abort(grpc.StatusCode.UNIMPLEMENTED,
                                   f"pipeline config action {SetReq.Action.Name(action)}")
@@ -188,6 +190,17 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
                 context.abort(err.code, err.message)
         log.info("pipeline config action %s done", SetReq.Action.Name(action))
         return p4runtime_pb2.SetForwardingPipelineConfigResponse()
+
+    def _reconcile(self, config, context) -> None:
+        """Keep the forwarding state when the P4Info is unchanged (a controller restart)."""
+        current = self.device.config
+        if current is None:
+            self.device.commit(config)
+        elif current.p4info == config.p4info:
+            self.device.config = config
+        else:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                          "RECONCILE_AND_COMMIT with a different P4Info: use VERIFY_AND_COMMIT")
 
     def GetForwardingPipelineConfig(self, request, context):
         self._check_device(request.device_id, context)

@@ -242,3 +242,42 @@ def test_stub_wrong_device_id(switch):
             stub.GetForwardingPipelineConfig(
                 p4runtime_pb2.GetForwardingPipelineConfigRequest(device_id=DEVICE_ID + 1))
         assert info.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_reconcile_keeps_entries_verify_and_commit_clears_them(switch):
+    _, connect, _ = switch
+    c = primary_with_pipeline(connect)
+    write(c, *usid_entries(IDX, 0xFCBBBBBB0100, {}))
+    everything = p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry())
+    req = pipeline_request(10)
+    req.action = p4runtime_pb2.SetForwardingPipelineConfigRequest.RECONCILE_AND_COMMIT
+    c.stub.SetForwardingPipelineConfig(req)
+    assert len(read(c, everything)) == 1
+    c.stub.SetForwardingPipelineConfig(pipeline_request(10))
+    assert read(c, everything) == []
+
+
+def test_counter_and_direct_counter_entries(switch):
+    _, connect, _ = switch
+    c = primary_with_pipeline(connect)
+    ups = usid_entries(IDX, 0xFCBBBBBB0100, {})
+    write(c, *ups)
+    cell = p4runtime_pb2.CounterEntry(counter_id=IDX.id_of(N.TRIM_COUNTER))
+    cell.index.index = 5
+    cell.data.packet_count = 42
+    direct = p4runtime_pb2.DirectCounterEntry()
+    direct.table_entry.CopyFrom(ups[0].entity.table_entry)
+    direct.data.packet_count, direct.data.byte_count = 3, 300
+    write(c, update("counter_entry", cell, p4runtime_pb2.Update.MODIFY),
+          update("direct_counter_entry", direct, p4runtime_pb2.Update.MODIFY))
+    query = p4runtime_pb2.Entity(counter_entry=p4runtime_pb2.CounterEntry(
+        counter_id=cell.counter_id))
+    query.counter_entry.index.index = 5
+    assert read(c, query)[0].counter_entry.data.packet_count == 42
+    got = read(c, p4runtime_pb2.Entity(direct_counter_entry=p4runtime_pb2.DirectCounterEntry(
+        table_entry=p4runtime_pb2.TableEntry(table_id=ups[0].entity.table_entry.table_id))))
+    assert [(d.direct_counter_entry.data.packet_count, d.direct_counter_entry.data.byte_count)
+            for d in got] == [(3, 300)]
+    cell.index.index = N.PORT_COUNT
+    assert write_errors(c, update("counter_entry", cell, p4runtime_pb2.Update.MODIFY)) == [
+        code_pb2.OUT_OF_RANGE]
