@@ -40,6 +40,23 @@ def test_invalid_configuration_is_rejected(kwargs: dict, message: str) -> None:
         bmv2_command(**args)
 
 
+@pytest.mark.root
+def test_node_can_be_created_in_mininet() -> None:
+    """Creating the node needs no BMv2; Mininet itself sets `pid` (its shell) on every node."""
+    if os.geteuid() != 0:
+        pytest.skip("Mininet needs root")
+    from mininet.net import Mininet
+
+    sw = Fabric().switches[0]
+    net = Mininet(controller=None, build=False, autoSetMacs=False)
+    try:
+        s = net.addSwitch(sw.name, cls=Bmv2Switch, device_id=sw.device_id)
+        assert s.switch_pid is None  # no switch process before start()
+        assert s.grpc_address == f"127.0.0.1:{GRPC_BASE_PORT + sw.device_id}"
+    finally:
+        net.stop()
+
+
 @pytest.mark.bmv2
 @pytest.mark.root
 def test_start_stop_in_mininet() -> None:
@@ -59,7 +76,7 @@ def test_start_stop_in_mininet() -> None:
         net.start()
         assert s.grpc_address == f"127.0.0.1:{GRPC_BASE_PORT + sw.device_id}"
         assert s.thrift_port == THRIFT_BASE_PORT + sw.device_id
-        pid = s.pid
+        pid = s.switch_pid
         assert pid is not None and os.path.exists(f"/proc/{pid}")
         s.set_queue_depth(64)
         s.set_queue_rate(1000, port=1)

@@ -60,7 +60,7 @@ class Bmv2Switch(Switch):
       start_timeout (float seconds, default 30): how long start() waits for gRPC
     Public interface:
       start(controllers) / stop(deleteIntfs=True)  - Mininet lifecycle; stop kills our PID
-      grpc_address -> "127.0.0.1:<port>"; pid -> int | None
+      grpc_address -> "127.0.0.1:<port>"; switch_pid -> int | None (Mininet owns `pid`: its shell)
       set_queue_rate(pps, port=None), set_queue_depth(packets, port=None)
       cli(commands) -> str: raw runtime CLI access
     """
@@ -85,7 +85,7 @@ class Bmv2Switch(Switch):
         return f"127.0.0.1:{self.grpc_port}"
 
     @property
-    def pid(self) -> int | None:
+    def switch_pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
 
     def _data_ports(self) -> dict[int, str]:
