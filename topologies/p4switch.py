@@ -1,0 +1,149 @@
+"""What every P4Runtime switch node has in common, whatever process runs the pipeline.
+
+A topology must not care whether BMv2 or the software data plane sits behind a switch
+node, so both node classes share this base: one process per switch in the root namespace,
+P4Runtime on 127.0.0.1:(GRPC_BASE_PORT + device_id), a runtime control port on
+THRIFT_BASE_PORT + device_id for queue rate/depth, stopped by its own PID.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+
+from mininet.node import Switch
+
+from controller.p4names import PRIORITY_QUEUES
+from controller.topology import GRPC_BASE_PORT, THRIFT_BASE_PORT
+
+MAX_PRIORITY_QUEUES = 8  # standard_metadata.priority is 3 bits
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 5.0
+
+
+class SwitchProcessError(RuntimeError):
+    """The switch process failed to start, or its runtime control refused a command."""
+
+
+def check_switch_args(device_id: int, grpc_port: int, thrift_port: int,
+                      priority_queues: int) -> None:
+    if device_id < 1:
+        raise ValueError(f"device_id must be a positive integer, got {device_id}")
+    for label, port in (("grpc_port", grpc_port), ("thrift_port", thrift_port)):
+        if not 1 <= port <= 65535:
+            raise ValueError(f"{label} must be 1..65535, got {port}")
+    if not PRIORITY_QUEUES <= priority_queues <= MAX_PRIORITY_QUEUES:
+        raise ValueError(f"priority_queues must be {PRIORITY_QUEUES}..{MAX_PRIORITY_QUEUES} "
+                         f"(mrc.p4 uses priority {PRIORITY_QUEUES - 1}), got {priority_queues}")
+
+
+class P4RuntimeSwitch(Switch):
+    """Base Mininet node: subclasses say how to build the command line and talk to the CLI.
+
+    Constructor keyword arguments (besides Mininet's name/params):
+      device_id (int, required, unique per switch: controller.topology.Switch.device_id)
+      grpc_port (int, default GRPC_BASE_PORT + device_id), bound to 127.0.0.1
+      thrift_port (int, default THRIFT_BASE_PORT + device_id): runtime control
+      priority_queues (int, default controller.p4names.PRIORITY_QUEUES)
+      log_path (str | None): file for the switch's stdout/stderr (default: discarded)
+      start_timeout (float seconds, default 30): how long start() waits for gRPC
+    Public interface:
+      start(controllers) / stop(deleteIntfs=True)  - Mininet lifecycle; stop kills our PID
+      grpc_address -> "127.0.0.1:<port>"; switch_pid -> int | None (Mininet's own `pid`
+      is the node's shell)
+      set_queue_rate(pps, port=None), set_queue_depth(packets, port=None)
+      cli(commands) -> str: raw runtime CLI access (BMv2 runtime CLI syntax)
+    """
+
+    process_name = "switch"
+
+    def __init__(self, name: str, device_id: int, grpc_port: int | None = None,
+                 thrift_port: int | None = None, priority_queues: int = PRIORITY_QUEUES,
+                 log_path: str | None = None, start_timeout: float = START_TIMEOUT_S,
+                 **params) -> None:
+        params.setdefault("dpid", f"{device_id:x}")
+        super().__init__(name, **params)
+        self.device_id = device_id
+        self.grpc_port = GRPC_BASE_PORT + device_id if grpc_port is None else grpc_port
+        self.thrift_port = THRIFT_BASE_PORT + device_id if thrift_port is None else thrift_port
+        self.priority_queues = priority_queues
+        self.log_path = log_path
+        self.start_timeout = start_timeout
+        self.proc: subprocess.Popen | None = None
+        check_switch_args(device_id, self.grpc_port, self.thrift_port, priority_queues)
+
+    def command(self, ports: dict[int, str]) -> list[str]:
+        raise NotImplementedError
+
+    def process_env(self) -> dict[str, str] | None:
+        return None
+
+    def cli(self, commands: list[str]) -> str:
+        raise NotImplementedError
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def switch_pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def _data_ports(self) -> dict[int, str]:
+        return {port: intf.name for intf, port in self.ports.items() if intf.name != "lo"}
+
+    def start(self, controllers) -> None:
+        """Launch the switch process and wait until its gRPC port accepts connections."""
+        cmd = self.command(self._data_ports())
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        try:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                         env=self.process_env())
+        finally:
+            if self.log_path:
+                out.close()
+        deadline = time.monotonic() + self.start_timeout
+        while not self._grpc_listening():
+            if self.proc.poll() is not None:
+                code = self.proc.returncode
+                self.proc = None
+                raise SwitchProcessError(
+                    f"{self.name}: {self.process_name} exited with {code} "
+                    f"(log: {self.log_path or 'not kept; pass log_path'})")
+            if time.monotonic() > deadline:
+                self.stop(deleteIntfs=False)
+                raise SwitchProcessError(f"{self.name}: no gRPC on {self.grpc_address} after "
+                                         f"{self.start_timeout:.0f} s")
+            time.sleep(0.1)
+
+    def _grpc_listening(self) -> bool:
+        with socket.socket() as s:
+            s.settimeout(0.2)
+            return s.connect_ex(("127.0.0.1", self.grpc_port)) == 0
+
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 (Mininet's signature)
+        """Terminate our own process (by PID), then let Mininet remove the interfaces."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(timeout=STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(timeout=STOP_TIMEOUT_S)
+            self.proc = None
+        super().stop(deleteIntfs)
+
+    def set_queue_rate(self, pps: int, port: int | None = None) -> None:
+        """Egress rate in packets/s (all ports, or one); emulates the link speed."""
+        if pps < 1:
+            raise ValueError(f"queue rate must be at least 1 packet/s, got {pps}")
+        self.cli([f"set_queue_rate {pps}" + ("" if port is None else f" {port}")])
+
+    def set_queue_depth(self, packets: int, port: int | None = None) -> None:
+        """Egress buffer size in packets (all ports, or one)."""
+        if packets < 1:
+            raise ValueError(f"queue depth must be at least 1 packet, got {packets}")
+        self.cli([f"set_queue_depth {packets}" + ("" if port is None else f" {port}")])
+
