@@ -55,7 +55,9 @@ from host_agent.core.events import (
     WriteCompleted,
     WriteFailed,
 )
+from host_agent.core.evs import EvConfig
 from host_agent.core.memory import MemoryRegion
+from host_agent.core.types import PathInfo
 from host_agent.driver import Driver, DriverError, HostConfig, qpn_for
 
 log = logging.getLogger("host_agent")
@@ -294,6 +296,9 @@ class Commands:
             "planes_up": driver.plane_up,
             "peer_planes_up": {p: sorted(endpoint.peer_planes_up(p)) for p in driver.connected},
             "cpu_seconds": usage.ru_utime + usage.ru_stime,
+            "per_route": driver.route_stats(),
+            "single_path": self.agent.single_path,
+            "recovery": getattr(endpoint.config, "recovery", "selective"),
         }
         if request.get("per_ev"):
             result["per_ev"] = {f"{qpn:#x}": evs for qpn, evs in per_ev.items()}  # type: ignore
@@ -321,8 +326,9 @@ class Agent:
     """Wires the endpoint, the driver, the control server and signals together."""
 
     def __init__(self, config: HostConfig, endpoint_config: EndpointConfig, socket_path: str,
-                 seed: int) -> None:
+                 seed: int, single_path: bool = False) -> None:
         self.config = config
+        self.single_path = single_path
         self.endpoint = Endpoint(endpoint_config, planes=config.planes,
                                  name=f"h{config.host}", seed=seed)
         self.commands = Commands(self)
@@ -392,6 +398,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-kernel-setup", action="store_true",
                    help="leave sysctls and offloads alone")
     p.add_argument("--connect-all", action="store_true", help="open QPs to every peer at start")
+    p.add_argument("--single-path", action="store_true",
+                   help="RoCE-like baseline: one EV per connection on plane 0 whose outer DA is "
+                   "the peer's NIC address, so switches route it by IPv6 LPM/ECMP (hash-pinned); "
+                   "go-back-N recovery when the core offers it")
     return p.parse_args(argv)
 
 
@@ -407,6 +417,27 @@ def load_host_config(args: argparse.Namespace) -> HostConfig:
     return HostConfig.from_paths(args.host, fabric.planes, paths)
 
 
+def single_path_config(config: HostConfig) -> HostConfig:
+    """Every peer reached by one route on plane 0: the peer's NIC address (baseline LPM)."""
+    paths = {peer: (PathInfo(plane=0, route=config.peer_address[(peer, 0)]),)
+             for peer in config.paths}
+    return dataclasses.replace(config, paths=paths)
+
+
+def single_path_endpoint_config(base_rtt: float) -> EndpointConfig:
+    """One EV, no backups, the floor at one EV (a failed path keeps being retried, as in RoCE).
+
+    Go-back-N recovery is requested when host_agent.core.config offers it; older cores only
+    have selective recovery, which this mode then uses (the status/stats say which).
+    """
+    ev = EvConfig.for_base_rtt(base_rtt, evs_per_connection=1, backups_per_plane=0,
+                               ev_min_active=1)
+    overrides: dict[str, Any] = {"ev": ev}
+    if "recovery" in {f.name for f in dataclasses.fields(EndpointConfig)}:
+        overrides["recovery"] = "go_back_n"
+    return EndpointConfig.for_base_rtt(base_rtt, **overrides)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(
@@ -414,12 +445,16 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         config = load_host_config(args)
-        endpoint_config = EndpointConfig.for_base_rtt(args.base_rtt)
+        if args.single_path:
+            config = single_path_config(config)
+            endpoint_config = single_path_endpoint_config(args.base_rtt)
+        else:
+            endpoint_config = EndpointConfig.for_base_rtt(args.base_rtt)
         if not args.no_kernel_setup:
             for nic in config.nics:
                 kernel_setup(nic.ifname, args.keep_ipv6)
         seed = args.host if args.seed is None else args.seed
-        Agent(config, endpoint_config, args.socket, seed).run(args.connect_all)
+        Agent(config, endpoint_config, args.socket, seed, args.single_path).run(args.connect_all)
     except (DriverError, TopologyError, ValueError, OSError) as exc:
         log.error("%s", exc)
         print(f"host agent: {exc}", file=sys.stderr)

@@ -30,6 +30,8 @@ from host_agent.core.endpoint import Endpoint
 from host_agent.core.events import Event
 from host_agent.core.types import PathInfo, RxMeta, TxPacket
 from host_agent.wire import (
+    DSCP_TRIMMABLE,
+    DSCP_TRIMMABLE_RETX,
     ETH_TYPE_IPV6,
     IPPROTO_IPV6,
     Envelope,
@@ -59,6 +61,8 @@ IFF_UP, IFF_RUNNING = 0x1, 0x40
 _ETHERTYPE_AT = slice(12, 14)
 _OUTER_NEXT_HEADER_AT = 20
 _IPV6_ETHERTYPE = ETH_TYPE_IPV6.to_bytes(2, "big")
+
+_DATA_DSCP = (DSCP_TRIMMABLE, DSCP_TRIMMABLE_RETX)
 
 # Exceptions from send() that mean "this NIC cannot take the frame now", not a program error.
 _TX_DOWN = {errno.ENETDOWN, errno.ENXIO, errno.ENODEV, errno.ENETUNREACH}
@@ -138,6 +142,9 @@ class Driver:
         self.clock = clock
         self.on_event = on_event
         self.stats: dict[int, Counter[str]] = {p: Counter() for p in range(config.planes)}
+        # route -> [plane, data packets sent, time of the last one]: per-path traffic, and when
+        # a sender stopped using a failed link (time to bypass)
+        self._route_tx: dict[object, list] = {}
         self.plane_up = [False] * config.planes
         self._peer_of = config.peer_of()
         self._connected: set[int] = set()
@@ -297,6 +304,10 @@ class Driver:
                        nic.address, peer_addr, tx.ev, tx.dscp, tx.ecn)
         frame = encode_frame(env, tx.payload)
         stats = self.stats[tx.plane]
+        if tx.dscp in _DATA_DSCP:
+            record = self._route_tx.setdefault(tx.route, [tx.plane, 0, 0.0])
+            record[1] += 1
+            record[2] = self.clock()
         if self._backlog[tx.plane]:
             self._queue(tx.plane, frame)
             return
@@ -425,6 +436,11 @@ class Driver:
                 sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, TPACKET_STATS.size))
             self.stats[plane]["rx_kernel_drops"] += drops  # the kernel resets them on each read
         return {p: dict(c) for p, c in self.stats.items()}
+
+    def route_stats(self) -> dict[str, dict[str, float]]:
+        """Per source route (outer DA): plane, data packets handed to the NIC, last one's time."""
+        return {str(route): {"plane": plane, "tx_data_packets": count, "last_data_tx": last}
+                for route, (plane, count, last) in self._route_tx.items()}
 
 
 def qpn_for(host: int) -> int:

@@ -1,0 +1,192 @@
+"""Host agent processes inside Mininet hosts, and verified RDMA-write transfers between them.
+
+An agent is started with host.popen (mnexec attaches it to the host's network namespace; the
+PID Popen reports is the agent's own, so it is stopped by that PID). Its control socket lives
+in the run's work directory: UNIX sockets are file-system objects and reachable from the root
+namespace. Every control call opens its own connection, so transfers may run in threads.
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from controller.topology import Fabric
+from host_agent.control import ControlClient, ControlError
+
+REPO = Path(__file__).resolve().parent.parent
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 5.0
+CALL_SLACK_S = 30.0  # a client waits this much longer than the agent's own write timeout
+AGENT_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"  # ethtool for the agent's kernel setup
+RECEIVER_STATS = ("trims_received", "nacks_sent", "ecn_marks_received", "rx_packets")
+
+
+class AgentError(RuntimeError):
+    """An agent did not start, died, or refused a request; the message names the host."""
+
+
+class AgentProxy:
+    """Blocking calls to one agent; thread safe (one connection per call)."""
+
+    def __init__(self, host: int, socket_path: Path) -> None:
+        self.host, self.socket_path = host, socket_path
+
+    def call(self, cmd: str, *, wait: float = 60.0, **args: Any) -> dict[str, Any]:
+        """`wait`: seconds to wait for the answer (a write answers when it completes)."""
+        try:
+            with ControlClient(str(self.socket_path), timeout=wait) as client:
+                return client.call(cmd, **args)
+        except ControlError as exc:
+            raise AgentError(f"h{self.host}: {exc}") from exc
+
+
+class AgentProcess:
+    """One agent: its Popen (by PID), log file, socket and proxy."""
+
+    def __init__(self, node, host: int, fabric: Fabric, workdir: Path, *, base_rtt: float,
+                 keep_ipv6: bool, single_path: bool) -> None:
+        self.node, self.host, self.fabric = node, host, fabric
+        self.socket_path = workdir / f"h{host}.sock"
+        self.log_path = workdir / f"h{host}-agent.log"
+        self.base_rtt, self.keep_ipv6, self.single_path = base_rtt, keep_ipv6, single_path
+        self.proc: subprocess.Popen | None = None
+        self.proxy = AgentProxy(host, self.socket_path)
+
+    def command(self) -> list[str]:
+        f = self.fabric
+        cmd = [sys.executable, "-m", "host_agent.agent", "--host", str(self.host),
+               "--planes", str(f.planes), "--t0", str(f.t0_per_plane), "--t1",
+               str(f.t1_per_plane), "--hosts-per-t0", str(f.hosts_per_t0),
+               "--socket", str(self.socket_path), "--log", str(self.log_path),
+               "--base-rtt", f"{self.base_rtt:.6f}", "--connect-all"]
+        if self.keep_ipv6:
+            cmd.append("--keep-ipv6")
+        if self.single_path:
+            cmd.append("--single-path")
+        return cmd
+
+    def start(self) -> None:
+        self.proc = self.node.popen(self.command(), cwd=str(REPO), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    env={"PYTHONPATH": str(REPO), "PATH": AGENT_PATH})
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Until the agent answers `status` (it has opened its NICs and QPs by then)."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise AgentError(f"h{self.host}: agent exited with {self.proc.returncode}; "
+                                 f"see {self.log_path}: {self.log_tail()}")
+            if self.socket_path.exists():
+                try:
+                    status = self.proxy.call("status", wait=2.0)
+                except AgentError:
+                    status = None
+                if status is not None:
+                    if status["pid"] != self.proc.pid:
+                        raise AgentError(f"h{self.host}: agent PID {status['pid']} is not the "
+                                         f"started process {self.proc.pid}")
+                    return
+            if time.monotonic() > deadline:
+                raise AgentError(f"h{self.host}: agent not ready after {timeout:.0f} s "
+                                 f"(log {self.log_path})")
+            time.sleep(0.05)
+
+    def log_tail(self, lines: int = 3) -> str:
+        try:
+            return " | ".join(self.log_path.read_text().splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        """SIGTERM our PID, SIGKILL if it does not go; idempotent."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=STOP_TIMEOUT_S)
+
+
+_seeds = itertools.count(1)
+
+
+def run_transfer(src: AgentProxy, dst: AgentProxy, nbytes: int, timeout: float) -> dict:
+    """Register on dst, write from src, verify on dst byte for byte, deregister.
+
+    Receiver-side counters (trims, NACKs sent) are deltas of dst's totals around the write, so
+    with concurrent flows into the same receiver they include the others' packets.
+    """
+    seed = next(_seeds)
+    result: dict[str, Any] = {"src": src.host, "dst": dst.host, "bytes": nbytes, "ok": False}
+    region = dst.call("register", size=nbytes)
+    try:
+        before = dst.call("stats")["endpoint"]
+        result["start"] = time.monotonic()
+        try:
+            write = src.call("write", wait=timeout + CALL_SLACK_S, peer=dst.host,
+                             bytes=nbytes, va=region["va"], rkey=region["rkey"], seed=seed,
+                             timeout=timeout)
+        except AgentError as exc:
+            result["error"] = str(exc)
+            return result
+        finally:
+            result["end"] = time.monotonic()
+        check = dst.call("verify", rkey=region["rkey"], length=nbytes, seed=seed)
+        after = dst.call("stats")["endpoint"]
+    finally:
+        dst.call("deregister", rkey=region["rkey"])
+    duration = write["duration_s"]
+    result.update(
+        ok=bool(check["match"]), verified=bool(check["match"]),
+        first_mismatch=check["first_mismatch"], duration_s=duration,
+        goodput_bps=nbytes * 8 / duration, tx_data_packets=write["tx_data_packets"],
+        retransmits=write["retransmits"], timeouts=write["timeouts"],
+        nacks=write["nacks_received"],
+        **{("trims" if k == "trims_received" else k): after[k] - before[k]
+           for k in RECEIVER_STATS})
+    if not result["ok"]:
+        result["error"] = f"receiver found a mismatch at byte {check['first_mismatch']}"
+    return result
+
+
+class TransferHandle:
+    """A transfer running in a thread; wait() returns run_transfer's dict (or raises its error)."""
+
+    def __init__(self, src: AgentProxy, dst: AgentProxy, nbytes: int, timeout: float) -> None:
+        self.src, self.dst = src.host, dst.host
+        self.timeout = timeout
+        self._result: dict | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(src, dst, nbytes, timeout),
+                                        name=f"transfer-h{src.host}-h{dst.host}", daemon=True)
+        self._thread.start()
+
+    def _run(self, src: AgentProxy, dst: AgentProxy, nbytes: int, timeout: float) -> None:
+        try:
+            self._result = run_transfer(src, dst, nbytes, timeout)
+        except BaseException as exc:  # handed to wait(): a failing transfer must be seen
+            self._error = exc
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> dict:
+        self._thread.join(self.timeout + 2 * CALL_SLACK_S if timeout is None else timeout)
+        if self._thread.is_alive():
+            raise AgentError(f"transfer h{self.src} -> h{self.dst} still running")
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result

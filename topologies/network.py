@@ -1,0 +1,372 @@
+"""A running emulated MRC fabric: Mininet nodes, programmed switches, one host agent per host.
+
+    with MrcNetwork(NetworkConfig()) as net:
+        net.start()
+        print(net.transfer(0, 3, 1_000_000))
+
+Contract: /work/briefs/network-api.md. Beyond it (additive, documented here):
+- NetworkConfig.single_path: agents start in single-path mode (the `--baseline` fabric).
+  transfer(single_path=True) on a network whose agents run MRC restarts the two agents involved
+  in single-path mode (and back again for an MRC transfer); it refuses while either agent has a
+  transfer running. A host agent runs one mode at a time because EndpointConfig is per endpoint.
+- NetworkConfig.base_rtt defaults to None = derived from the port rate (base_rtt_for).
+- link_down/link_up always inform controller.convergence: only baseline LPM/ECMP routes change
+  (MRC tables are static), so MRC traffic is unaffected while single-path traffic sees a
+  conventional network's hold-timer repair.
+- link_log (monotonic times of link and NIC events), agent_pid(host), switch_pid(name).
+
+Rates: software switches are slow, so each egress port is rate limited (set_queue_rate) well
+below what a switch process can forward on this 2-core machine: the emulated links, not the
+CPU, are the bottleneck and queues build where the model says they would. DEFAULT_PORT_RATE_PPS
+was chosen by measurement (README "Mininet demo").
+
+Cleanup: stop() stops agents and switch processes by their PIDs, then net.stop() deletes every
+veth and ends every host shell (and with it the host's namespace). No name-based killing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mininet.net import Mininet
+from mininet.node import Host
+
+from controller.convergence import DEFAULT_DELAY, Convergence
+from controller.install import Controller
+from controller.tables import (
+    DEFAULT_ECN_THRESHOLD,
+    DEFAULT_TRIM_THRESHOLD,
+    PortThresholds,
+    check_links,
+    link_key,
+)
+from controller.topology import Fabric, TopologyError
+from topologies.agents import AgentError, AgentProcess, AgentProxy, TransferHandle
+from topologies.targets import resolve, switch_class
+
+DEFAULT_PORT_RATE_PPS = 500
+DEFAULT_QUEUE_DEPTH = 64  # BMv2's default; above the trim threshold so data is trimmed first
+AGENT_OVERHEAD_S = 0.005  # two Python agents' processing and scheduling per round trip
+RTT_HOPS = 6  # rate-limited egress ports a data packet and its SACK cross (T0, T1, T0 twice)
+
+
+class NetworkError(RuntimeError):
+    """The fabric could not be built, programmed or driven; the message says what failed."""
+
+
+def base_rtt_for(port_rate_pps: int | None) -> float:
+    """Unloaded RTT across spines: one packet time per rate-limited hop, plus the agents."""
+    serialization = RTT_HOPS / port_rate_pps if port_rate_pps else 0.0
+    return serialization + AGENT_OVERHEAD_S
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    fabric: Fabric = field(default_factory=Fabric)
+    target: str = "auto"
+    port_rate_pps: int | None = DEFAULT_PORT_RATE_PPS  # None: unlimited (CPU-bound)
+    queue_depth: int = DEFAULT_QUEUE_DEPTH
+    ecn_threshold: int = DEFAULT_ECN_THRESHOLD
+    trim_threshold: int = DEFAULT_TRIM_THRESHOLD
+    convergence_delay: float = DEFAULT_DELAY
+    base_rtt: float | None = None  # None: base_rtt_for(port_rate_pps)
+    agents: bool = True
+    keep_ipv6: bool = False
+    single_path: bool = False
+
+    def __post_init__(self) -> None:
+        if self.port_rate_pps is not None and self.port_rate_pps < 1:
+            raise NetworkError(f"port_rate_pps must be >= 1 packet/s or None, "
+                               f"got {self.port_rate_pps}")
+        if self.queue_depth <= self.trim_threshold:
+            raise NetworkError(f"queue_depth ({self.queue_depth}) must exceed the trim threshold "
+                               f"({self.trim_threshold}), or data is tail-dropped, not trimmed")
+        if self.base_rtt is not None and self.base_rtt <= 0:
+            raise NetworkError(f"base_rtt must be a positive number of seconds, got "
+                               f"{self.base_rtt}")
+        PortThresholds(self.ecn_threshold, self.trim_threshold)  # raises TopologyError
+
+    @property
+    def effective_base_rtt(self) -> float:
+        return self.base_rtt if self.base_rtt is not None else base_rtt_for(self.port_rate_pps)
+
+
+class MrcNetwork:
+    def __init__(self, config: NetworkConfig, *, workdir: Path | None = None, log=print) -> None:
+        self.config = config
+        self.fabric = config.fabric
+        self.log = log
+        self.target = resolve(config.target)
+        self._own_workdir = workdir is None
+        self.workdir = Path(tempfile.mkdtemp(prefix="mrc-net-")) if workdir is None else workdir
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.thresholds = PortThresholds(config.ecn_threshold, config.trim_threshold)
+        self.net: Mininet | None = None
+        self.controller: Controller | None = None
+        self.convergence: Convergence | None = None
+        self.agents: dict[int, AgentProcess] = {}
+        self.link_log: list[dict[str, Any]] = []
+        self.timings: dict[str, float] = {}
+        self._handles: list[TransferHandle] = []
+        self._stopped = False
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> MrcNetwork:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Build, program and start everything; on any failure clean up and re-raise."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
+        t0 = time.monotonic()
+        self._build()
+        t1 = time.monotonic()
+        self.controller = Controller(self.fabric, self.target, thresholds=self.thresholds)
+        failed = [r for r in self.controller.install_all() if not r.ok]
+        if failed:
+            raise NetworkError("switch programming failed: "
+                               + "; ".join(r.error for r in failed[:4]))
+        self.convergence = Convergence(self.fabric, self.controller,
+                                       self.config.convergence_delay,
+                                       thresholds=self.thresholds)
+        for sw in self.fabric.switches:
+            self._set_queues(sw.name)
+        t2 = time.monotonic()
+        if self.config.keep_ipv6:
+            for h in range(self.fabric.hosts):
+                self._configure_kernel_ipv6(h)
+        if self.config.agents:
+            for h in range(self.fabric.hosts):
+                self._start_agent(h, self.config.single_path, wait=False)
+            for agent in self.agents.values():
+                agent.wait_ready()
+        t3 = time.monotonic()
+        self.timings = {"mininet_s": t1 - t0, "program_s": t2 - t1, "agents_s": t3 - t2,
+                        "total_s": t3 - t0}
+        self.log(f"fabric up in {t3 - t0:.1f} s: {len(self.fabric.switches)} {self.target} "
+                 f"switches, {self.fabric.hosts} hosts, {self.fabric.planes} planes "
+                 f"(Mininet {t1 - t0:.1f} s, programming {t2 - t1:.1f} s, "
+                 f"agents {t3 - t2:.1f} s)")
+
+    def _build(self) -> None:
+        cls = switch_class(self.target)
+        self.net = Mininet(topo=None, controller=None, build=False, autoSetMacs=False,
+                           autoStaticArp=False, waitConnected=False)
+        for sw in self.fabric.switches:
+            self.net.addSwitch(sw.name, cls=cls, device_id=sw.device_id,
+                               log_path=str(self.workdir / f"{sw.name}.log"))
+        for h in range(self.fabric.hosts):
+            self.net.addHost(self.fabric.host_name(h), cls=Host, ip=None)
+        for lk in self.fabric.links:
+            self.net.addLink(lk.a, lk.b, port1=lk.a_port, port2=lk.b_port,
+                             addr1=self._mac(lk.a, lk.a_port), addr2=self._mac(lk.b, lk.b_port))
+        self.net.build()
+        for sw in self.fabric.switches:  # the root namespace's kernel must not answer frames
+            for intf in self.net[sw.name].intfList():
+                if intf.name != "lo":
+                    _sysctl(f"/proc/sys/net/ipv6/conf/{intf.name}/disable_ipv6", "1")
+        self.net.start()
+
+    def _mac(self, node: str, port: int) -> str:
+        if node in self.fabric.by_name:
+            return self.fabric.by_name[node].mac
+        return self.fabric.nic(int(node[1:]), port).mac
+
+    def _set_queues(self, name: str) -> None:
+        node = self.net[name]  # type: ignore[index]
+        if self.config.port_rate_pps is not None:
+            node.set_queue_rate(self.config.port_rate_pps)
+        node.set_queue_depth(self.config.queue_depth)
+
+    def _configure_kernel_ipv6(self, host: int) -> None:
+        """NIC addresses and a static route/neighbour per plane (switches do not answer ND)."""
+        node = self.net[self.fabric.host_name(host)]  # type: ignore[index]
+        for p in range(self.fabric.planes):
+            nic = self.fabric.nic(host, p)
+            t0 = self.fabric.t0(p, nic.t0)
+            for cmd in (f"sysctl -qw net.ipv6.conf.{nic.ifname}.accept_dad=0",
+                        f"sysctl -qw net.ipv6.conf.{nic.ifname}.disable_ipv6=0",
+                        f"ip -6 addr add {nic.address}/128 dev {nic.ifname} nodad",
+                        f"ip -6 neigh replace fe80::1 lladdr {t0.mac} dev {nic.ifname} "
+                        "nud permanent",
+                        f"ip -6 route add fd00:0:{p:x}::/48 via fe80::1 dev {nic.ifname} onlink"):
+                out = node.cmd(cmd + " && echo OK").strip()
+                if not out.endswith("OK"):
+                    raise NetworkError(f"h{host}: `{cmd}` failed: {out}")
+
+    def _start_agent(self, host: int, single_path: bool, wait: bool = True) -> None:
+        agent = AgentProcess(self.net[self.fabric.host_name(host)], host,  # type: ignore[index]
+                             self.fabric, self.workdir, base_rtt=self.config.effective_base_rtt,
+                             keep_ipv6=self.config.keep_ipv6, single_path=single_path)
+        self.agents[host] = agent
+        agent.start()
+        if wait:
+            agent.wait_ready()
+
+    def stop(self) -> None:
+        """Idempotent; every step runs even if an earlier one failed."""
+        if self._stopped:
+            return
+        self._stopped = True
+        errors: list[str] = []
+        if self.convergence is not None:
+            self.convergence.scheduler.cancel()  # type: ignore[attr-defined]
+        for agent in self.agents.values():
+            try:
+                agent.stop()
+            except OSError as exc:
+                errors.append(f"h{agent.host}: {exc}")
+        if self.controller is not None:
+            self.controller.close()
+        if self.net is not None:
+            self.net.stop()  # switch processes by PID (node.stop), veths, host shells
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        if errors:
+            self.log("stop: " + "; ".join(errors))
+
+    # ---- access ------------------------------------------------------------------------------
+
+    def host(self, i: int):
+        return self._need_net()[self.fabric.host_name(i)]
+
+    def agent(self, i: int) -> AgentProxy:
+        if i not in self.agents:
+            raise NetworkError(f"no agent on h{i}: hosts are 0..{self.fabric.hosts - 1} and "
+                               "agents run only with NetworkConfig(agents=True)")
+        return self.agents[i].proxy
+
+    def agent_pid(self, i: int) -> int | None:
+        proc = self.agents[i].proc if i in self.agents else None
+        return proc.pid if proc is not None else None
+
+    def switch_pid(self, name: str) -> int | None:
+        node = self._need_net()[name]
+        return node.proc.pid if node.proc is not None else None
+
+    def _need_net(self) -> Mininet:
+        if self.net is None or self._stopped:
+            raise NetworkError("the network is not running: call start() first")
+        return self.net
+
+    # ---- transfers ---------------------------------------------------------------------------
+
+    def transfer(self, src: int, dst: int, nbytes: int, *, single_path: bool = False,
+                 timeout: float = 120.0) -> dict:
+        return self.start_transfer(src, dst, nbytes, single_path=single_path,
+                                   timeout=timeout).wait()
+
+    def start_transfer(self, src: int, dst: int, nbytes: int, *, single_path: bool = False,
+                       timeout: float = 120.0) -> TransferHandle:
+        if src == dst:
+            raise NetworkError(f"source and destination are both h{src}: pick two hosts")
+        if nbytes < 1:
+            raise NetworkError(f"transfer size must be at least 1 byte, got {nbytes}")
+        for h in (src, dst):
+            self.agent(h)
+            if self.agents[h].single_path != single_path:
+                self._switch_mode(h, single_path)
+        handle = TransferHandle(self.agent(src), self.agent(dst), nbytes, timeout)
+        handle.single_path = single_path  # type: ignore[attr-defined]
+        self._handles.append(handle)
+        return handle
+
+    def _switch_mode(self, host: int, single_path: bool) -> None:
+        self._handles = [h for h in self._handles if not h.done()]
+        if any(host in (h.src, h.dst) for h in self._handles):
+            raise NetworkError(f"h{host}'s agent runs {'MRC' if single_path else 'single-path'}"
+                               " transfers right now; wait for them before switching its mode")
+        self.agents[host].stop()
+        self._start_agent(host, single_path)
+
+    # ---- failures ----------------------------------------------------------------------------
+
+    def _link(self, a: str, b: str):
+        (key,) = check_links(self.fabric, [link_key(a, b)])
+        net = self._need_net()
+        links = net.linksBetween(net[a], net[b])
+        if len(links) != 1:
+            raise NetworkError(f"expected one Mininet link {a} - {b}, found {len(links)}")
+        return key, links[0]
+
+    def _set_link(self, a: str, b: str, up: bool) -> None:
+        _key, link = self._link(a, b)
+        state = "up" if up else "down"
+        for intf in (link.intf1, link.intf2):
+            out = intf.ifconfig(state)
+            if out.strip():
+                raise NetworkError(f"{intf.name} {state}: {out.strip()}")
+        self.link_log.append({"time": time.monotonic(), "event": state, "a": a, "b": b})
+        assert self.convergence is not None
+        (self.convergence.link_up if up else self.convergence.link_down)(a, b)
+
+    def link_down(self, a: str, b: str) -> None:
+        self._set_link(a, b, up=False)
+
+    def link_up(self, a: str, b: str) -> None:
+        self._set_link(a, b, up=True)
+
+    def _nic_link(self, host: int, plane: int) -> tuple[str, str]:
+        try:
+            nic = self.fabric.nic(host, plane)
+        except TopologyError as exc:
+            raise NetworkError(str(exc)) from None
+        return self.fabric.host_name(host), self.fabric.t0(plane, nic.t0).name
+
+    def nic_down(self, host: int, plane: int) -> None:
+        self._set_link(*self._nic_link(host, plane), up=False)
+
+    def nic_up(self, host: int, plane: int) -> None:
+        self._set_link(*self._nic_link(host, plane), up=True)
+
+    def reboot_switch(self, name: str) -> float:
+        """Kill the switch process (by PID), restart it, reinstall its tables; returns seconds."""
+        if name not in self.fabric.by_name:
+            raise NetworkError(f"no switch {name!r}: names look like "
+                               f"{self.fabric.switches[0].name}")
+        node = self._need_net()[name]
+        start = time.monotonic()
+        node.stop(deleteIntfs=False)
+        self.link_log.append({"time": start, "event": "reboot", "a": name, "b": ""})
+        node.start([])
+        assert self.controller is not None
+        result = self.controller.install(name)
+        if not result.ok:
+            raise NetworkError(f"reinstalling {name} failed: {result.error}")
+        self._set_queues(name)
+        seconds = time.monotonic() - start
+        self.link_log.append({"time": time.monotonic(), "event": "rebooted", "a": name, "b": ""})
+        return seconds
+
+    # ---- observation -------------------------------------------------------------------------
+
+    def stats(self, host: int, per_ev: bool = False) -> dict:
+        return self.agent(host).call("stats", per_ev=per_ev or None)
+
+    def events(self, host: int, since: int = 0) -> list:
+        return self.agent(host).call("events", since=since)["events"]
+
+
+def _sysctl(path: str, value: str) -> None:
+    try:
+        with open(path, "w", encoding="ascii") as f:
+            f.write(value)
+    except OSError as exc:
+        raise NetworkError(f"cannot write {value} to {path}: {exc}") from exc
+
+
+__all__ = ["AgentError", "MrcNetwork", "NetworkConfig", "NetworkError", "base_rtt_for"]
