@@ -20,12 +20,18 @@ below what a switch process can forward on this 2-core machine: the emulated lin
 CPU, are the bottleneck and queues build where the model says they would. DEFAULT_PORT_RATE_PPS
 was chosen by measurement (README "Mininet demo").
 
+One fabric per machine: switch-side interface names and the switches' loopback ports are
+global, so start() takes an exclusive lock (FABRIC_LOCK, flock) and waits up to
+NetworkConfig.lock_timeout for another running fabric to stop; stop() releases it.
+
 Cleanup: stop() stops agents and switch processes by their PIDs, then net.stop() deletes every
 veth and ends every host shell (and with it the host's namespace). No name-based killing.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
 import tempfile
 import time
@@ -46,12 +52,14 @@ from controller.tables import (
     link_key,
 )
 from controller.topology import Fabric, TopologyError
+from softswitch.cli import ControlError, request
 from topologies.agents import AgentError, AgentProcess, AgentProxy, TransferHandle
 from topologies.targets import resolve, switch_class
 
 DEFAULT_PORT_RATE_PPS = 500
 DEFAULT_QUEUE_DEPTH = 64  # BMv2's default; above the trim threshold so data is trimmed first
 AGENT_OVERHEAD_S = 0.005  # two Python agents' processing and scheduling per round trip
+FABRIC_LOCK = Path(tempfile.gettempdir()) / "mrc-testbed-fabric.lock"
 RTT_HOPS = 6  # rate-limited egress ports a data packet and its SACK cross (T0, T1, T0 twice)
 
 
@@ -78,6 +86,7 @@ class NetworkConfig:
     agents: bool = True
     keep_ipv6: bool = False
     single_path: bool = False
+    lock_timeout: float = 600.0  # seconds to wait for another fabric on this machine to stop
 
     def __post_init__(self) -> None:
         if self.port_rate_pps is not None and self.port_rate_pps < 1:
@@ -114,6 +123,7 @@ class MrcNetwork:
         self.timings: dict[str, float] = {}
         self._handles: list[TransferHandle] = []
         self._stopped = False
+        self._lock_fd: int | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -127,11 +137,34 @@ class MrcNetwork:
         """Build, program and start everything; on any failure clean up and re-raise."""
         try:
             self._start()
-        except BaseException:
+        except (NetworkError, AgentError, KeyboardInterrupt):
             self.stop()
             raise
+        except Exception as exc:  # Mininet raises bare Exception (e.g. an interface exists)
+            self.stop()
+            raise NetworkError(f"building the fabric failed: {exc}") from exc
+
+    def _acquire_lock(self) -> None:
+        fd = os.open(FABRIC_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        self._lock_fd = fd
+        deadline = time.monotonic() + self.config.lock_timeout
+        waited = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise NetworkError(f"another fabric still runs on this machine after "
+                                       f"{self.config.lock_timeout:.0f} s (lock {FABRIC_LOCK})"
+                                       ) from None
+                if not waited:
+                    self.log("waiting for another fabric on this machine to stop")
+                    waited = True
+                time.sleep(0.5)
 
     def _start(self) -> None:
+        self._acquire_lock()
         t0 = time.monotonic()
         self._build()
         t1 = time.monotonic()
@@ -236,6 +269,9 @@ class MrcNetwork:
             self.net.stop()  # switch processes by PID (node.stop), veths, host shells
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
         if errors:
             self.log("stop: " + "; ".join(errors))
 
@@ -356,6 +392,18 @@ class MrcNetwork:
 
     def stats(self, host: int, per_ev: bool = False) -> dict:
         return self.agent(host).call("stats", per_ev=per_ev or None)
+
+    def port_sent(self, name: str) -> dict[int, int]:
+        """Packets each egress port of a software switch has sent (all priorities)."""
+        node = self._need_net()[name]
+        if self.target != "soft":
+            raise NetworkError("per-port counters are read from software switches only")
+        try:
+            reply = request(node.thrift_port, {"cmd": "queues"})
+        except (ControlError, OSError) as exc:
+            raise NetworkError(f"{name}: {exc}") from exc
+        return {int(port): sum(int(f["sent"]) for f in fifos)
+                for port, fifos in reply["queues"].items()}
 
     def events(self, host: int, since: int = 0) -> list:
         return self.agent(host).call("events", since=since)["events"]

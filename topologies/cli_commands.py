@@ -1,0 +1,89 @@
+"""Mininet CLI with MRC experiment commands (opened by two_tier.py after the demo).
+
+    mrc_write SRC DST BYTES [single]   verified RDMA write between hosts (indices or h0-style)
+    mrc_link down|up A B               take a cable down/up (e.g. p0l0 p0s1)
+    mrc_reboot SWITCH                  kill a switch process, restart it, reinstall its tables
+    mrc_nic down|up HOST PLANE         take a host NIC (one plane) down/up
+    mrc_stats [HOST]                   agent counters (all hosts when HOST is omitted)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from mininet.cli import CLI
+
+from host_agent.cli import format_stats
+from topologies.agents import AgentError
+from topologies.network import MrcNetwork, NetworkError
+
+USAGE = __doc__.split("\n\n", 1)[1]
+
+
+class MrcCLI(CLI):
+    prompt = "mrc> "
+
+    def __init__(self, mrc: MrcNetwork, **kwargs) -> None:
+        self.mrc = mrc  # set before CLI.__init__, which runs the command loop
+        super().__init__(mrc.net, **kwargs)
+
+    def _run(self, line: str, usage: str, fn) -> None:
+        try:
+            fn(line.split())
+        except (ValueError, IndexError, KeyError):
+            print(f"usage: {usage}", file=sys.stderr)
+        except (NetworkError, AgentError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+
+    def _host(self, word: str) -> int:
+        return int(word[1:] if word.startswith("h") else word)
+
+    def do_mrc_write(self, line: str) -> None:
+        """mrc_write SRC DST BYTES [single]: RDMA write, verified byte for byte."""
+        def run(w: list[str]) -> None:
+            r = self.mrc.transfer(self._host(w[0]), self._host(w[1]), int(w[2]),
+                                  single_path=len(w) > 3 and w[3] == "single")
+            if not r["ok"]:
+                print(f"FAILED: {r.get('error')}")
+                return
+            print(f"{r['bytes']} bytes h{r['src']} -> h{r['dst']} verified in "
+                  f"{r['duration_s']:.3f} s: {r['goodput_bps'] / 1e6:.2f} Mbit/s; retransmits "
+                  f"{r['retransmits']}, timeouts {r['timeouts']}, NACKs {r['nacks']}, "
+                  f"trims {r['trims']}")
+        self._run(line, "mrc_write SRC DST BYTES [single]", run)
+
+    def do_mrc_link(self, line: str) -> None:
+        """mrc_link down|up A B: take the cable between nodes A and B down or up."""
+        def run(w: list[str]) -> None:
+            {"down": self.mrc.link_down, "up": self.mrc.link_up}[w[0].lower()](w[1], w[2])
+            print(f"link {w[1]} - {w[2]} {w[0].lower()}")
+        self._run(line, "mrc_link down|up A B", run)
+
+    def do_mrc_nic(self, line: str) -> None:
+        """mrc_nic down|up HOST PLANE: take one host NIC down or up."""
+        def run(w: list[str]) -> None:
+            fn = {"down": self.mrc.nic_down, "up": self.mrc.nic_up}[w[0].lower()]
+            fn(self._host(w[1]), int(w[2]))
+            print(f"h{self._host(w[1])} plane {w[2]} NIC {w[0].lower()}")
+        self._run(line, "mrc_nic down|up HOST PLANE", run)
+
+    def do_mrc_reboot(self, line: str) -> None:
+        """mrc_reboot SWITCH: kill and restart a switch; the controller reinstalls it."""
+        def run(w: list[str]) -> None:
+            print(f"{w[0]} rebooted and reprogrammed in {self.mrc.reboot_switch(w[0]):.2f} s")
+        self._run(line, "mrc_reboot SWITCH", run)
+
+    def do_mrc_stats(self, line: str) -> None:
+        """mrc_stats [HOST] [json]: agent counters, per plane and per EV state."""
+        def run(w: list[str]) -> None:
+            hosts = [self._host(w[0])] if w and w[0] != "json" else sorted(self.mrc.agents)
+            for h in hosts:
+                stats = self.mrc.stats(h)
+                print(f"--- h{h}")
+                print(json.dumps(stats) if "json" in w else format_stats(stats))
+        self._run(line, "mrc_stats [HOST] [json]", run)
+
+    def do_mrc_help(self, _line: str) -> None:
+        """mrc_help: the MRC commands."""
+        print(USAGE)

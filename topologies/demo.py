@@ -1,0 +1,205 @@
+"""The two_tier.py demo: a transfer across spines while one T0-T1 link fails and recovers.
+
+Time to bypass = from the link going down until the sender hands the NIC its last data packet
+on a route through the failed link (per-route last transmission times from the sender agent's
+driver, read just before the link comes back). A route whose last packet left before the link
+went down counts as 0. RTTs are in units of the measured unloaded RTT (a one-packet write).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from controller.topology import Fabric
+from topologies.network import MrcNetwork
+
+MTU = 1024  # payload bytes per data packet (docs/wire-format.md §6)
+RTT_SAMPLES = 5
+
+
+def flow_capacity_bps(fabric: Fabric, rate_pps: int | None, single_path: bool) -> float | None:
+    """One flow's bottleneck: the destination's host-facing port on each plane it uses."""
+    if rate_pps is None:
+        return None
+    return (1 if single_path else fabric.planes) * rate_pps * MTU * 8
+
+
+def measure_rtt(net: MrcNetwork, src: int, dst: int, single_path: bool) -> float:
+    """Minimum duration of one-packet writes: one data packet and its SACK."""
+    return min(net.transfer(src, dst, 64, single_path=single_path)["duration_s"]
+               for _ in range(RTT_SAMPLES))
+
+
+def routes_through(net: MrcNetwork, src: int, dst: int, a: str, b: str,
+                   single_path: bool) -> set[str]:
+    """Sender routes (outer DAs) whose source route crosses cable a-b."""
+    if single_path:  # LPM-routed: the route is the destination NIC address on plane 0
+        return {str(net.fabric.nic(dst, 0).address)}
+    out = set()
+    for path in net.fabric.all_paths(src, dst):
+        hops = (net.fabric.host_name(src), *path.hops, net.fabric.host_name(dst))
+        if any({hops[i], hops[i + 1]} == {a, b} for i in range(len(hops) - 1)):
+            out.add(str(path.address))
+    return out
+
+
+def pick_failed_link(net: MrcNetwork, src: int, dst: int, single_path: bool) -> tuple[str, str]:
+    """MRC: plane 0, source T0 to spine 0. Single path: the uplink the flow was hashed onto."""
+    t0 = net.fabric.t0(0, net.fabric.nic(src, 0).t0)
+    if single_path and net.target == "soft":
+        sent = net.port_sent(t0.name)
+        uplinks = {net.fabric.uplink_port(j): j for j in range(net.fabric.t1_per_plane)}
+        busiest = max(uplinks, key=lambda port: sent.get(port, 0))
+        return t0.name, net.fabric.t1(0, uplinks[busiest]).name
+    return t0.name, net.fabric.t1(0, 0).name
+
+
+def _delta(after: dict, before: dict, key: str) -> int:
+    return int(after[key]) - int(before[key])
+
+
+def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
+             seconds: float = 6.0, single_path: bool = False, log=print) -> dict[str, Any]:
+    fabric = net.fabric
+    src, dst = 0, fabric.hosts - 1  # first and last host: different T0s when t0 > 1
+    rate = net.config.port_rate_pps
+    capacity = flow_capacity_bps(fabric, rate, single_path)
+    nbytes = int(seconds * capacity / 8) if capacity else 20_000_000
+    rtt = measure_rtt(net, src, dst, single_path)
+    log(f"unloaded RTT h{src} -> h{dst}: {rtt * 1e3:.1f} ms; sending {nbytes} bytes")
+    before = {h: net.stats(h) for h in (src, dst)}
+    handle = net.start_transfer(src, dst, nbytes, single_path=single_path)
+    started = time.monotonic()
+    failure: dict[str, Any] = {}
+    if fabric.t0_per_plane > 1 and not handle.done():
+        time.sleep(fail_at)
+        a, b = pick_failed_link(net, src, dst, single_path)
+        net.link_down(a, b)
+        t_down = time.monotonic()
+        log(f"+{t_down - started:.2f} s: link {a} - {b} DOWN")
+        _sleep_unless_done(handle, down_for)
+        routes = routes_through(net, src, dst, a, b, single_path)
+        per_route = net.stats(src)["per_route"]
+        last = max((per_route[r]["last_data_tx"] for r in routes if r in per_route), default=0.0)
+        bypass = max(0.0, last - t_down)
+        net.link_up(a, b)
+        log(f"+{time.monotonic() - started:.2f} s: link {a} - {b} UP")
+        failure = {"link": [a, b], "down_at_s": t_down - started,
+                   "up_at_s": time.monotonic() - started, "routes_through_link": len(routes),
+                   "bypass_s": bypass, "bypass_rtts": bypass / rtt}
+    result = handle.wait()
+    after = {h: net.stats(h) for h in (src, dst)}
+    if failure:  # let probes reinstate the retired EVs before counting them
+        failure["reinstated_after_up"] = _await_reinstated(net, src, before[src], after[src])
+        after[src] = net.stats(src)
+    return build_report(net, src, dst, result, before, after, failure, rtt, capacity,
+                        single_path)
+
+
+def _sleep_unless_done(handle, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not handle.done():
+        time.sleep(0.02)
+
+
+def _await_reinstated(net: MrcNetwork, src: int, before: dict, after: dict,
+                      timeout: float = 5.0) -> bool:
+    """Probes run in the background; wait until reinstated catches up with retired."""
+    end = time.monotonic() + timeout
+    while True:
+        ep = net.stats(src)["endpoint"]
+        if _delta(ep, before["endpoint"], "ev_reinstated") >= _delta(
+                ep, before["endpoint"], "ev_retired"):
+            return True
+        if time.monotonic() > end:
+            return False
+        threading.Event().wait(0.1)
+
+
+def build_report(net: MrcNetwork, src: int, dst: int, result: dict, before: dict, after: dict,
+                 failure: dict, rtt: float, capacity: float | None,
+                 single_path: bool) -> dict[str, Any]:
+    s0, s1 = before[src]["endpoint"], after[src]["endpoint"]
+    d0, d1 = before[dst]["endpoint"], after[dst]["endpoint"]
+    planes = {p: s1["per_plane"][p]["tx_packets"] - s0["per_plane"][p]["tx_packets"]
+              for p in s1["per_plane"]}
+    paths = []
+    r0, r1 = before[src]["per_route"], after[src]["per_route"]
+    for route, info in sorted(r1.items(), key=lambda kv: (kv[1]["plane"], kv[0])):
+        sent = info["tx_data_packets"] - r0.get(route, {}).get("tx_data_packets", 0)
+        if sent:
+            paths.append({"route": route, "plane": info["plane"], "data_packets": sent})
+    packets = {h: _delta(after[h]["endpoint"], before[h]["endpoint"], "tx_packets")
+               + _delta(after[h]["endpoint"], before[h]["endpoint"], "rx_packets")
+               for h in (src, dst)}
+    cpu = {h: after[h]["cpu_seconds"] - before[h]["cpu_seconds"] for h in (src, dst)}
+    return {
+        "fabric": {"planes": net.fabric.planes, "t0": net.fabric.t0_per_plane,
+                   "t1": net.fabric.t1_per_plane, "hosts": net.fabric.hosts,
+                   "target": net.target, "port_rate_pps": net.config.port_rate_pps,
+                   "queue_depth": net.config.queue_depth},
+        "mode": "single-path" if single_path else "mrc",
+        "bring_up_s": net.timings,
+        "transfer": {"src": src, "dst": dst, "bytes": result["bytes"], "ok": result["ok"],
+                     "verified": result.get("verified", False),
+                     "error": result.get("error", ""),
+                     "duration_s": result.get("duration_s"),
+                     "goodput_bps": result.get("goodput_bps"),
+                     "capacity_bps": capacity,
+                     "goodput_of_capacity": (result["goodput_bps"] / capacity
+                                             if capacity and result.get("goodput_bps") else None)},
+        "counters": {"retransmits": _delta(s1, s0, "retransmits"),
+                     "timeouts": _delta(s1, s0, "timeouts"),
+                     "nacks_received": _delta(s1, s0, "nacks_received"),
+                     "trims_received": _delta(d1, d0, "trims_received"),
+                     "ecn_marks_received": _delta(d1, d0, "ecn_marks_received"),
+                     "ev_retired": _delta(s1, s0, "ev_retired"),
+                     "ev_reinstated": _delta(s1, s0, "ev_reinstated"),
+                     "probes_sent": _delta(s1, s0, "probes_sent")},
+        "per_plane_tx_packets": planes,
+        "per_path": paths,
+        "failure": failure,
+        "rtt_s": rtt,
+        "base_rtt_config_s": net.config.effective_base_rtt,
+        "agent_cpu_per_1000_packets_s": {f"h{h}": 1000 * cpu[h] / packets[h]
+                                         for h in (src, dst) if packets[h]},
+    }
+
+
+def format_report(r: dict[str, Any]) -> str:
+    f, t, c = r["fabric"], r["transfer"], r["counters"]
+    rate = f"{f['port_rate_pps']} pps/port" if f["port_rate_pps"] else "unlimited ports"
+    lines = [f"MRC demo on {f['planes']} planes x {f['t0']} T0 x {f['t1']} T1, {f['hosts']} hosts,"
+             f" {f['target']} switches, {rate}, queue {f['queue_depth']} packets, "
+             f"mode {r['mode']}",
+             f"bring-up: {r['bring_up_s'].get('total_s', 0):.1f} s",
+             f"transfer h{t['src']} -> h{t['dst']}: {t['bytes']} bytes, "
+             + ("verified byte for byte" if t["verified"] else f"FAILED: {t['error']}")]
+    if t["duration_s"]:
+        line = f"  {t['duration_s']:.2f} s, goodput {t['goodput_bps'] / 1e6:.2f} Mbit/s"
+        if t["capacity_bps"]:
+            line += (f" of {t['capacity_bps'] / 1e6:.2f} Mbit/s capacity "
+                     f"({t['goodput_of_capacity']:.0%})")
+        lines.append(line)
+    lines.append(f"  unloaded RTT {r['rtt_s'] * 1e3:.1f} ms (agents' base RTT setting "
+                 f"{r['base_rtt_config_s'] * 1e3:.1f} ms)")
+    lines.append("  " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in c.items()))
+    lines.append("per-plane packets sent: " + ", ".join(
+        f"plane {p}: {n}" for p, n in sorted(r["per_plane_tx_packets"].items(),
+                                             key=lambda kv: int(kv[0]))))
+    lines.append("per-path data packets:")
+    lines += [f"  plane {p['plane']} {p['route']:<36} {p['data_packets']}" for p in r["per_path"]]
+    fl = r["failure"]
+    if fl:
+        lines.append(f"failure: {fl['link'][0]} - {fl['link'][1]} down at +{fl['down_at_s']:.2f} s,"
+                     f" up at +{fl['up_at_s']:.2f} s; {fl['routes_through_link']} routes crossed "
+                     "it")
+        lines.append(f"  time to bypass: {fl['bypass_s'] * 1e3:.1f} ms = "
+                     f"{fl['bypass_rtts']:.1f} RTTs; retired EVs all reinstated after recovery: "
+                     f"{'yes' if fl.get('reinstated_after_up') else 'no'}")
+    cpu = r["agent_cpu_per_1000_packets_s"]
+    lines.append("agent CPU per 1000 packets: " + ", ".join(f"{h} {v * 1e3:.1f} ms"
+                                                          for h, v in cpu.items()))
+    return "\n".join(lines)
