@@ -144,27 +144,8 @@ class MrcNetwork:
             self.stop()
             raise NetworkError(f"building the fabric failed: {exc}") from exc
 
-    def _acquire_lock(self) -> None:
-        fd = os.open(FABRIC_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
-        self._lock_fd = fd
-        deadline = time.monotonic() + self.config.lock_timeout
-        waited = False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise NetworkError(f"another fabric still runs on this machine after "
-                                       f"{self.config.lock_timeout:.0f} s (lock {FABRIC_LOCK})"
-                                       ) from None
-                if not waited:
-                    self.log("waiting for another fabric on this machine to stop")
-                    waited = True
-                time.sleep(0.5)
-
     def _start(self) -> None:
-        self._acquire_lock()
+        self._lock_fd = acquire_fabric_lock(self.config.lock_timeout, self.log)
         t0 = time.monotonic()
         self._build()
         t1 = time.monotonic()
@@ -409,6 +390,26 @@ class MrcNetwork:
         return self.agent(host).call("events", since=since)["events"]
 
 
+def acquire_fabric_lock(timeout: float, log=print) -> int:
+    """Block until no other fabric runs on this machine; close the returned fd to release."""
+    fd = os.open(FABRIC_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + timeout
+    waited = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise NetworkError(f"another fabric still runs on this machine after "
+                                   f"{timeout:.0f} s (lock {FABRIC_LOCK})") from None
+            if not waited:
+                log("waiting for another fabric on this machine to stop")
+                waited = True
+            time.sleep(0.5)
+
+
 def _sysctl(path: str, value: str) -> None:
     try:
         with open(path, "w", encoding="ascii") as f:
@@ -417,4 +418,5 @@ def _sysctl(path: str, value: str) -> None:
         raise NetworkError(f"cannot write {value} to {path}: {exc}") from exc
 
 
-__all__ = ["AgentError", "MrcNetwork", "NetworkConfig", "NetworkError", "base_rtt_for"]
+__all__ = ["AgentError", "MrcNetwork", "NetworkConfig", "NetworkError", "acquire_fabric_lock",
+           "base_rtt_for"]
