@@ -1,0 +1,89 @@
+"""Helpers for the Mininet end-to-end tests: skip reasons and leak snapshots.
+
+A snapshot is taken while holding the machine-wide fabric lock, so another fabric (e.g. a
+benchmark) cannot be running at that moment: two snapshots taken that way should be equal
+unless our own tests leaked something.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+import pytest
+
+
+def skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "end-to-end fabric tests need root (Mininet, namespaces, raw sockets)"
+    try:
+        import mininet.net  # noqa: F401
+    except ImportError:
+        return "Mininet is not importable (apt install mininet)"
+    if shutil.which("mnexec") is None:
+        return "mnexec not on PATH (apt install mininet)"
+    return None
+
+
+def require_fabric() -> None:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    links: frozenset[str]
+    netns: frozenset[str]
+    children: frozenset[int]
+
+    def leaks_since(self, before: Snapshot) -> list[str]:
+        out = []
+        if self.links - before.links:
+            out.append(f"interfaces {sorted(self.links - before.links)}")
+        if self.netns - before.netns:
+            out.append(f"namespaces {sorted(self.netns - before.netns)}")
+        if self.children - before.children:
+            out.append(f"processes {sorted(self.children - before.children)}")
+        return out
+
+
+def _lines(cmd: list[str]) -> list[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
+
+
+def descendants(root: int) -> set[int]:
+    """Every live process below `root` (from /proc, so no psutil)."""
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                stat = f.read()
+        except OSError:
+            continue  # exited while we looked
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] != "Z":
+            parent[int(entry)] = int(fields[1])
+    out: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier} - out
+        out |= frontier
+    return out
+
+
+def snapshot() -> Snapshot:
+    from topologies.network import acquire_fabric_lock
+
+    fd = acquire_fabric_lock(600.0, log=lambda *_: None)
+    try:
+        links = frozenset(line.split(":")[1].strip().split("@")[0]
+                          for line in _lines(["ip", "-o", "link"]))
+        netns = frozenset(line.split()[0] for line in _lines(["ip", "netns", "list"]) if line)
+        return Snapshot(links, netns, frozenset(descendants(os.getpid())))
+    finally:
+        os.close(fd)
