@@ -45,6 +45,7 @@ class Link:
     faults: Faults = field(default_factory=Faults)
     dead_routes: set = field(default_factory=set)  # (src, plane, spine)
     dead_planes: set = field(default_factory=set)  # (node, plane): that NIC port is down
+    route_delay: dict = field(default_factory=dict)  # route -> extra one-way delay (s), FIFO
     filter: object = None  # optional callable(src, TxPacket) -> bool: False drops it
 
 
@@ -101,7 +102,7 @@ class Harness:
         meta = RxMeta(src, tx.plane, tx.ev, dscp, ecn)
         copies = 2 if rng.random() < f.dup else 1
         for _ in range(copies):
-            delay = BASE_RTT / 2 + rng.random() * f.jitter
+            delay = BASE_RTT / 2 + rng.random() * f.jitter + link.route_delay.get(tx.route, 0.0)
             self._seq += 1
             heapq.heappush(self._queue, (self.now + delay, self._seq, dst, src, meta, payload))
 

@@ -2,24 +2,21 @@
 
 In-flight state is O(window): `_inflight` holds only packets on the wire (ordered by their latest
 transmission), `_retx` only packets waiting to be resent, `_sent` only writes whose last PSN is not
-yet acknowledged. Nothing is kept for acknowledged packets.
+yet acknowledged, `_untriggered` acknowledged packets whose own SACK has not arrived yet (bounded
+by the window). Loss detection is per path (recovery.LossDetector); the oldest in-flight packet
+also carries the RTO timer.
 
-Loss detection (RACK-like, in transmission order rather than PSN order so retransmissions are
-handled the same way as first transmissions): every transmission gets a sequence number; a packet
-is lost once (1) a packet transmitted `reorder_threshold` or more transmissions after it has been
-acknowledged (cumulatively or by the SACK bitmap) -- for first transmissions exactly "a PSN at
-least reorder_threshold higher was SACKed" -- and (2) it has been out for
-srtt + max(reorder_window, 2 rttvar).
-Condition (2) keeps per-packet spraying, which reorders a burst across paths of different delay,
-from declaring losses (and retiring EVs) spuriously; when (1) holds but (2) does not yet, a
-recheck timer is armed. The oldest in-flight packet also carries the RTO timer.
+RTT samples: each SACK yields one, from the transmission that triggered it (told apart from
+earlier transmissions of the same PSN by the echoed EV), even when an earlier SACK already
+acknowledged that PSN cumulatively or in its bitmap: dropping those late answers would keep
+mostly the fast paths' samples and bias srtt low. A SACK whose trigger cannot be timed falls
+back to the newest-sent unambiguous transmission it newly acknowledges (RACK).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from host_agent import wire
 from host_agent.core.cc import CongestionControl
@@ -27,44 +24,15 @@ from host_agent.core.config import EndpointConfig
 from host_agent.core.errors import RemoteProtocolError
 from host_agent.core.events import Event, WriteCompleted, WriteFailed
 from host_agent.core.evs import EvEntry, EvSet
+from host_agent.core.recovery import LossDetector, OutPkt, Write
 from host_agent.core.types import TxPacket
 
 MSN_MOD = 1 << 16
-_CHOOSE_TRIES = 3  # attempts to find a different EV for a retransmission
+_CHOOSE_TRIES = 4  # picks to find another path for a retransmission
 _REORDER_SCALE_MAX = 8  # reorder_window multiplier cap after spurious retransmissions
 _REORDER_DECAY_ACKS = 64  # clean acks between steps down of that multiplier
 _RTT_MAX_DECAY = 0.999  # per RTT sample: the remembered maximum halves in ~700 samples
 _RTO_MAX_MARGIN = 1.5  # RTO >= this x the remembered maximum RTT
-
-
-@dataclass
-class _Write:
-    wr_id: int
-    data: bytes
-    remote_va: int
-    rkey: int
-    imm: int | None
-    msn: int
-    next_offset: int = 0
-    started: bool = False
-    last_psn: int | None = None
-    failed_reason: int | None = None
-
-
-@dataclass
-class _OutPkt:
-    psn: int
-    write: _Write
-    offset: int
-    length: int
-    opcode: int
-    ev: int = 0
-    plane: int = 0
-    sent_time: float = 0.0
-    tx_seq: int = 0
-    tx_count: int = 0
-    prev_ev: int | None = None  # EV and send time of the transmission before the latest one
-    prev_sent_time: float = 0.0
 
 
 def _opcode(first: bool, last: bool, imm: bool) -> int:
@@ -102,13 +70,15 @@ class Sender:
         self.next_psn = initial_psn % wire.PSN_MOD
         self.snd_una = self.next_psn  # every PSN below this is acknowledged
         self._msn = 0
-        self._pending: deque[_Write] = deque()  # not yet fully segmented
-        self._sent: deque[_Write] = deque()  # fully segmented, last PSN not yet acknowledged
-        self._inflight: OrderedDict[int, _OutPkt] = OrderedDict()
-        self._retx: OrderedDict[int, _OutPkt] = OrderedDict()
+        self._pending: deque[Write] = deque()  # not yet fully segmented
+        self._sent: deque[Write] = deque()  # fully segmented, last PSN not yet acknowledged
+        self._inflight: OrderedDict[int, OutPkt] = OrderedDict()
+        self._retx: OrderedDict[int, OutPkt] = OrderedDict()
         self.inflight_bytes = 0
         self._tx_seq = 0
-        self._delivered_seq = -1  # highest transmission sequence number acknowledged
+        self._loss = LossDetector(config.reorder_threshold)
+        self._untriggered: OrderedDict[int, OutPkt] = OrderedDict()  # acked, own SACK not seen
+        self._newest_acked: OutPkt | None = None  # RACK sample candidate of the current SACK
         self.srtt: float | None = None
         self._rtt_max = 0.0
         self._rttvar = 0.0
@@ -122,7 +92,7 @@ class Sender:
     # ---- posting and transmitting ----------------------------------------------------------
 
     def post(self, wr_id: int, data: bytes, remote_va: int, rkey: int, imm: int | None) -> None:
-        self._pending.append(_Write(wr_id, bytes(data), remote_va, rkey, imm, self._msn))
+        self._pending.append(Write(wr_id, bytes(data), remote_va, rkey, imm, self._msn))
         self._msn = (self._msn + 1) % MSN_MOD
 
     @property
@@ -131,7 +101,8 @@ class Sender:
 
     def tracked_packets(self) -> int:
         """Packets the sender holds state for (memory-bound checks)."""
-        return len(self._inflight) + len(self._retx) + len(self._sent)
+        return (len(self._inflight) + len(self._retx) + len(self._sent) + len(self._untriggered)
+                + self._loss.tracked())
 
     def idle(self) -> bool:
         return not (self._pending or self._sent or self._inflight or self._retx)
@@ -146,7 +117,7 @@ class Sender:
             pkt = next(iter(self._retx.values()))
             if not self.cc.can_send(self.inflight_bytes, pkt.length):
                 return
-            entry = self._choose_other(now, pkt.ev)
+            entry = self._choose_other(now, pkt)
             if entry is None:
                 return
             del self._retx[pkt.psn]
@@ -161,7 +132,7 @@ class Sender:
                 return
             first = not w.started
             last = w.next_offset + length >= len(w.data)
-            pkt = _OutPkt(self.next_psn, w, w.next_offset, length,
+            pkt = OutPkt(self.next_psn, w, w.next_offset, length,
                           _opcode(first, last, w.imm is not None))
             w.started = True
             w.next_offset += length
@@ -171,25 +142,33 @@ class Sender:
             self.next_psn = wire.psn_add(self.next_psn, 1)
             out.append(self._transmit(pkt, entry, now))
 
-    def _choose_other(self, now: float, avoid: int) -> EvEntry | None:
-        entry = self._evs.choose(now)
+    def _choose_other(self, now: float, pkt: OutPkt) -> EvEntry | None:
+        """An EV for a retransmission: on another path than the lost transmission's if one
+        comes up within a few picks, else at least another EV."""
+        fallback: EvEntry | None = None
         for _ in range(_CHOOSE_TRIES):
-            if entry is None or entry.ev != avoid:
-                break
             entry = self._evs.choose(now)
-        return entry
+            if entry is None or entry.path != pkt.path:
+                return entry
+            if fallback is None and entry.ev != pkt.ev:
+                fallback = entry
+        return fallback or entry
 
-    def _transmit(self, pkt: _OutPkt, entry: EvEntry, now: float) -> TxPacket:
+    def _transmit(self, pkt: OutPkt, entry: EvEntry, now: float) -> TxPacket:
         retx = pkt.tx_count > 0
         if retx:
             pkt.prev_ev, pkt.prev_sent_time = pkt.ev, pkt.sent_time
+        if retx:
+            pkt.prev_path = pkt.path
         pkt.ev = entry.ev
-        pkt.plane = entry.path.plane
+        pkt.path = entry.path
         pkt.sent_time = now
         pkt.tx_seq = self._tx_seq
         self._tx_seq += 1
         pkt.tx_count += 1
+        pkt.in_flight = True
         self._inflight[pkt.psn] = pkt
+        self._loss.sent(pkt)
         self.inflight_bytes += pkt.length
         w = pkt.write
         imm = w.imm if pkt.opcode in wire.IMM_OPCODES else None
@@ -211,19 +190,22 @@ class Sender:
     # ---- acknowledgements --------------------------------------------------------------------
 
     def on_sack(self, sack: wire.SackExt, now: float) -> None:
-        acked = 0
         rtt: float | None = None
+        self._newest_acked = None
         if not sack.probe_resp:
-            rtt = self._rtt_of(wire.psn_add(sack.cack_psn, sack.ack_psn_offset), sack.entropy, now)
-        acked += self._cumulative(sack.cack_psn)
+            trigger = wire.psn_add(sack.cack_psn, sack.ack_psn_offset)
+            rtt = self._trigger_rtt(trigger, sack.entropy, now)
+        acked = self._cumulative(sack.cack_psn, now)
         base = wire.psn_add(sack.cack_psn, sack.sack_offset)
         bits = sack.sack_bitmap
         while bits:
             low = bits & -bits
-            acked += self._acknowledge(wire.psn_add(base, low.bit_length() - 1))
+            acked += self._acknowledge(wire.psn_add(base, low.bit_length() - 1), now)
             bits ^= low
         if sack.probe_resp:
             return
+        if rtt is None and self._newest_acked is not None:
+            rtt = now - self._newest_acked.sent_time
         ecn = sack.m != wire.M_NONE
         if rtt is not None:
             self._rtt_sample(rtt)
@@ -245,6 +227,7 @@ class Sender:
         reason = nack.reason
         pkt = self._inflight.pop(nack.nack_psn, None)
         if pkt is not None:
+            pkt.in_flight = False
             self.inflight_bytes -= pkt.length
         if reason in (wire.NACK_RKEY_VIOLATION, wire.NACK_BOUNDS_VIOLATION):
             # The receiver consumed the PSN without writing it: fail the write, never resend.
@@ -264,18 +247,21 @@ class Sender:
             self.cc.on_nack(now)
             self._retx[pkt.psn] = pkt
             self._retx.move_to_end(pkt.psn, last=False)  # resend before anything else
-        self._cumulative(nack.cack_psn)
+        self._cumulative(nack.cack_psn, now)
         self._complete_writes()
 
-    def _rtt_of(self, psn: int, ev: int, now: float) -> float | None:
-        """RTT of the transmission a SACK answers, told apart by the echoed EV (Karn's rule
-        without discarding resent packets, whose absence would bias srtt towards fast paths).
-        An answer to the transmission before a retransmission means that retransmission was
-        spurious: the reordering allowance grows."""
-        pkt = self._inflight.get(psn) or self._retx.get(psn)
+    def _trigger_rtt(self, psn: int, ev: int, now: float) -> float | None:
+        """RTT of the transmission whose arrival triggered a SACK, told apart by the echoed EV
+        (Karn's rule without discarding resent packets); it also counts as delivered for loss
+        detection on its path. An answer to the transmission before a retransmission means
+        that retransmission was spurious: the reordering allowance grows."""
+        pkt = self._inflight.get(psn) or self._retx.get(psn) or self._untriggered.pop(psn, None)
         if pkt is None or pkt.ev == pkt.prev_ev:
             return None
         if ev == pkt.ev:
+            if pkt.tx_count > 1:  # first transmissions count when acknowledged
+                assert pkt.path is not None
+                self._loss.delivered(pkt.path, pkt.tx_seq, now - pkt.sent_time, now)
             return now - pkt.sent_time
         if ev == pkt.prev_ev:
             self._stats["spurious_retransmits"] += 1
@@ -283,7 +269,7 @@ class Sender:
             return now - pkt.prev_sent_time
         return None
 
-    def _cumulative(self, cack: int) -> int:
+    def _cumulative(self, cack: int, now: float) -> int:
         advance = wire.psn_diff(cack, self.snd_una)
         if advance <= 0:
             return 0
@@ -291,18 +277,28 @@ class Sender:
             raise RemoteProtocolError(f"cumulative ack {cack} beyond next PSN {self.next_psn}")
         acked = 0
         for i in range(advance):
-            acked += self._acknowledge(wire.psn_add(self.snd_una, i))
+            acked += self._acknowledge(wire.psn_add(self.snd_una, i), now)
         self.snd_una = cack
         return acked
 
-    def _acknowledge(self, psn: int) -> int:
+    def _acknowledge(self, psn: int, now: float) -> int:
         pkt = self._inflight.pop(psn, None)
         if pkt is not None:
+            pkt.in_flight = False
             self.inflight_bytes -= pkt.length
-            self._delivered_seq = max(self._delivered_seq, pkt.tx_seq)
-            return pkt.length
-        pkt = self._retx.pop(psn, None)  # declared lost, yet it arrived
-        return pkt.length if pkt is not None else 0
+            if pkt.tx_count == 1:  # unambiguous: only one transmission could have arrived
+                assert pkt.path is not None
+                self._loss.delivered(pkt.path, pkt.tx_seq, now - pkt.sent_time, now)
+                if self._newest_acked is None or pkt.tx_seq > self._newest_acked.tx_seq:
+                    self._newest_acked = pkt
+        else:
+            pkt = self._retx.pop(psn, None)  # declared lost, yet it arrived
+        if pkt is None:
+            return 0
+        self._untriggered[psn] = pkt  # until its own SACK times it
+        if len(self._untriggered) > self._cfg.window:
+            self._untriggered.popitem(last=False)
+        return pkt.length
 
     def _complete_writes(self) -> None:
         while self._sent:
@@ -333,35 +329,17 @@ class Sender:
     # ---- loss ------------------------------------------------------------------------------
 
     def _detect_losses(self, now: float) -> None:
-        limit = self._delivered_seq - self._cfg.reorder_threshold
-        patience = self._reorder_patience()
-        self._recheck = None
-        lost = False
-        while self._inflight:
-            pkt = next(iter(self._inflight.values()))
-            if pkt.tx_seq > limit:
-                break
-            if now < pkt.sent_time + patience:
-                self._recheck = pkt.sent_time + patience
-                break
+        window = self._cfg.reorder_window * self._reorder_scale
+        lost, self._recheck = self._loss.detect(now, window, self._rto_now())
+        for pkt in lost:
             self._mark_lost(pkt)
             self._evs.on_loss(pkt.ev, now)
-            lost = True
         if lost:
             self.cc.on_loss(now)
 
-    def _reorder_patience(self) -> float:
-        """How long a packet may be out before reordering no longer explains its absence:
-        srtt plus the larger of 2 rttvar (paths of different queueing) and reorder_window
-        (scaled up after spurious retransmissions, back down as clean acks accumulate), and at
-        least the remembered maximum RTT sample."""
-        window = self._cfg.reorder_window * self._reorder_scale
-        if self.srtt is None:
-            return self.rto + window
-        return max(self.srtt + max(window, 2 * self._rttvar), self._rtt_max)
-
-    def _mark_lost(self, pkt: _OutPkt) -> None:
+    def _mark_lost(self, pkt: OutPkt) -> None:
         del self._inflight[pkt.psn]
+        pkt.in_flight = False
         self.inflight_bytes -= pkt.length
         self._retx[pkt.psn] = pkt
 
@@ -398,5 +376,5 @@ class Sender:
 
     def plane_down(self, plane: int) -> None:
         """Queue for resending what is in flight on a plane that just went away (no EV penalty)."""
-        for pkt in [p for p in self._inflight.values() if p.plane == plane]:
+        for pkt in [p for p in self._inflight.values() if p.path and p.path.plane == plane]:
             self._mark_lost(pkt)

@@ -1,0 +1,147 @@
+"""In-flight packet records and per-path loss detection for the sender.
+
+Why per path: a sprayed connection reorders packets across paths whose queueing delays differ
+by several base RTTs (one congested spine), so "a packet sent later was acknowledged" says
+nothing about loss unless both took the same route. A source route, however, is a FIFO: the
+fabric does not hash an SRv6 path and data frames of one route share one queue per hop.
+
+A packet P in flight on path X is declared lost when either rule holds:
+  A (RACK on X): a transmission sent on X after P was delivered, and P has been out longer
+    than that transmission's RTT + the reorder window (the window absorbs SACKs overtaking
+    each other on different reverse paths).
+  B (X went silent): a transmission sent `reorder_threshold` or more transmissions after P on
+    any path was delivered, P has been out longer than the largest recent RTT seen on X + the
+    reorder window (until X has an RTT sample: the caller's fallback, the RTO), and nothing
+    sent on X has been delivered for a reorder window. Rule B is what notices a dead path
+    within about two RTTs. A path whose queue is merely growing keeps delivering what was sent
+    on it before P, so the silence condition keeps rule B quiet there even when P's RTT
+    exceeds every earlier sample.
+Only transmissions whose delivery is unambiguous feed the rules: first transmissions, and a
+retransmitted packet's transmission named by the EV echoed in the SACK it triggered.
+
+Memory is O(packets in flight + packets sent behind the oldest in-flight packet of each path):
+each path keeps a queue of its transmissions in send order, and entries are dropped lazily
+once they reach the head and are no longer in flight.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from host_agent.core.types import PathInfo
+
+_RTT_MAX_DECAY = 0.999  # per sample on a path: its remembered maximum halves in ~700 samples
+
+
+@dataclass
+class Write:
+    wr_id: int
+    data: bytes
+    remote_va: int
+    rkey: int
+    imm: int | None
+    msn: int
+    next_offset: int = 0
+    started: bool = False
+    last_psn: int | None = None
+    failed_reason: int | None = None
+
+
+@dataclass(eq=False)
+class OutPkt:
+    psn: int
+    write: Write
+    offset: int
+    length: int
+    opcode: int
+    ev: int = 0
+    path: PathInfo | None = None
+    sent_time: float = 0.0
+    tx_seq: int = 0
+    tx_count: int = 0
+    in_flight: bool = False
+    prev_ev: int | None = None  # EV and send time of the transmission before the latest one
+    prev_sent_time: float = 0.0
+    prev_path: PathInfo | None = None
+
+
+@dataclass
+class _PathState:
+    queue: deque[tuple[int, OutPkt]] = field(default_factory=deque)  # (tx_seq, packet)
+    rack_seq: int = -1  # newest-sent delivered transmission on this path...
+    rack_rtt: float = 0.0  # ...and its RTT
+    rtt_max: float = 0.0  # decaying maximum RTT sample on this path
+    last_delivery: float = 0.0  # when a transmission on this path was last found delivered
+
+
+class LossDetector:
+    """Rules A and B of the module docstring, evaluated path by path."""
+
+    def __init__(self, reorder_threshold: int) -> None:
+        self._threshold = reorder_threshold
+        self._paths: dict[PathInfo, _PathState] = {}
+        self.delivered_seq = -1  # newest transmission (any path) known delivered
+
+    def _state(self, path: PathInfo) -> _PathState:
+        state = self._paths.get(path)
+        if state is None:
+            state = self._paths[path] = _PathState()
+        return state
+
+    def sent(self, pkt: OutPkt) -> None:
+        assert pkt.path is not None
+        self._state(pkt.path).queue.append((pkt.tx_seq, pkt))
+
+    def delivered(self, path: PathInfo, tx_seq: int, rtt: float, now: float) -> None:
+        """An unambiguous transmission on `path`, sent `rtt` seconds ago, arrived."""
+        state = self._state(path)
+        state.last_delivery = max(state.last_delivery, now)
+        if tx_seq > state.rack_seq:
+            state.rack_seq, state.rack_rtt = tx_seq, rtt
+        state.rtt_max = max(rtt, state.rtt_max * _RTT_MAX_DECAY)
+        self.delivered_seq = max(self.delivered_seq, tx_seq)
+
+    def path_rtt_max(self, path: PathInfo) -> float:
+        state = self._paths.get(path)
+        return state.rtt_max if state is not None else 0.0
+
+    def tracked(self) -> int:
+        return sum(len(s.queue) for s in self._paths.values())
+
+    def detect(
+        self, now: float, reorder_window: float, fallback_patience: float
+    ) -> tuple[list[OutPkt], float | None]:
+        """Packets lost by now (each at most once), and when to look again if some may be."""
+        lost: list[OutPkt] = []
+        recheck: float | None = None
+        for state in self._paths.values():
+            queue = state.queue
+            while queue:
+                seq, pkt = queue[0]
+                if not pkt.in_flight or pkt.tx_seq != seq:
+                    queue.popleft()  # acknowledged, already lost, or resent since
+                    continue
+                due = self._due(state, pkt, reorder_window, fallback_patience)
+                if due is None:
+                    break  # neither rule applies, nor to anything sent later on this path
+                if now < due:
+                    recheck = due if recheck is None else min(recheck, due)
+                    break
+                queue.popleft()
+                lost.append(pkt)
+        return lost, recheck
+
+    def _due(
+        self, state: _PathState, pkt: OutPkt, reorder_window: float, fallback: float
+    ) -> float | None:
+        due: float | None = None
+        if pkt.tx_seq < state.rack_seq:
+            due = pkt.sent_time + state.rack_rtt + reorder_window
+        if self.delivered_seq - self._threshold >= pkt.tx_seq:
+            if state.rtt_max:
+                silent = max(pkt.sent_time + state.rtt_max, state.last_delivery) + reorder_window
+            else:
+                silent = pkt.sent_time + fallback
+            due = silent if due is None else min(due, silent)
+        return due

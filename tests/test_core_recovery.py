@@ -1,0 +1,140 @@
+"""Loss detection across paths of different delay, and RTT sampling (sender recovery)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from host_agent import wire
+from host_agent.core.cc import FixedWindow
+from host_agent.core.events import WriteCompleted
+from host_agent.core.types import EvState, RxMeta
+from tests.test_core_harness import BASE_RTT, QP_A, Harness, pattern, small_config
+
+SLOW = ("A", 0, 1)  # plane 0, spine 1: the route the tests delay
+
+
+def _paced(seed: int) -> Harness:
+    """Two paths, a 16-packet window: a 1 MB write lasts ~60 base RTTs of steady spraying."""
+    cfg = small_config(cc_factory=functools.partial(FixedWindow, 16 * 1024))
+    return Harness(planes=1, spines=2, seed=seed, config=cfg)
+
+
+def _transfer(h: Harness, size: int) -> bytes:
+    mr = h.b.register_memory(size)
+    data = pattern(size, 5)
+    h.a.post_write(QP_A, data, mr.va, mr.rkey, now=0.0)
+    h.run(until=1.0, stop=lambda: h.of_type("A", WriteCompleted))
+    assert h.of_type("A", WriteCompleted) == [WriteCompleted(QP_A, 1)]
+    return bytes(mr.buffer) if bytes(mr.buffer) == data else b""
+
+
+def _growing_queue(h: Harness, start: float, per_rtt: float, top: float):
+    """A filter that lets everything through but grows SLOW's delay like a filling queue:
+    from `start`, by `per_rtt` base RTTs per base RTT, up to `top` base RTTs (FIFO kept)."""
+    def grow(src: str, tx) -> bool:
+        ramp = max(0.0, (h.now - start) / BASE_RTT * per_rtt)
+        h.link.route_delay[SLOW] = min(top, ramp) * BASE_RTT
+        return True
+    return grow
+
+
+def _data_on(h: Harness, route: object) -> list:
+    return [tx for src, tx in h.sent if src == "A" and tx.route == route
+            and tx.dscp != wire.DSCP_CONTROL]
+
+
+def test_a_path_whose_queue_grows_reorders_without_any_loss_being_declared() -> None:
+    h = _paced(31)
+    h.link.filter = _growing_queue(h, 5 * BASE_RTT, 0.3, 4.0)  # RTT ends 9x the other path's
+    assert _transfer(h, 1_000_000)
+    s = h.a.stats()
+    assert h.now > 30 * BASE_RTT and len(_data_on(h, SLOW)) > 200  # it carried traffic, late
+    assert s["retransmits"] == 0 and s["timeouts"] == 0 and s["ev_retired"] == 0
+
+
+def test_a_real_drop_on_the_slow_path_is_found_by_later_packets_on_that_path() -> None:
+    h = _paced(32)
+    grow = _growing_queue(h, 5 * BASE_RTT, 0.3, 4.0)
+    dropped: list = []
+
+    def drop_one(src: str, tx) -> bool:
+        grow(src, tx)
+        if (src == "A" and tx.route == SLOW and tx.dscp == wire.DSCP_TRIMMABLE and not dropped
+                and h.now > 25 * BASE_RTT):
+            dropped.append(tx)
+            return False
+        return True
+
+    h.link.filter = drop_one
+    assert _transfer(h, 1_000_000)
+    s = h.a.stats()
+    assert len(dropped) == 1
+    assert s["retransmits"] == 1 and s["timeouts"] == 0 and s["spurious_retransmits"] == 0
+    # untrimmed loss = path failure (MRC): the EV that lost the packet is retired
+    assert h.a.connection(QP_A).evs.entry(dropped[0].ev).counters["losses"] == 1
+    assert s["ev_retired"] == 1
+
+
+def _sack(cack: int, offset: int, ev: int, bitmap: int = 0) -> bytes:
+    return wire.encode_packet(wire.SackPacket(
+        bth=wire.Bth(opcode=wire.OP_SACK, dest_qp=QP_A, psn=cack),
+        sack=wire.SackExt(cack_psn=cack, ack_psn_offset=offset, entropy=ev, sack_offset=1,
+                          sack_bitmap=bitmap), cc=wire.CcState()))
+
+
+def _meta() -> RxMeta:
+    return RxMeta("B", 0, 1, wire.DSCP_CONTROL, 0)
+
+
+def test_a_sack_overtaken_by_a_cumulative_ack_still_times_its_packet() -> None:
+    h = Harness(planes=1)
+    mr = h.b.register_memory(4096)
+    h.a.post_write(QP_A, b"x" * 2048, mr.va, mr.rkey, now=0.0)  # two 1024-byte packets
+    first, second = h.a.packets_to_send(now=0.0)
+    sender = h.a.connection(QP_A).sender
+    h.a.receive_packet(_sack(2, -1, second.ev), _meta(), now=4e-6)  # acks PSN 0 and 1
+    assert sender.srtt == pytest.approx(4e-6)
+    h.a.receive_packet(_sack(2, -2, first.ev), _meta(), now=20e-6)  # PSN 0's own, late SACK
+    assert sender.srtt == pytest.approx(0.875 * 4e-6 + 0.125 * 20e-6)
+    h.a.receive_packet(_sack(2, -2, first.ev), _meta(), now=30e-6)  # a duplicate: no sample
+    assert sender.srtt == pytest.approx(0.875 * 4e-6 + 0.125 * 20e-6)
+
+
+def test_an_untimeable_trigger_falls_back_to_the_newest_acked_transmission() -> None:
+    h = Harness(planes=1)
+    mr = h.b.register_memory(4096)
+    h.a.post_write(QP_A, b"x" * 2048, mr.va, mr.rkey, now=0.0)
+    first, _ = h.a.packets_to_send(now=0.0)
+    h.a.post_write(QP_A, b"y" * 1024, mr.va, mr.rkey, now=3e-6)
+    (third,) = h.a.packets_to_send(now=3e-6)
+    other = next(ev for ev in h.a.ev_states(QP_A) if ev not in (first.ev, third.ev))
+    # the trigger (PSN 0) names an EV it was never sent on, so it cannot be timed; PSN 2
+    # (sent at 3 us) is the newest transmission this SACK acknowledges
+    h.a.receive_packet(_sack(3, -3, other), _meta(), now=10e-6)
+    assert h.a.connection(QP_A).sender.srtt == pytest.approx(7e-6)
+
+
+def test_a_dead_path_is_abandoned_within_a_few_rtts() -> None:
+    h = _paced(33)
+    mr = h.b.register_memory(1_000_000)
+    h.a.post_write(QP_A, pattern(1_000_000), mr.va, mr.rkey, now=0.0)
+    h.run(until=10 * BASE_RTT)
+    t_fail = h.now
+    on_dead: list[float] = []
+
+    def dead(src: str, tx) -> bool:
+        if tx.route == SLOW and tx.dscp != wire.DSCP_CONTROL:
+            on_dead.append(h.now)
+        return tx.route != SLOW
+
+    h.link.filter = dead
+    h.run(until=1.0, stop=lambda: h.of_type("A", WriteCompleted))
+    assert bytes(mr.buffer) == pattern(1_000_000)
+    # a lost packet is declared lost ~1.5 base RTTs after it was sent (rule B or the RTO,
+    # whichever comes first); each EV on the dead path needs one such loss
+    assert on_dead and max(on_dead) - t_fail < 8 * BASE_RTT
+    conn = h.a.connection(QP_A)
+    assert all(e.state is EvState.ASSUMED_BAD for e in conn.evs.entries()
+               if e.path.route == SLOW and e.counters["chosen"])
