@@ -173,10 +173,15 @@ def send(src: str, dst: str, port: int, proto: str, nbytes: int, timeout: float,
     sent = 0
     error = None
     connected: float | None = None
+    mss: int | None = None
     try:
         sock.bind((src, 0))
         sock.connect((dst, port))
         connected = time.monotonic()
+        try:
+            mss = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
+        except OSError:  # an MPTCP socket may not answer TCP-level options
+            mss = None
         block = bytes(CHUNK)
         view = memoryview(block)
         while sent < nbytes:
@@ -192,7 +197,8 @@ def send(src: str, dst: str, port: int, proto: str, nbytes: int, timeout: float,
         sock.close()
     end = time.monotonic()
     print(json.dumps({"role": "client", "src": src, "dst": dst, "proto": proto, "bytes": sent,
-                      "start": start, "connected": connected, "end": end, "ok": error is None,
+                      "start": start, "connected": connected, "end": end, "mss": mss,
+                      "ok": error is None,
                       "error": error}), file=out, flush=True)
     return 0 if error is None else 1
 

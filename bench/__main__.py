@@ -1,0 +1,116 @@
+"""Benchmarks: MRC against single-path RoCE-like, kernel TCP and MPTCP on the emulated fabric.
+
+    sudo .venv/bin/python -m bench SCENARIO|all [--quick] [--out DIR] [--target soft|bmv2|auto]
+
+Scenarios: permutation, link-failure, plane-failure, switch-reboot, incast, allreduce.
+Writes DIR/results.json (default results/<UTC timestamp>/), DIR/summary.md and PNG plots;
+docs/benchmarks.md explains every figure. Needs root (Mininet). Only one emulated fabric can
+run on a machine at a time (interface names are global); the bench waits for a busy one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+from tqdm import tqdm
+
+from bench import plots, results
+from bench.runner import CONTENDERS
+from bench.scenarios import FULL, QUICK, SCENARIOS, Context, runs_expected
+from topologies.targets import TARGETS
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("scenario", choices=[*SCENARIOS, "all"])
+    p.add_argument("--quick", action="store_true", help="small sizes (CI): minutes, not hours")
+    p.add_argument("--out", type=Path, help="output directory (default results/<timestamp>)")
+    p.add_argument("--target", choices=TARGETS, default="auto", help="switch implementation")
+    p.add_argument("--contenders", default=",".join(CONTENDERS),
+                   help=f"comma-separated subset of {','.join(CONTENDERS)}")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
+    args = p.parse_args(argv)
+    chosen = tuple(c for c in args.contenders.split(",") if c)
+    unknown = [c for c in chosen if c not in CONTENDERS]
+    if unknown or not chosen:
+        p.error(f"--contenders: unknown {unknown}; choose from {','.join(CONTENDERS)}")
+    args.contenders = chosen
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench: needs root (Mininet namespaces and veths); run it with sudo",
+              file=sys.stderr)
+        return 2
+    started = datetime.now(timezone.utc)
+    out = args.out or Path("results") / started.strftime("%Y%m%dT%H%M%SZ")
+    sizes = QUICK if args.quick else FULL
+    names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    total = sum(runs_expected(n, sizes, args.contenders) for n in names)
+    run = {"schema": results.SCHEMA, "command": ["python", "-m", "bench", *(argv or sys.argv[1:])],
+           "started": started.isoformat(timespec="seconds"), "quick": args.quick,
+           "target": args.target, "contenders": list(args.contenders),
+           "environment": results.environment(), "sizes": asdict(sizes), "scenarios": {}}
+    with tqdm(total=total, unit="run", disable=args.no_progress, file=sys.stderr) as bar:
+        def tick(what: str) -> None:
+            bar.set_postfix_str(what, refresh=False)
+            bar.update(1)
+
+        def log(message: str) -> None:
+            bar.write(message, file=sys.stderr)
+
+        for name in names:
+            bar.set_description(name)
+            ctx = Context(sizes, args.target, log, tick, args.contenders)
+            began = time.monotonic()
+            try:
+                sc = SCENARIOS[name](ctx)
+                sc.update(ok=_all_ok(sc), error=None if _all_ok(sc) else "a flow failed")
+            except Exception as exc:  # recorded in the results; the other scenarios still run
+                log(traceback.format_exc())
+                sc = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            sc["wall_s"] = time.monotonic() - began
+            run["scenarios"][name] = sc
+            results.write(run, out)  # partial results survive a later crash or Ctrl-C
+    path = results.write(run, out)
+    (out / "summary.md").write_text(results.summary_markdown(run))
+    written = plots.plot_run(run, out)
+    print(f"results: {path}\nsummary: {out / 'summary.md'}\nplots: "
+          + ", ".join(p.name for p in written))
+    return 0 if all(sc.get("ok") for sc in run["scenarios"].values()) else 1
+
+
+def _all_ok(sc: dict) -> bool:
+    """Whether every contender that ran moved its bytes correctly.
+
+    Failure scenarios where a single-plane contender cannot finish (its NIC is gone) count
+    as ok: not finishing is the measurement. Only MRC runs must always complete.
+    """
+    for name, c in sc.get("contenders", {}).items():
+        if "skipped" in c:
+            continue
+        if "failed" in c:
+            if not c["clean"]["summary"]["ok"]:
+                return False
+            if name.startswith("mrc") and not c["failed"]["summary"]["ok"]:
+                return False
+        elif "summary" in c:
+            if not c["summary"]["ok"]:
+                return False
+        elif not c.get("ok", False) and name.startswith("mrc"):
+            return False
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())

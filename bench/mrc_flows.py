@@ -1,0 +1,184 @@
+"""MRC and single-path flows through the host agents, with a delivery timeline per flow.
+
+An agent `write` answers only when the whole message is acknowledged, so one big write says
+nothing about *when* its bytes arrived. A flow here is therefore a sequence of CHUNK-byte
+writes into one registered region, kept DEPTH deep on one control connection (the protocol
+matches pipelined answers by id), like an RDMA application posting many work requests on one
+QP. The receiving agent records a MessageReceived (with its CLOCK_MONOTONIC time) per chunk:
+those records are the timeline. Every chunk has its own pattern seed and is verified byte for
+byte at the receiver after the flow. Agent modes (MRC or single-path) are whatever the agents
+run; MrcNetwork decides that.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+CHUNK = 16 * 1024
+DEPTH = 8
+SENDER_STATS = ("retransmits", "timeouts", "nacks_received", "tx_data_packets")
+RECEIVER_STATS = ("trims_received", "nacks_sent", "duplicates")
+_seeds = itertools.count(1_000_000, 10_000)
+
+
+class FlowError(RuntimeError):
+    """A flow could not be driven (agent unreachable, protocol error)."""
+
+
+@dataclass(frozen=True)
+class FlowSpec:
+    src: int
+    dst: int
+    nbytes: int
+
+
+class Pipe:
+    """JSON-lines requests on one connection, answers matched by id."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect(path)
+        except OSError as exc:
+            self.sock.close()
+            raise FlowError(f"cannot reach the agent at {path}: {exc}") from exc
+        self.buf = bytearray()
+
+    def send(self, request: dict[str, Any]) -> None:
+        self.sock.sendall(json.dumps(request).encode() + b"\n")
+
+    def receive(self) -> dict[str, Any]:
+        while b"\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise FlowError("the agent closed the control connection")
+            self.buf += chunk
+        end = self.buf.index(b"\n")
+        line = bytes(self.buf[:end])
+        del self.buf[:end + 1]
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _delta(after: dict[str, Any], before: dict[str, Any], keys: tuple[str, ...]) -> dict[str, int]:
+    return {k: int(after[k]) - int(before[k]) for k in keys}
+
+
+def run_flow(net, spec: FlowSpec, *, timeout: float, chunk: int = CHUNK,
+             depth: int = DEPTH) -> dict[str, Any]:
+    """Drive one flow to completion (or its timeout) and return its measurements.
+
+    Times (start, end, timeline) are CLOCK_MONOTONIC seconds; timeline times are relative to
+    `start`. Counter deltas are host totals, so concurrent flows on a host share them.
+    """
+    src, dst = net.agent(spec.src), net.agent(spec.dst)
+    region = dst.call("register", size=spec.nbytes)
+    result: dict[str, Any] = {"src": spec.src, "dst": spec.dst, "bytes": spec.nbytes,
+                              "ok": False, "error": None}
+    offsets = list(range(0, spec.nbytes, chunk))
+    base_seed = next(_seeds)
+    try:
+        since = dst.call("events", since=(1 << 62))["last"]
+        src_before, dst_before = src.call("stats")["endpoint"], dst.call("stats")["endpoint"]
+        errors: list[str] = []
+        pipe = Pipe(str(src.socket_path), timeout + 30)
+        start = time.monotonic()
+        try:
+            todo = iter(enumerate(offsets))
+            outstanding = 0
+            for i, off in itertools.islice(todo, depth):
+                pipe.send(_write(spec, region, i, off, chunk, base_seed, timeout))
+                outstanding += 1
+            while outstanding:
+                answer = pipe.receive()
+                outstanding -= 1
+                if not answer.get("ok"):
+                    errors.append(str(answer.get("error")))
+                nxt = next(todo, None)
+                if nxt is not None and not errors:
+                    pipe.send(_write(spec, region, nxt[0], nxt[1], chunk, base_seed, timeout))
+                    outstanding += 1
+        except (OSError, ValueError) as exc:
+            errors.append(f"control connection: {exc}")
+        finally:
+            pipe.close()
+        end = time.monotonic()
+        messages = dst.call("messages", since=since)["messages"]
+        result.update(_stats_deltas(src.call("stats")["endpoint"], src_before,
+                                    dst.call("stats")["endpoint"], dst_before))
+        timeline, got = [], 0
+        for m in sorted((m for m in messages if m["peer"] == spec.src),
+                        key=lambda m: m["time"]):
+            got += m["length"]
+            timeline.append((m["time"] - start, got))
+        bad = _verify(dst, spec, region, offsets, chunk, base_seed) if not errors else None
+        if bad is not None:
+            errors.append(f"receiver found a mismatch in chunk at byte {bad}")
+        duration = end - start
+        complete = got >= spec.nbytes and not errors
+        result.update(ok=complete, error="; ".join(errors[:3]) or None, start=start, end=end,
+                      duration_s=duration, delivered=got, timeline=timeline,
+                      goodput_bps=got * 8 / duration if duration > 0 else 0.0,
+                      completion_s=timeline[-1][0] if complete and timeline else None)
+    finally:
+        dst.call("deregister", rkey=region["rkey"])
+    return result
+
+
+def _write(spec: FlowSpec, region: dict[str, Any], i: int, off: int, chunk: int,
+           base_seed: int, timeout: float) -> dict[str, Any]:
+    return {"cmd": "write", "id": i, "peer": spec.dst, "bytes": min(chunk, spec.nbytes - off),
+            "va": region["va"] + off, "rkey": region["rkey"], "seed": base_seed + i,
+            "timeout": timeout}
+
+
+def _verify(dst, spec: FlowSpec, region: dict[str, Any], offsets: list[int], chunk: int,
+            base_seed: int) -> int | None:
+    """First byte offset of a chunk that does not match its pattern, or None."""
+    for i, off in enumerate(offsets):
+        check = dst.call("verify", rkey=region["rkey"], length=min(chunk, spec.nbytes - off),
+                         seed=base_seed + i, offset=off)
+        if not check["match"]:
+            return check["first_mismatch"]
+    return None
+
+
+def _stats_deltas(src_after: dict, src_before: dict, dst_after: dict, dst_before: dict
+                  ) -> dict[str, int]:
+    out = _delta(src_after, src_before, SENDER_STATS)
+    out["nacks"] = out.pop("nacks_received")
+    out.update(_delta(dst_after, dst_before, RECEIVER_STATS))
+    out["trims"] = out.pop("trims_received")
+    return out
+
+
+def run_flows(net, specs: list[FlowSpec], *, timeout: float, chunk: int = CHUNK,
+              depth: int = DEPTH) -> list[dict[str, Any]]:
+    """Run flows concurrently (one thread each); results in the order of `specs`."""
+    results: list[dict[str, Any] | None] = [None] * len(specs)
+
+    def one(i: int, spec: FlowSpec) -> None:
+        try:
+            results[i] = run_flow(net, spec, timeout=timeout, chunk=chunk, depth=depth)
+        except Exception as exc:  # one broken flow must not hide the others' results
+            results[i] = {"src": spec.src, "dst": spec.dst, "bytes": spec.nbytes, "ok": False,
+                          "error": f"{type(exc).__name__}: {exc}", "timeline": []}
+
+    threads = [threading.Thread(target=one, args=(i, s), daemon=True)
+               for i, s in enumerate(specs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout + 120)
+    return [r if r is not None else {"src": s.src, "dst": s.dst, "bytes": s.nbytes, "ok": False,
+                                     "error": "flow thread did not finish", "timeline": []}
+            for r, s in zip(results, specs, strict=True)]

@@ -1,0 +1,98 @@
+"""PNG plots of a results file: goodput over time (failure marked), per-flow bars, step CDF."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+
+from bench import metrics  # noqa: E402
+
+COLORS = {"mrc": "tab:blue", "mrc_no_trim": "tab:cyan", "single_path": "tab:red",
+          "tcp": "tab:orange", "mptcp": "tab:green"}
+BINS = 60  # goodput-over-time intervals per plot
+
+
+def plot_run(run: dict[str, Any], out_dir: Path) -> list[Path]:
+    """Every plot that applies to the run's scenarios; returns the files written."""
+    out: list[Path] = []
+    for name, sc in run.get("scenarios", {}).items():
+        contenders = sc.get("contenders", {})
+        if any("failed" in c for c in contenders.values()):
+            out.append(goodput_over_time(name, contenders, out_dir / f"{name}-goodput.png"))
+        elif any("flows" in c for c in contenders.values()):
+            out.append(per_flow_bars(name, contenders, out_dir / f"{name}-flows.png"))
+        if any("step_times_s" in c for c in contenders.values()):
+            out.append(step_cdf(name, contenders, out_dir / f"{name}-steps.png"))
+    return out
+
+
+def goodput_over_time(name: str, contenders: dict[str, Any], path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for cname, c in contenders.items():
+        flows = c.get("failed", {}).get("flows", [])
+        if not flows or not flows[0].get("timeline"):
+            continue
+        timeline = flows[0]["timeline"]
+        end = timeline[-1][0]
+        series = metrics.goodput_series(timeline, max(end / BINS, 1e-3), end)
+        ax.step([t for t, _ in series], [v / 1e6 for _, v in series], where="post",
+                label=cname, color=COLORS.get(cname))
+        at = c.get("failure_at_s")
+        if at is not None:
+            ax.axvline(at, color=COLORS.get(cname, "gray"), linestyle="--", linewidth=0.8)
+    ax.set_xlabel("seconds since the flow started (dashed: failure, per contender)")
+    ax.set_ylabel("goodput (Mbit/s)")
+    ax.set_title(f"{name}: goodput over time")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def per_flow_bars(name: str, contenders: dict[str, Any], path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    names = [n for n, c in contenders.items() if c.get("flows")]
+    width = 0.8 / max(1, len(names))
+    labels: list[str] = []
+    for i, cname in enumerate(names):
+        flows = contenders[cname]["flows"]
+        labels = [f"h{f['src']}>h{f['dst']}" for f in flows]
+        values = [f["bytes"] * 8 / f["completion_s"] / 1e6 if f.get("completion_s") else 0.0
+                  for f in flows]
+        ax.bar([x + i * width for x in range(len(flows))], values, width, label=cname,
+               color=COLORS.get(cname))
+    ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(labels))], labels)
+    ax.set_ylabel("flow goodput (Mbit/s, size / completion time)")
+    ax.set_title(f"{name}: per-flow goodput (0 = did not complete)")
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def step_cdf(name: str, contenders: dict[str, Any], path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for cname, c in contenders.items():
+        times = sorted(c.get("step_times_s", []))
+        if not times:
+            continue
+        ax.step(times, [(i + 1) / len(times) for i in range(len(times))], where="post",
+                label=cname, color=COLORS.get(cname))
+    ax.set_xscale("log")
+    ax.set_xlabel("all-reduce step time (s, log)")
+    ax.set_ylabel("fraction of steps")
+    ax.set_title(f"{name}: step-time CDF (one link fails during the run)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

@@ -1,0 +1,193 @@
+"""The results file of one bench run: environment, validation, and the Markdown summary.
+
+One JSON file per run (results.json in the run's directory) holds everything measured:
+{"schema", "command", "started", "quick", "target", "environment", "sizes",
+ "scenarios": {name: {"ok", "error", "wall_s", "fabric", "network", "capacity_pps",
+                      "contenders", "figures", "targets"}}}
+validate() lists what makes a file incomplete or insane; the quick test relies on it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+SCHEMA = 1
+REPO = Path(__file__).resolve().parent.parent
+SCENARIO_KEYS = ("ok", "error", "wall_s", "fabric", "network", "capacity_pps", "contenders",
+                 "figures", "targets")
+
+
+def environment() -> dict[str, Any]:
+    """Versions and machine: enough to tell whether two runs are comparable."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+                              check=False).stdout.strip()
+
+    mem_kb = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    except OSError:
+        mem_kb = 0
+    return {"git_commit": git("rev-parse", "HEAD"),
+            "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+            "python": sys.version.split()[0], "kernel": platform.release(),
+            "machine": platform.machine(), "nproc": os.cpu_count(),
+            "memory_bytes": mem_kb * 1024, "load_avg": list(os.getloadavg())}
+
+
+def write(run: dict[str, Any], out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "results.json"
+    path.write_text(json.dumps(run, indent=1, default=str) + "\n")
+    return path
+
+
+def _finite(value: Any, where: str, problems: list[str]) -> None:
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            problems.append(f"{where}: {value} is not finite")
+        elif value < 0:
+            problems.append(f"{where}: {value} is negative")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if k not in ("timeline", "samples"):
+                _finite(v, f"{where}.{k}", problems)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _finite(v, f"{where}[{i}]", problems)
+
+
+def validate(run: dict[str, Any]) -> list[str]:
+    """Problems that make a results file incomplete or insane (empty list: fine)."""
+    problems = [f"missing {k}" for k in ("schema", "environment", "scenarios", "command")
+                if k not in run]
+    for name, sc in run.get("scenarios", {}).items():
+        problems += [f"{name}: missing {k}" for k in SCENARIO_KEYS if k not in sc]
+        if not sc.get("ok"):
+            problems.append(f"{name}: not ok: {sc.get('error')}")
+        _finite({k: v for k, v in sc.items() if k != "contenders"}, name, problems)
+        for cname, c in sc.get("contenders", {}).items():
+            if "skipped" in c:
+                continue
+            _finite(c, f"{name}.{cname}", problems)
+            for flow in _flows(c):
+                problems += _check_flow(flow, f"{name}.{cname}")
+        for t in sc.get("targets", []):
+            if set(t) != {"figure", "target", "measured", "met"}:
+                problems.append(f"{name}: malformed target {t}")
+    return problems
+
+
+def _flows(contender: dict[str, Any]) -> list[dict[str, Any]]:
+    if "flows" in contender:
+        return contender["flows"]
+    return [f for key in ("clean", "failed") for f in contender.get(key, {}).get("flows", [])]
+
+
+def _check_flow(flow: dict[str, Any], where: str) -> list[str]:
+    out = []
+    for k in ("src", "dst", "bytes", "ok", "timeline"):
+        if k not in flow:
+            out.append(f"{where}: flow without {k}")
+    timeline = flow.get("timeline", [])
+    if timeline and timeline[-1][1] > flow.get("bytes", 0):
+        out.append(f"{where}: flow delivered more bytes than it sent")
+    if flow.get("ok") and (not timeline or timeline[-1][1] != flow.get("bytes")):
+        out.append(f"{where}: flow marked ok but its timeline does not reach its size")
+    return out
+
+
+def _fmt(v: Any, unit: str = "") -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.3g}{unit}"
+    return f"{v}{unit}"
+
+
+def summary_markdown(run: dict[str, Any]) -> str:
+    """Per scenario: contenders side by side, as ratios to MRC, then the targets."""
+    env = run["environment"]
+    lines = [f"# Bench run {run['started']}", "",
+             f"`{' '.join(run['command'])}` - commit {env['git_commit'][:10]}"
+             f"{' (dirty)' if env['git_dirty'] else ''}, Python {env['python']}, kernel "
+             f"{env['kernel']}, {env['nproc']} CPUs, {env['memory_bytes'] >> 20} MiB, "
+             f"target {run['target']}, {'quick' if run['quick'] else 'full'} sizes.", ""]
+    for name, sc in run["scenarios"].items():
+        lines += [f"## {name}", ""]
+        if not sc.get("ok"):
+            lines += [f"**Failed:** {sc.get('error')}", ""]
+        net = sc.get("network", {})
+        if net:
+            lines += [f"Port rate {net.get('port_rate_pps')} packets/s, queue "
+                      f"{net.get('queue_depth')}, trim at {net.get('trim_threshold')}, base RTT "
+                      f"{_fmt(net.get('base_rtt_s'), ' s')}, convergence delay "
+                      f"{net.get('convergence_delay_s')} s.", ""]
+        lines += _contender_table(sc.get("contenders", {}))
+        targets = sc.get("targets", [])
+        if targets:
+            lines += ["| figure | target | measured | met |", "|---|---|---|---|"]
+            lines += [f"| {t['figure']} | {t['target']} | {_fmt(t['measured'])} | "
+                      f"{_fmt(t['met'])} |" for t in targets]
+            lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def _contender_table(contenders: dict[str, Any]) -> list[str]:
+    rows = []
+    base = _key_time(contenders.get("mrc", {}))
+    for name, c in contenders.items():
+        if "skipped" in c:
+            rows.append(f"| {name} | skipped: {c['skipped']} | | | |")
+            continue
+        t = _key_time(c)
+        rows.append(f"| {name} | {_fmt(t, ' s')} | {_fmt(_ratio(t, base))} | "
+                    f"{_fmt(_detail(c))} | {_fmt(_ok(c))} |")
+    if not rows:
+        return []
+    return ["| contender | key time | / MRC | stall RTTs, aggregate/capacity or step P99 | ok |",
+            "|---|---|---|---|---|", *rows, ""]
+
+
+def _detail(c: dict[str, Any]) -> float | None:
+    """The scenario's second figure: stall (failures), step P99 (allreduce), or utilisation."""
+    if "stall_rtts" in c:
+        return c["stall_rtts"]
+    if "step_time_s" in c:
+        return c["step_time_s"]["p99"]
+    return c.get("summary", {}).get("aggregate_over_capacity")
+
+
+def _ok(c: dict[str, Any]) -> bool | None:
+    if "ok" in c:
+        return c["ok"]
+    if "failed" in c:
+        return c["clean"]["summary"]["ok"] and c["failed"]["summary"]["ok"]
+    return c.get("summary", {}).get("ok")
+
+
+def _key_time(c: dict[str, Any]) -> float | None:
+    """Slowest flow (or failed-run completion, or max step) - the time each table compares."""
+    if "step_time_s" in c:
+        return c["step_time_s"]["max"]
+    if "completion_failed_s" in c:
+        return c["completion_failed_s"]
+    dist = c.get("summary", {}).get("completion_s")
+    return dist["max"] if dist else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b

@@ -1,0 +1,225 @@
+"""Running contenders on one emulated fabric: networks, agent modes, failure injection.
+
+Contenders: `mrc` (agents spraying over every plane and path), `single_path` (agents in the
+RoCE-like single-path mode: one EV on plane 0, baseline LPM/ECMP routes), `tcp` and `mptcp`
+(the kernel's stacks, bench.kernel_run). All four run one after the other on the same running
+fabric with the same port rates.
+
+Failures are injected by a thread once the flow's traffic is seen on the sender's T0 uplinks
+(root-namespace interface counters), so a slow-starting process does not shift the failure
+towards the start of the transfer. The link to fail is the plane-0 uplink of the sender's T0
+that carried the most packets so far: plane 0 is where every single-path contender runs, so
+the failure always hits a path the flow is using.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import metrics
+from bench.kernel_flows import mptcp_enabled
+from bench.kernel_run import run_kernel_flows
+from bench.mrc_flows import FlowSpec, run_flows
+from controller.topology import Fabric
+from host_agent.core.cc import DEFAULT_MTU
+from topologies.network import MrcNetwork, NetworkConfig
+
+CONTENDERS = ("mrc", "single_path", "tcp", "mptcp")
+FAILURE_PLANE = 0
+TRAFFIC_SEEN_PACKETS = 8  # uplink packets that mean "the flow is running"
+POLL_S = 0.002
+SETTLE_S = 0.5  # after convergence_delay: routes written back, queues drained
+
+
+class BenchError(RuntimeError):
+    """The bench could not run a scenario (fabric busy, network failed); says what to do."""
+
+
+def fabric_busy(fabric: Fabric) -> str | None:
+    """The first switch interface of this fabric that already exists (another run), if any."""
+    for sw in fabric.switches[:1] + fabric.switches[-1:]:
+        name = f"{sw.name}-eth1"
+        if Path(f"/sys/class/net/{name}").exists():
+            return name
+    return None
+
+
+def open_network(config: NetworkConfig, log: Callable[[str], None]) -> MrcNetwork:
+    """Start a fabric, refusing (after a wait) while another run owns the same interface names."""
+    deadline = time.monotonic() + 120
+    while (busy := fabric_busy(config.fabric)) is not None:
+        if time.monotonic() > deadline:
+            raise BenchError(f"interface {busy} exists: another emulated fabric is running on "
+                             "this machine; wait for it to finish")
+        time.sleep(2)
+    net = MrcNetwork(config, log=log)
+    net.start()
+    return net
+
+
+def set_mode(net: MrcNetwork, specs: list[FlowSpec], single_path: bool) -> None:
+    """Put the agents of every flow's hosts in the mode (a small verified write switches it)."""
+    for s in specs:
+        result = net.transfer(s.src, s.dst, 1024, single_path=single_path, timeout=20)
+        if not result.get("ok"):
+            raise BenchError(f"switching h{s.src}/h{s.dst} to "
+                             f"{'single-path' if single_path else 'MRC'} failed: {result}")
+
+
+def kernel_skip_reason(name: str) -> str | None:
+    if name != "mptcp":
+        return None
+    ok, why = mptcp_enabled()
+    return None if ok else why
+
+
+def run_contender(net: MrcNetwork, name: str, specs: list[FlowSpec], timeout: float,
+                  on_start: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+    """One contender's flows, concurrently; `on_start` runs just before they are launched."""
+    if name in ("mrc", "single_path"):
+        set_mode(net, specs, name == "single_path")
+        if on_start is not None:
+            on_start()
+        return run_flows(net, specs, timeout=timeout)
+    if name in ("tcp", "mptcp"):
+        return run_kernel_flows(net, specs, name, timeout=timeout,
+                                on_start=(lambda _t: on_start()) if on_start else None)
+    raise BenchError(f"unknown contender {name!r}; choose from {', '.join(CONTENDERS)}")
+
+
+def payload_bytes(name: str, flows: list[dict[str, Any]]) -> int:
+    """Payload per packet: the agents' MTU, or the kernel's MSS as the client measured it."""
+    if name in ("mrc", "single_path"):
+        return DEFAULT_MTU
+    mss = [f["mss"] for f in flows if f.get("mss")]
+    return min(mss) if mss else DEFAULT_MTU
+
+
+def _counter(ifname: str) -> int:
+    try:
+        return int(Path(f"/sys/class/net/{ifname}/statistics/tx_packets").read_text())
+    except OSError:
+        return 0
+
+
+class Injector:
+    """Breaks something `after` seconds into the flow, from a thread.
+
+    kind: "link" (busiest plane-0 uplink of the sender's T0), "nic" (the receiver's plane-0
+    NIC link), "reboot" (the T1 at the far end of that busiest uplink restarts).
+    """
+
+    def __init__(self, net: MrcNetwork, src: int, dst: int, after: float, kind: str) -> None:
+        self.net, self.src, self.dst, self.after, self.kind = net, src, dst, after, kind
+        fabric = net.fabric
+        t0 = fabric.t0(FAILURE_PLANE, fabric.nic(src, FAILURE_PLANE).t0)
+        self.t0 = t0.name
+        self.uplinks = {fabric.t1(FAILURE_PLANE, j).name: f"{t0.name}-eth{fabric.uplink_port(j)}"
+                        for j in range(fabric.t1_per_plane)}
+        self.all_uplinks = [f"{fabric.t0(p, fabric.nic(src, p).t0).name}-eth"
+                            f"{fabric.uplink_port(j)}"
+                            for p in range(fabric.planes) for j in range(fabric.t1_per_plane)]
+        self.info: dict[str, Any] = {"kind": kind}
+        self.undo: Callable[[], None] | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def arm(self) -> None:
+        """Start counting uplink packets (the busiest uplink is chosen from these counts)."""
+        self._base = {i: _counter(i) for i in self.all_uplinks}
+
+    def start(self) -> None:
+        self.arm()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="injector")
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while sum(_counter(i) - b for i, b in self._base.items()) < TRAFFIC_SEEN_PACKETS:
+                if self._stop.wait(POLL_S):
+                    return
+            self.info["traffic_seen_at"] = time.monotonic()
+            if self._stop.wait(self.after):
+                return
+            self.fire()
+        except Exception as exc:  # reported in the results, not swallowed
+            self.info["error"] = f"{type(exc).__name__}: {exc}"
+
+    def fire(self) -> None:
+        used = {spine: _counter(i) - self._base[i] for spine, i in self.uplinks.items()}
+        spine = max(used, key=lambda s: used[s])
+        net = self.net
+        self.info["at"] = time.monotonic()
+        if self.kind == "link":
+            net.link_down(self.t0, spine)
+            self.info.update(link=[self.t0, spine])
+            self.undo = lambda: net.link_up(self.t0, spine)
+        elif self.kind == "nic":
+            net.nic_down(self.dst, FAILURE_PLANE)
+            self.info.update(nic=[self.dst, FAILURE_PLANE])
+            self.undo = lambda: net.nic_up(self.dst, FAILURE_PLANE)
+        elif self.kind == "reboot":
+            self.info.update(switch=spine, reboot_s=net.reboot_switch(spine))
+        else:
+            raise BenchError(f"unknown failure kind {self.kind!r}")
+        self.info["uplink_packets_before"] = used
+
+    def finish(self) -> dict[str, Any]:
+        """Stop waiting, repair what was broken and wait until baseline routes are back."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        if self.undo is not None:
+            self.undo()
+            time.sleep(self.net.config.convergence_delay + SETTLE_S)
+        return self.info
+
+
+def relative_failure(info: dict[str, Any], flow: dict[str, Any]) -> float | None:
+    """Failure time in the flow's own time axis (seconds since its start)."""
+    if "at" not in info or "start" not in flow:
+        return None
+    return info["at"] - flow["start"]
+
+
+def retire_rtts(net: MrcNetwork, src: int, dst: int, link: list[str], at: float) -> float | None:
+    """(last data packet the sender put on a route over the failed link - failure) / base RTT."""
+    fabric = net.fabric
+    spine = next(n for n in link if n != link[0])
+    routes = {str(p.address) for p in fabric.paths(src, dst, FAILURE_PLANE)
+              if p.spine is not None and fabric.t1(FAILURE_PLANE, p.spine).name == spine}
+    per_route = net.stats(src).get("per_route", {})
+    last = max((v["last_data_tx"] for r, v in per_route.items() if r in routes), default=None)
+    if last is None:
+        return None
+    return max(0.0, last - at) / net.config.effective_base_rtt
+
+
+def flow_summary(flows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-contender figures over its flows (completion percentiles, aggregate goodput)."""
+    done = [f["completion_s"] for f in flows if f.get("completion_s") is not None]
+    starts = [f["start"] for f in flows if "start" in f]
+    ends = [f["start"] + f["completion_s"] for f in flows if f.get("completion_s") is not None]
+    total = sum(f.get("delivered", 0) for f in flows)
+    out: dict[str, Any] = {"flows": len(flows), "ok": all(f.get("ok") for f in flows),
+                           "completed": len(done), "bytes": total}
+    if done:
+        out["completion_s"] = metrics.distribution(done)
+    if starts and ends and len(done) == len(flows):
+        span = max(ends) - min(starts)
+        out["aggregate_goodput_bps"] = total * 8 / span if span > 0 else None
+    # sender-side counters add up over flows; receiver-side ones are host totals over
+    # overlapping windows when flows share a receiver, so the largest stands for them all
+    for key in ("retransmits", "timeouts", "nacks", "tx_data_packets"):
+        values = [f[key] for f in flows if key in f]
+        if values:
+            out[key] = sum(values)
+    for key in ("trims", "nacks_sent", "duplicates"):
+        values = [f[key] for f in flows if key in f]
+        if values:
+            out[key] = max(values)
+    return out
