@@ -21,6 +21,13 @@ from host_agent.core.events import Event, PeerPlaneChanged
 from host_agent.sim.harness import Harness, SimSettings
 from host_agent.sim.host import HostAdapter
 from host_agent.sim.traffic import ConstantRateSource, CountingSink
+from host_agent.wire import (
+    DSCP_TRIMMABLE,
+    DSCP_TRIMMABLE_RETX,
+    DSCP_TRIMMED,
+    DSCP_TRIMMED_LASTHOP,
+    decode_frame,
+)
 
 DEFAULT_FABRIC = Fabric(planes=4, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=2)
 INCAST_FABRIC = Fabric(planes=4, t0_per_plane=3, t1_per_plane=2, hosts_per_t0=3)
@@ -28,6 +35,7 @@ FAILURE_AT = 0.3  # fraction of the ideal transfer time at which failures strike
 CONGESTION_AT = 0.25  # ecn: background load starts here
 BACKGROUND_SHARE = 0.8  # ecn: background rate as a fraction of the link rate
 LOSS_PROBABILITY = 0.01  # loss: on every link, both directions
+DATA_DSCPS = frozenset({DSCP_TRIMMABLE, DSCP_TRIMMABLE_RETX, DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP})
 TIME_LIMIT_FACTOR = 50  # give up after this many ideal transfer times (+ 50 ms)
 
 Finisher = Callable[[dict[str, Any]], None]
@@ -66,13 +74,33 @@ def _clean(h: Harness, size: int) -> Finisher:
 
 
 def _loss(h: Harness, size: int) -> Finisher:
-    _single(h, size)
+    sender, _, dst = _single(h, size)
     for link in h.net.links.values():
         h.net.set_loss(link, LOSS_PROBABILITY)
+    arrived = _DataCounter(h, dst)
 
     def finish(result: dict[str, Any]) -> None:
         result["loss_probability_per_link"] = LOSS_PROBABILITY
+        result["data_frames_lost"] = sum(sender.data_tx_per_plane) - arrived.frames
     return finish
+
+
+class _DataCounter:
+    """Sits in front of a host's adapter and counts the data frames (trimmed or not) that
+    reach it, so a scenario can report exactly how many data frames the fabric lost."""
+
+    def __init__(self, h: Harness, host: int) -> None:
+        self.inner = h.adapters[host]
+        self.frames = 0
+        h.net.attach(host, self)
+
+    def on_frame(self, plane: int, frame: bytearray) -> None:
+        if decode_frame(frame)[0].dscp in DATA_DSCPS:
+            self.frames += 1
+        self.inner.on_frame(plane, frame)
+
+    def on_nic_state(self, plane: int, up: bool) -> None:
+        self.inner.on_nic_state(plane, up)
 
 
 def _link_failure(h: Harness, size: int) -> Finisher:
