@@ -8,7 +8,9 @@ import pytest
 
 from host_agent import wire
 from host_agent.core.cc import FixedWindow
+from host_agent.core.config import ConfigError, EndpointConfig
 from host_agent.core.events import WriteCompleted
+from host_agent.core.evs import EvConfig
 from host_agent.core.types import EvState, RxMeta
 from tests.test_core_harness import BASE_RTT, QP_A, Harness, pattern, small_config
 
@@ -138,3 +140,59 @@ def test_a_dead_path_is_abandoned_within_a_few_rtts() -> None:
     conn = h.a.connection(QP_A)
     assert all(e.state is EvState.ASSUMED_BAD for e in conn.evs.entries()
                if e.path.route == SLOW and e.counters["chosen"])
+
+
+# ---- the single-path RoCE-like baseline: go-back-N on exactly one EV -------------------------
+
+
+def _single_path(recovery: str, seed: int) -> Harness:
+    ev = EvConfig.for_base_rtt(BASE_RTT, evs_per_connection=1, backups_per_plane=0,
+                               ev_min_active=1)
+    cfg = small_config(ev=ev, recovery=recovery,
+                       cc_factory=functools.partial(FixedWindow, 16 * 1024))
+    return Harness(planes=1, spines=1, seed=seed, config=cfg)
+
+
+@pytest.mark.parametrize("recovery", ["go_back_n", "selective"])
+def test_single_ev_transfer_with_loss_completes(recovery: str) -> None:
+    h = _single_path(recovery, seed=41)
+    h.link.faults.drop = 0.01
+    size = 400_000
+    mr = h.b.register_memory(size)
+    data = pattern(size, 9)
+    h.a.post_write(QP_A, data, mr.va, mr.rkey, now=0.0)
+    h.run(until=1.0, stop=lambda: h.of_type("A", WriteCompleted))
+    assert bytes(mr.buffer) == data
+    conn = h.a.connection(QP_A)
+    assert len(conn.evs) == 1  # one EV, no backups: it keeps carrying data even when retired
+    sent = [tx for src, tx in h.sent if src == "A" and tx.dscp != wire.DSCP_CONTROL]
+    s = h.a.stats()
+    assert s["retransmits"] == len(sent) - (-(-size // 1024)) > 0
+    assert {tx.ev for tx in sent} == set(conn.evs.states())
+
+
+def test_go_back_n_resends_everything_after_the_lost_psn() -> None:
+    counts = {}
+    for recovery in ("go_back_n", "selective"):
+        h = _single_path(recovery, seed=42)
+        target: list = []
+
+        def drop_psn_40(src: str, tx, target: list = target) -> bool:
+            if (src == "A" and tx.dscp == wire.DSCP_TRIMMABLE and not target
+                    and wire.decode_packet(tx.payload).bth.psn == 40):
+                target.append(tx)
+                return False
+            return True
+
+        h.link.filter = drop_psn_40
+        assert _transfer(h, 200_000)
+        assert len(target) == 1
+        counts[recovery] = h.a.stats()["retransmits"]
+    assert counts["selective"] == 1
+    # everything in flight behind PSN 40 (a 16-packet window) went again
+    assert counts["go_back_n"] >= 8
+
+
+def test_recovery_mode_is_validated() -> None:
+    with pytest.raises(ConfigError, match="go_back_n"):
+        EndpointConfig(recovery="go-back")

@@ -60,6 +60,7 @@ class Sender:
         emit: Callable[[Event], None],
     ) -> None:
         self._cfg = config
+        self._go_back = config.recovery == "go_back_n"
         self._evs = evs
         self.cc = cc
         self._peer = peer
@@ -197,7 +198,7 @@ class Sender:
             rtt = self._trigger_rtt(trigger, sack.entropy, now)
         acked = self._cumulative(sack.cack_psn, now)
         base = wire.psn_add(sack.cack_psn, sack.sack_offset)
-        bits = sack.sack_bitmap
+        bits = 0 if self._go_back else sack.sack_bitmap  # RoCE senders have no SACK
         while bits:
             low = bits & -bits
             acked += self._acknowledge(wire.psn_add(base, low.bit_length() - 1), now)
@@ -247,6 +248,7 @@ class Sender:
             self.cc.on_nack(now)
             self._retx[pkt.psn] = pkt
             self._retx.move_to_end(pkt.psn, last=False)  # resend before anything else
+            self._resend_from([pkt])
         self._cumulative(nack.cack_psn, now)
         self._complete_writes()
 
@@ -259,7 +261,10 @@ class Sender:
         if pkt is None or pkt.ev == pkt.prev_ev:
             return None
         if ev == pkt.ev:
-            if pkt.tx_count > 1:  # first transmissions count when acknowledged
+            # first transmissions count when acknowledged; go-back-N acknowledges only
+            # cumulatively, so there an arrival above the cumulative ack is RoCE's
+            # sequence-error NAK: evidence for loss detection, not an acknowledgement
+            if pkt.tx_count > 1 or (self._go_back and pkt.in_flight):
                 assert pkt.path is not None
                 self._loss.delivered(pkt.path, pkt.tx_seq, now - pkt.sent_time, now)
             return now - pkt.sent_time
@@ -335,7 +340,20 @@ class Sender:
             self._mark_lost(pkt)
             self._evs.on_loss(pkt.ev, now)
         if lost:
+            self._resend_from(lost)
             self.cc.on_loss(now)
+
+    def _resend_from(self, lost: list[OutPkt]) -> None:
+        """Go-back-N only: everything in flight from the lowest lost PSN on is resent too, in
+        PSN order (no EV penalty for those: they were not lost)."""
+        if not self._go_back:
+            return
+        low = min(wire.psn_diff(p.psn, self.snd_una) for p in lost)
+        for pkt in [p for p in self._inflight.values()
+                    if wire.psn_diff(p.psn, self.snd_una) > low]:
+            self._mark_lost(pkt)
+        order = sorted(self._retx.values(), key=lambda p: wire.psn_diff(p.psn, self.snd_una))
+        self._retx = OrderedDict((p.psn, p) for p in order)
 
     def _mark_lost(self, pkt: OutPkt) -> None:
         del self._inflight[pkt.psn]
@@ -361,16 +379,17 @@ class Sender:
         if self._recheck is not None and now >= self._recheck:
             self._detect_losses(now)
         limit = self._rto_now()
-        expired = 0
+        expired: list[OutPkt] = []
         while self._inflight:
             pkt = next(iter(self._inflight.values()))
             if pkt.sent_time + limit > now:
                 break
             self._mark_lost(pkt)
             self._evs.on_loss(pkt.ev, now)
-            expired += 1
+            expired.append(pkt)
         if expired:
-            self._stats["timeouts"] += expired
+            self._resend_from(expired)
+            self._stats["timeouts"] += len(expired)
             self._backoff = min(self._backoff * 2, 64)
             self.cc.on_timeout(now)
 
