@@ -274,8 +274,8 @@ def test_loss_swaps_in_backup_on_same_plane_other_path() -> None:
 def test_backups_exhausted_shrinks_plane() -> None:
     es = make(planes=2, per_plane=2, evs_per_connection=8, backups_per_plane=1, ev_min_active=1)
     a, b = es.active(plane=0)[:2]
+    es.on_loss(b.ev, 0.0)  # b's path has no other failing EV: the one backup replaces it
     es.on_loss(a.ev, 0.0)
-    es.on_loss(b.ev, 0.0)
     assert len(es.active(plane=0)) == 3
     assert es.counters["backups_exhausted"] == 1 and es.counters["retired"] == 2
 
@@ -486,3 +486,44 @@ def test_denied_active_ev_is_replaced_and_never_probed_or_chosen() -> None:
     assert victim.ev not in picks and other.ev not in picks
     es.set_denied(victim.ev, False)  # plane 0 already refilled: it becomes a backup
     assert victim.state is G and victim.pool == "backup"
+
+
+# ---------------------------------------------------------------- backups avoid failing paths
+
+
+def test_backup_comes_from_a_path_without_failing_evs_or_waits() -> None:
+    es = make(planes=1, per_plane=2, evs_per_connection=4, backups_per_plane=2, ev_min_active=1,
+              probe_interval=1.0, probe_successes_to_reinstate=1)
+    on = {r: [e for e in es.entries() if e.path.route == r] for r in ("p0s0", "p0s1")}
+    dead_actives = [e for e in on["p0s0"] if e.pool == "active"]
+    (dead_backup,) = [e for e in on["p0s0"] if e.pool == "backup"]
+    (live_backup,) = [e for e in on["p0s1"] if e.pool == "backup"]
+    es.on_loss(dead_actives[0].ev, 0.0)
+    assert live_backup.pool == "active" and dead_backup.pool == "backup"  # the live path's
+    es.on_loss(dead_actives[1].ev, 0.0)
+    # the only backup left sits on a path whose EVs are failing: the slot waits
+    assert dead_backup.pool == "backup" and es.counters["swaps_deferred"] == 1
+    assert len(es.active(plane=0)) == 3
+    es.on_delivered(live_backup.ev, 0.5)  # still failing: still waiting
+    assert dead_backup.pool == "backup"
+    probe_round(es, dead_actives[0].ev, 1.0, reply=True)  # reinstated: takes the empty slot
+    assert dead_actives[0].pool == "active" and len(es.active(plane=0)) == 4
+    probe_round(es, dead_actives[1].ev, 1.0, reply=True)  # plane full: back to the backups
+    assert dead_actives[1].pool == "backup" and dead_backup.pool == "backup"
+
+
+def test_a_deferred_slot_is_refilled_once_the_path_recovers() -> None:
+    es = make(planes=1, per_plane=2, evs_per_connection=4, backups_per_plane=1, ev_min_active=1,
+              probe_interval=1.0, probe_successes_to_reinstate=1)
+    (backup,) = [e for e in es.entries() if e.pool == "backup"]
+    same = [e for e in es.entries() if e.pool == "active" and e.path == backup.path]
+    other = [e for e in es.entries() if e.pool == "active" and e.path != backup.path]
+    es.on_loss(same[0].ev, 0.0)  # the backup's own path fails: no swap
+    assert backup.pool == "backup" and es.counters["swaps_deferred"] == 1
+    es.on_loss(other[0].ev, 0.1)  # still the failing path's backup: no swap
+    assert backup.pool == "backup" and len(es.active(plane=0)) == 2
+    probe_round(es, other[0].ev, 1.1, reply=True)  # fills one slot itself
+    assert other[0].pool == "active" and backup.pool == "backup"
+    probe_round(es, same[0].ev, 1.0 + 0.5, reply=False)
+    es.set_denied(same[0].ev, True)  # management takes it away: its path has no bad EV left
+    assert backup.pool == "active" and len(es.active(plane=0)) == 4

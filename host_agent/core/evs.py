@@ -12,8 +12,13 @@ Rules chosen where the sources are silent [choice]:
 - EV values: the i-th EV built (actives in build order, then each plane's backups) is
   first_ev + i, wrapping inside 1..2**32-1 (0 is never used).
 - Pools: every EV is "active" (sprayed on), "backup" (standby) or "out" (ASSUMED_BAD or
-  DENIED). An EV reinstated by probes or allowed again goes back to "active" if its plane has
-  fewer active EVs than it was built with (backups ran out), else to "backup".
+  DENIED). A retired active EV is replaced by a GOOD backup of its plane, preferring paths
+  with the smallest share of ASSUMED_BAD EVs, then another path than the retired EV's. If
+  every remaining backup sits on a failing path (at least half of its EVs ASSUMED_BAD: a dead
+  path, since random loss spreads over all paths) the slot stays empty, as a dead path would
+  only eat the backup, until a delivery, timer or reinstatement finds a healthy backup.
+  An EV reinstated by probes or allowed again goes back to "active" if its plane has fewer
+  active EVs than it was built with, else to "backup".
 - Floor: while fewer than ev_min_active EVs are usable (GOOD, active, plane usable), choose()
   also sprays over stand-ins on usable planes, best first: GOOD backups, then SKIP EVs
   (soonest expiry first), then ASSUMED_BAD EVs least recently failed first (the failure that
@@ -31,14 +36,13 @@ when next_deadline() passes, then send a probe for each EV in probes_due(now).
 from __future__ import annotations
 
 import heapq
-import math
 import random
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from host_agent.core.cc import DEFAULT_BASE_RTT
 from host_agent.core.errors import LocalProtocolError
+from host_agent.core.evconfig import EvConfig
 from host_agent.core.types import EvState, PathInfo
 
 G, S, B, D = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
@@ -57,64 +61,6 @@ _TRANSITIONS: dict[tuple[EvState, str], EvState] = {
 
 EV_SPACE = 2**32 - 1  # usable EV values 1..2**32-1
 ACTIVE, BACKUP, OUT = "active", "backup", "out"
-
-
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"EvConfig.{name} must be an int >= {minimum}, got {value!r}")
-
-
-def _check_time(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"EvConfig.{name} must be a time in seconds, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"EvConfig.{name} must be a finite time > 0 seconds, got {value!r}")
-
-
-@dataclass(frozen=True)
-class EvConfig:
-    """EV-set parameters; times are seconds. Defaults assume DEFAULT_BASE_RTT (1 ms); use
-    EvConfig.for_base_rtt to scale them to another fabric.
-
-    skip_time: how long an ECN-marked or trimmed EV rests (4 base RTTs).
-    probe_interval: probe period of an ASSUMED_BAD EV (10 base RTTs).
-    probe_timeout: a probe unanswered this long failed (8 base RTTs).
-    probe_successes_to_reinstate: consecutive probe replies that make an EV GOOD again.
-    ev_min_active: floor of EVs sprayed on (see the module docstring), 1..evs_per_connection.
-    """
-
-    evs_per_connection: int = 128
-    backups_per_plane: int = 8
-    skip_time: float = 4 * DEFAULT_BASE_RTT
-    probe_interval: float = 10 * DEFAULT_BASE_RTT
-    probe_timeout: float = 8 * DEFAULT_BASE_RTT
-    probe_successes_to_reinstate: int = 3
-    ev_min_active: int = 8
-
-    def __post_init__(self) -> None:
-        _check_int("evs_per_connection", self.evs_per_connection, 1)
-        _check_int("backups_per_plane", self.backups_per_plane, 0)
-        _check_int("probe_successes_to_reinstate", self.probe_successes_to_reinstate, 1)
-        _check_int("ev_min_active", self.ev_min_active, 1)
-        for name in ("skip_time", "probe_interval", "probe_timeout"):
-            _check_time(name, getattr(self, name))
-        if self.ev_min_active > self.evs_per_connection:
-            raise ValueError(
-                f"EvConfig.ev_min_active ({self.ev_min_active}) must not exceed "
-                f"evs_per_connection ({self.evs_per_connection})"
-            )
-
-    @classmethod
-    def for_base_rtt(cls, base_rtt: float, **overrides: object) -> EvConfig:
-        """Timers scaled to a fabric's base RTT (same multiples as the defaults)."""
-        _check_time("base_rtt", base_rtt)
-        values: dict[str, object] = {
-            "skip_time": 4 * base_rtt,
-            "probe_interval": 10 * base_rtt,
-            "probe_timeout": 8 * base_rtt,
-        }
-        values.update(overrides)
-        return cls(**values)  # type: ignore[arg-type]
 
 
 def _new_counters() -> dict[str, int]:
@@ -203,6 +149,10 @@ class EvSet:
             self._refresh(entry)
         self._skip_heap: list[tuple[float, int]] = []
         self._bad: dict[int, EvEntry] = {}
+        self._vacant: dict[int, int] = dict.fromkeys(self.planes, 0)  # active slots unfilled
+        self._path_size: dict[PathInfo, int] = {}
+        for entry in self._entries.values():
+            self._path_size[entry.path] = self._path_size.get(entry.path, 0) + 1
         self._fallback: list[EvEntry] | None = None
         self._fallback_pos = 0
         self._ctl_plane_pos = 0
@@ -212,8 +162,8 @@ class EvSet:
             ("chosen", "control_chosen", "floor_picks", "control_fallback", "ecn",
              "nack_trimmed", "nack_trimmed_lasthop", "losses", "delivered", "skips",
              "skip_extensions", "skip_expired", "retired", "reinstated", "swaps",
-             "backups_exhausted", "denied", "allowed", "probes_sent", "probe_replies",
-             "probe_timeouts", "probe_results_ignored"), 0)  # fmt: skip
+             "backups_exhausted", "swaps_deferred", "denied", "allowed", "probes_sent",
+             "probe_replies", "probe_timeouts", "probe_results_ignored"), 0)  # fmt: skip
 
     # ----- lookups
     def __contains__(self, ev: object) -> bool:
@@ -296,27 +246,43 @@ class EvSet:
             self.counters["reinstated" if old is EvState.ASSUMED_BAD else "allowed"] += 1
             active = sum(1 for e in self._plane_entries[entry.path.plane] if e.pool == ACTIVE)
             entry.pool = ACTIVE if active < self._target[entry.path.plane] else BACKUP
+            if entry.pool == ACTIVE and self._vacant[entry.path.plane]:
+                self._vacant[entry.path.plane] -= 1
         if new is not old:
             self._changes.append((entry.ev, old, new, trigger))
         self._refresh(entry)
+        if old is EvState.ASSUMED_BAD and new is not old:
+            self._refill_all()  # its path may be healthy again
 
     def _take_out(self, entry: EvEntry) -> None:
-        """Move an EV out of service; an active one is replaced by a GOOD backup of its
-        plane, on a different path if one exists."""
+        """Move an EV out of service; an active one leaves a slot for a healthy backup."""
         was_active = entry.pool == ACTIVE
         entry.pool = OUT
-        if not was_active:
-            return
-        backups = [e for e in self._plane_entries[entry.path.plane]
-                   if e.pool == BACKUP and e.state is EvState.GOOD]  # fmt: skip
-        if not backups:
-            self.counters["backups_exhausted"] += 1
-            return
-        other = [e for e in backups if e.path != entry.path]
-        chosen = (other or backups)[0]
-        chosen.pool = ACTIVE
-        self.counters["swaps"] += 1
-        self._refresh(chosen)
+        if was_active:
+            self._vacant[entry.path.plane] += 1
+            self._refill(entry.path.plane, avoid=entry.path)
+
+    def _refill(self, plane: int, avoid: PathInfo | None = None) -> None:
+        """Fill the plane's vacant active slots with backups (module docstring, "Pools")."""
+        while self._vacant[plane]:
+            backups = [e for e in self._plane_entries[plane]
+                       if e.pool == BACKUP and e.state is EvState.GOOD]  # fmt: skip
+            if not backups:
+                self.counters["backups_exhausted"] += 1
+                self._vacant[plane] = 0  # a reinstated EV refills the slot instead
+                return
+            bad: dict[PathInfo, int] = {}
+            for e in self._bad.values():
+                bad[e.path] = bad.get(e.path, 0) + 1
+            chosen = min(backups, key=lambda e: (bad.get(e.path, 0) / self._path_size[e.path],
+                                                 e.path == avoid))  # fmt: skip
+            if bad.get(chosen.path, 0):
+                self.counters["swaps_deferred"] += 1
+                return
+            chosen.pool = ACTIVE
+            self._vacant[plane] -= 1
+            self.counters["swaps"] += 1
+            self._refresh(chosen)
 
     def _expire_skips(self, now: float) -> None:
         heap = self._skip_heap
@@ -327,9 +293,15 @@ class EvSet:
                 self.counters["skip_expired"] += 1
                 self._apply(entry, "skip_expired", now)
 
+    def _refill_all(self) -> None:
+        for plane, vacant in self._vacant.items():
+            if vacant:
+                self._refill(plane)
+
     def advance(self, now: float) -> None:
         """Apply every timer due at `now`: SKIP expiry and probe timeouts."""
         self._expire_skips(now)
+        self._refill_all()
         for entry in list(self._bad.values()):
             sent = entry.probe_sent_at
             if sent is not None and now >= sent + self.config.probe_timeout:
@@ -455,6 +427,8 @@ class EvSet:
 
     def on_delivered(self, ev: int, now: float) -> None:
         self._feedback(ev, now, "delivered", None)
+        if any(self._vacant.values()):
+            self._refill_all()
 
     def set_denied(self, ev: int, denied: bool) -> None:
         """Management only; DENIED is left only through set_denied(ev, False)."""

@@ -19,14 +19,13 @@ A packet P in flight on path X is declared lost when either rule holds:
 Only transmissions whose delivery is unambiguous feed the rules: first transmissions, and a
 retransmitted packet's transmission named by the EV echoed in the SACK it triggered.
 
-Memory is O(packets in flight + packets sent behind the oldest in-flight packet of each path):
-each path keeps a queue of its transmissions in send order, and entries are dropped lazily
-once they reach the head and are no longer in flight.
+Memory is O(packets in flight): each path indexes its in-flight packets in send order, and a
+packet leaves the index when it is acknowledged, declared lost or resent (forget()).
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from host_agent.core.types import PathInfo
@@ -68,7 +67,7 @@ class OutPkt:
 
 @dataclass
 class _PathState:
-    queue: deque[tuple[int, OutPkt]] = field(default_factory=deque)  # (tx_seq, packet)
+    queue: OrderedDict[int, OutPkt] = field(default_factory=OrderedDict)  # by tx_seq
     rack_seq: int = -1  # newest-sent delivered transmission on this path...
     rack_rtt: float = 0.0  # ...and its RTT
     rtt_max: float = 0.0  # decaying maximum RTT sample on this path
@@ -91,7 +90,12 @@ class LossDetector:
 
     def sent(self, pkt: OutPkt) -> None:
         assert pkt.path is not None
-        self._state(pkt.path).queue.append((pkt.tx_seq, pkt))
+        self._state(pkt.path).queue[pkt.tx_seq] = pkt
+
+    def forget(self, pkt: OutPkt) -> None:
+        """`pkt`'s latest transmission is no longer in flight."""
+        assert pkt.path is not None
+        del self._paths[pkt.path].queue[pkt.tx_seq]
 
     def delivered(self, path: PathInfo, tx_seq: int, rtt: float, now: float) -> None:
         """An unambiguous transmission on `path`, sent `rtt` seconds ago, arrived."""
@@ -106,9 +110,6 @@ class LossDetector:
         state = self._paths.get(path)
         return state.rtt_max if state is not None else 0.0
 
-    def tracked(self) -> int:
-        return sum(len(s.queue) for s in self._paths.values())
-
     def detect(
         self, now: float, reorder_window: float, fallback_patience: float
     ) -> tuple[list[OutPkt], float | None]:
@@ -117,18 +118,13 @@ class LossDetector:
         recheck: float | None = None
         for state in self._paths.values():
             queue = state.queue
-            while queue:
-                seq, pkt = queue[0]
-                if not pkt.in_flight or pkt.tx_seq != seq:
-                    queue.popleft()  # acknowledged, already lost, or resent since
-                    continue
+            for pkt in queue.values():
                 due = self._due(state, pkt, reorder_window, fallback_patience)
                 if due is None:
                     break  # neither rule applies, nor to anything sent later on this path
                 if now < due:
                     recheck = due if recheck is None else min(recheck, due)
                     break
-                queue.popleft()
                 lost.append(pkt)
         return lost, recheck
 

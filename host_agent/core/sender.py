@@ -102,8 +102,7 @@ class Sender:
 
     def tracked_packets(self) -> int:
         """Packets the sender holds state for (memory-bound checks)."""
-        return (len(self._inflight) + len(self._retx) + len(self._sent) + len(self._untriggered)
-                + self._loss.tracked())
+        return len(self._inflight) + len(self._retx) + len(self._sent) + len(self._untriggered)
 
     def idle(self) -> bool:
         return not (self._pending or self._sent or self._inflight or self._retx)
@@ -228,8 +227,7 @@ class Sender:
         reason = nack.reason
         pkt = self._inflight.pop(nack.nack_psn, None)
         if pkt is not None:
-            pkt.in_flight = False
-            self.inflight_bytes -= pkt.length
+            self._landed(pkt)
         if reason in (wire.NACK_RKEY_VIOLATION, wire.NACK_BOUNDS_VIOLATION):
             # The receiver consumed the PSN without writing it: fail the write, never resend.
             # Known race: if a SACK whose cumulative ack passes the write's end overtakes this
@@ -289,8 +287,7 @@ class Sender:
     def _acknowledge(self, psn: int, now: float) -> int:
         pkt = self._inflight.pop(psn, None)
         if pkt is not None:
-            pkt.in_flight = False
-            self.inflight_bytes -= pkt.length
+            self._landed(pkt)
             if pkt.tx_count == 1:  # unambiguous: only one transmission could have arrived
                 assert pkt.path is not None
                 self._loss.delivered(pkt.path, pkt.tx_seq, now - pkt.sent_time, now)
@@ -357,9 +354,14 @@ class Sender:
 
     def _mark_lost(self, pkt: OutPkt) -> None:
         del self._inflight[pkt.psn]
+        self._landed(pkt)
+        self._retx[pkt.psn] = pkt
+
+    def _landed(self, pkt: OutPkt) -> None:
+        """`pkt` left `_inflight`: acknowledged, NACKed or declared lost."""
         pkt.in_flight = False
         self.inflight_bytes -= pkt.length
-        self._retx[pkt.psn] = pkt
+        self._loss.forget(pkt)
 
     def deadline(self) -> float | None:
         times = []
