@@ -10,7 +10,8 @@ and records, as the bytes arrive, (CLOCK_MONOTONIC time, cumulative bytes) sampl
 delivery timeline the stall and goodput-over-time figures are computed from. CLOCK_MONOTONIC
 is one clock for every process on the machine, network namespaces included, so the bench
 can place its failure injection on the same axis. The server prints "READY" once listening,
-then one JSON line per connection; the client prints one JSON line. Both give up after
+then one JSON line per connection; the client prints "CONNECTED" once connected, then one
+JSON line. Both give up after
 --timeout seconds, the server also after --count connections: nothing is left running.
 Servers bind only to the host's own NIC addresses given with --bind.
 """
@@ -178,6 +179,7 @@ def send(src: str, dst: str, port: int, proto: str, nbytes: int, timeout: float,
         sock.bind((src, 0))
         sock.connect((dst, port))
         connected = time.monotonic()
+        print("CONNECTED", file=out, flush=True)
         try:
             mss = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
         except OSError:  # an MPTCP socket may not answer TCP-level options

@@ -60,7 +60,8 @@ def run_kernel_flows(net, specs: list[FlowSpec], proto: str, *, timeout: float,
                      on_start=None) -> list[dict[str, Any]]:
     """Run the flows concurrently; results in the order of `specs` (same keys as MRC flows).
 
-    `on_start(start_time)` is called once every client has been launched (failure injection).
+    `on_start(start_time)` is called once every client has connected (or given up), for
+    failure injection.
     """
     fabric = net.fabric
     if proto == "mptcp":
@@ -88,16 +89,19 @@ def run_kernel_flows(net, specs: list[FlowSpec], proto: str, *, timeout: float,
                 "client", "--src", str(fabric.nic(s.src, plane).address),
                 "--dst", str(fabric.nic(s.dst, plane).address), "--port", str(port),
                 "--proto", proto, "--bytes", str(s.nbytes), "--timeout", str(timeout)]))
+        first_lines = []
+        for proc in clients:  # failures are timed from the moment every flow can send
+            first_lines.append(proc.stdout.readline() if proc.stdout is not None else "")
         if on_start is not None:
             on_start(start)
         client_reports = []
-        for proc in clients:
+        for proc, first in zip(clients, first_lines, strict=True):
             try:
                 out, err = proc.communicate(timeout=timeout + STARTUP_S)
             except subprocess.TimeoutExpired:
                 _end(proc)
                 out, err = "", "client outlived its timeout"
-            client_reports.append(_parse(out, err))
+            client_reports.append(_parse(first + out, err))
         server_reports: dict[int, list[dict[str, Any]]] = {}
         for dst, proc in servers.items():
             try:

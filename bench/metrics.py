@@ -52,15 +52,19 @@ def progress_times(samples: Timeline) -> list[float]:
     return out
 
 
-def longest_stall(samples: Timeline, *, after: float | None = None) -> float:
+def longest_stall(samples: Timeline, *, after: float | None = None,
+                  until: float | None = None) -> float:
     """Longest time between two consecutive increases of delivered bytes.
 
     Measured from the first delivery on, so connection setup is not a stall. With `after`
-    (a failure time), only gaps that end after it count, and the gap spanning it counts whole:
-    delivery had stopped before the failure was injected only if the flow was already stuck.
+    (a failure time), only gaps that end after it count, and the gap spanning it counts whole.
+    With `until` (the end of observation), a flow that stopped delivering before then has a
+    last gap up to `until`: a flow that never recovers stalls until it is given up.
     """
     check_timeline(samples)
     times = progress_times(samples)
+    if until is not None and times and until > times[-1]:
+        times.append(until)
     gaps = [(b - a, b) for a, b in zip(times, times[1:], strict=False)]
     if after is not None:
         gaps = [(g, end) for g, end in gaps if end > after]

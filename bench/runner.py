@@ -5,10 +5,10 @@ RoCE-like single-path mode: one EV on plane 0, baseline LPM/ECMP routes), `tcp` 
 (the kernel's stacks, bench.kernel_run). All four run one after the other on the same running
 fabric with the same port rates.
 
-Failures are injected by a thread once the flow's traffic is seen on the sender's T0 uplinks
-(root-namespace interface counters), so a slow-starting process does not shift the failure
-towards the start of the transfer. The link to fail is the plane-0 uplink of the sender's T0
-that carried the most packets so far: plane 0 is where every single-path contender runs, so
+Failures are injected by a timer thread started when every flow can send (agents: just
+before the writes are posted; kernel flows: once every client has connected). The link to
+fail is the plane-0 uplink of the sender's T0 that carried the most packets since then
+(root-namespace interface counters): plane 0 is where every single-path contender runs, so
 the failure always hits a path the flow is using.
 """
 
@@ -24,14 +24,13 @@ from bench import metrics
 from bench.kernel_flows import mptcp_enabled
 from bench.kernel_run import run_kernel_flows
 from bench.mrc_flows import FlowSpec, run_flows
-from controller.topology import Fabric
 from host_agent.core.cc import DEFAULT_MTU
 from topologies.network import MrcNetwork, NetworkConfig
 
 CONTENDERS = ("mrc", "single_path", "tcp", "mptcp")
 FAILURE_PLANE = 0
-TRAFFIC_SEEN_PACKETS = 8  # uplink packets that mean "the flow is running"
-POLL_S = 0.002
+QUIET_POLL_S = 0.25
+QUIET_LIMIT_S = 30.0
 SETTLE_S = 0.5  # after convergence_delay: routes written back, queues drained
 
 
@@ -39,26 +38,29 @@ class BenchError(RuntimeError):
     """The bench could not run a scenario (fabric busy, network failed); says what to do."""
 
 
-def fabric_busy(fabric: Fabric) -> str | None:
-    """The first switch interface of this fabric that already exists (another run), if any."""
-    for sw in fabric.switches[:1] + fabric.switches[-1:]:
-        name = f"{sw.name}-eth1"
-        if Path(f"/sys/class/net/{name}").exists():
-            return name
-    return None
-
-
 def open_network(config: NetworkConfig, log: Callable[[str], None]) -> MrcNetwork:
-    """Start a fabric, refusing (after a wait) while another run owns the same interface names."""
-    deadline = time.monotonic() + 120
-    while (busy := fabric_busy(config.fabric)) is not None:
-        if time.monotonic() > deadline:
-            raise BenchError(f"interface {busy} exists: another emulated fabric is running on "
-                             "this machine; wait for it to finish")
-        time.sleep(2)
+    """Start a fabric (MrcNetwork waits while another one runs on this machine)."""
     net = MrcNetwork(config, log=log)
     net.start()
     return net
+
+
+def restore_nic_ipv6(net: MrcNetwork, host: int, plane: int) -> None:
+    """Put back a NIC's kernel IPv6 address, neighbour and route after it was down.
+
+    Linux flushes IPv6 addresses (keep_addr_on_down=0) and routes of an interface that goes
+    down, and MrcNetwork.nic_up does not set them again, so the kernel contenders of the next
+    run would find no address to bind. Same settings as MrcNetwork's start-up, as `replace`.
+    """
+    fabric = net.fabric
+    nic = fabric.nic(host, plane)
+    t0 = fabric.t0(plane, nic.t0)
+    for cmd in (f"ip -6 addr replace {nic.address}/128 dev {nic.ifname} nodad",
+                f"ip -6 neigh replace fe80::1 lladdr {t0.mac} dev {nic.ifname} nud permanent",
+                f"ip -6 route replace fd00:0:{plane:x}::/48 via fe80::1 dev {nic.ifname} onlink"):
+        out = net.host(host).cmd(cmd + " && echo OK").strip()
+        if not out.endswith("OK"):
+            raise BenchError(f"h{host}: `{cmd}` failed: {out}")
 
 
 def set_mode(net: MrcNetwork, specs: list[FlowSpec], single_path: bool) -> None:
@@ -120,9 +122,6 @@ class Injector:
         self.t0 = t0.name
         self.uplinks = {fabric.t1(FAILURE_PLANE, j).name: f"{t0.name}-eth{fabric.uplink_port(j)}"
                         for j in range(fabric.t1_per_plane)}
-        self.all_uplinks = [f"{fabric.t0(p, fabric.nic(src, p).t0).name}-eth"
-                            f"{fabric.uplink_port(j)}"
-                            for p in range(fabric.planes) for j in range(fabric.t1_per_plane)]
         self.info: dict[str, Any] = {"kind": kind}
         self.undo: Callable[[], None] | None = None
         self._thread: threading.Thread | None = None
@@ -130,7 +129,7 @@ class Injector:
 
     def arm(self) -> None:
         """Start counting uplink packets (the busiest uplink is chosen from these counts)."""
-        self._base = {i: _counter(i) for i in self.all_uplinks}
+        self._base = {i: _counter(i) for i in self.uplinks.values()}
 
     def start(self) -> None:
         self.arm()
@@ -139,13 +138,8 @@ class Injector:
 
     def _run(self) -> None:
         try:
-            while sum(_counter(i) - b for i, b in self._base.items()) < TRAFFIC_SEEN_PACKETS:
-                if self._stop.wait(POLL_S):
-                    return
-            self.info["traffic_seen_at"] = time.monotonic()
-            if self._stop.wait(self.after):
-                return
-            self.fire()
+            if not self._stop.wait(self.after):
+                self.fire()
         except Exception as exc:  # reported in the results, not swallowed
             self.info["error"] = f"{type(exc).__name__}: {exc}"
 
@@ -161,7 +155,8 @@ class Injector:
         elif self.kind == "nic":
             net.nic_down(self.dst, FAILURE_PLANE)
             self.info.update(nic=[self.dst, FAILURE_PLANE])
-            self.undo = lambda: net.nic_up(self.dst, FAILURE_PLANE)
+            self.undo = lambda: (net.nic_up(self.dst, FAILURE_PLANE),
+                                 restore_nic_ipv6(net, self.dst, FAILURE_PLANE))
         elif self.kind == "reboot":
             self.info.update(switch=spine, reboot_s=net.reboot_switch(spine))
         else:
@@ -169,14 +164,29 @@ class Injector:
         self.info["uplink_packets_before"] = used
 
     def finish(self) -> dict[str, Any]:
-        """Stop waiting, repair what was broken and wait until baseline routes are back."""
+        """Stop waiting, repair what was broken, wait until baseline routes are back and the
+        sender's agent has stopped sending (a timed-out write keeps running in the agent)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(30)
         if self.undo is not None:
             self.undo()
             time.sleep(self.net.config.convergence_delay + SETTLE_S)
+        self.info["quiet_after_s"] = wait_quiet(self.net, self.src)
         return self.info
+
+
+def wait_quiet(net: MrcNetwork, host: int) -> float | None:
+    """Seconds until the host's agent sends no more data packets (None: still sending)."""
+    start = time.monotonic()
+    last = None
+    while time.monotonic() - start < QUIET_LIMIT_S:
+        sent = net.stats(host)["endpoint"]["tx_data_packets"]
+        if sent == last:
+            return time.monotonic() - start
+        last = sent
+        time.sleep(QUIET_POLL_S)
+    return None
 
 
 def relative_failure(info: dict[str, Any], flow: dict[str, Any]) -> float | None:

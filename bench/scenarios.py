@@ -190,12 +190,13 @@ def _failure_figures(net: MrcNetwork, name: str, spec: FlowSpec, clean: dict[str
     out: dict[str, Any] = {"failure_at_s": at}
     if at is None or not flow.get("timeline"):
         return out
-    stall = metrics.longest_stall(flow["timeline"], after=at)
     clean_t, failed_t = _completion(clean), _completion(failed)
-    out.update(stall_s=stall, stall_rtts=stall / rtt,
+    # a flow that never finished is observed until it was given up
+    end = failed_t if failed_t is not None else flow.get("duration_s", flow["timeline"][-1][0])
+    stall = metrics.longest_stall(flow["timeline"], after=at, until=end)
+    out.update(stall_s=stall, stall_rtts=stall / rtt, completed=failed_t is not None,
                completion_clean_s=clean_t, completion_failed_s=failed_t,
                completion_ratio=metrics.ratio(failed_t, clean_t))
-    end = failed_t if failed_t is not None else flow["timeline"][-1][0]
     if end > at:
         out["goodput_after_bps"] = metrics.rate_bps(flow["timeline"], at, end)
     if at > 0:
