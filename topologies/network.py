@@ -44,6 +44,7 @@ from mininet.node import Host
 
 from controller.convergence import DEFAULT_DELAY, Convergence
 from controller.install import Controller
+from controller.p4names import PRIORITY_HIGH
 from controller.tables import (
     DEFAULT_ECN_THRESHOLD,
     DEFAULT_TRIM_THRESHOLD,
@@ -57,10 +58,20 @@ from topologies.agents import AgentError, AgentProcess, AgentProxy, TransferHand
 from topologies.targets import resolve, switch_class
 
 DEFAULT_PORT_RATE_PPS = 500
-DEFAULT_QUEUE_DEPTH = 64  # BMv2's default; above the trim threshold so data is trimmed first
+# Twice BMv2's default (64): with 64, a 4:1 incast still tail-dropped a few data packets at the
+# receiver's T0 (the software switch's occupancy check lags its queue); with 128, none.
+DEFAULT_QUEUE_DEPTH = 128
+# Rates are in packets/s, but the high-priority queue carries header-only frames (a trimmed
+# packet is 134 bytes, a SACK about 150, a full data frame 1158): on a byte-rate link each takes
+# about 1/8 of a data packet's time, so that queue is paced 8 times faster. At the data rate,
+# incast trims would overflow it and turn into drops and timeouts that a real link would not see.
+CONTROL_RATE_FACTOR = 8
 AGENT_OVERHEAD_S = 0.005  # two Python agents' processing and scheduling per round trip
 FABRIC_LOCK = Path(tempfile.gettempdir()) / "mrc-testbed-fabric.lock"
 RTT_HOPS = 6  # rate-limited egress ports a data packet and its SACK cross (T0, T1, T0 twice)
+# Packet times of standing queue the timers allow for: with only the unloaded RTT (17 ms at
+# 500 pps) a 4:1 incast saw 24-32 timeouts per flow; with 8 packets more (33 ms), none.
+STANDING_QUEUE = 8
 
 
 class NetworkError(RuntimeError):
@@ -68,8 +79,9 @@ class NetworkError(RuntimeError):
 
 
 def base_rtt_for(port_rate_pps: int | None) -> float:
-    """Unloaded RTT across spines: one packet time per rate-limited hop, plus the agents."""
-    serialization = RTT_HOPS / port_rate_pps if port_rate_pps else 0.0
+    """RTT across spines: a packet time per rate-limited hop and a short standing queue, plus
+    the agents' own processing."""
+    serialization = (RTT_HOPS + STANDING_QUEUE) / port_rate_pps if port_rate_pps else 0.0
     return serialization + AGENT_OVERHEAD_S
 
 
@@ -201,9 +213,13 @@ class MrcNetwork:
         return self.fabric.nic(int(node[1:]), port).mac
 
     def _set_queues(self, name: str) -> None:
+        """Data queues at the port rate; the high-priority queue CONTROL_RATE_FACTOR faster."""
         node = self.net[name]  # type: ignore[index]
-        if self.config.port_rate_pps is not None:
-            node.set_queue_rate(self.config.port_rate_pps)
+        rate = self.config.port_rate_pps
+        if rate is not None:
+            node.set_queue_rate(rate)
+            node.cli([f"set_queue_rate {rate * CONTROL_RATE_FACTOR} {port} {PRIORITY_HIGH}"
+                      for port in sorted(node._data_ports())])
         node.set_queue_depth(self.config.queue_depth)
 
     def _configure_kernel_ipv6(self, host: int) -> None:
