@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+
 from host_agent import wire
+from host_agent.core.cc import FixedWindow
 from host_agent.core.events import (
     EvStateChanged,
     PeerPlaneChanged,
@@ -10,7 +13,7 @@ from host_agent.core.events import (
     WriteCompleted,
 )
 from host_agent.core.types import EvState
-from tests.test_core_harness import BASE_RTT, QP_A, QP_B, Harness, pattern
+from tests.test_core_harness import BASE_RTT, QP_A, QP_B, Harness, pattern, small_config
 
 
 def _data_from(h: Harness, src: str, since: int = 0) -> list:
@@ -182,3 +185,22 @@ def test_denied_ev_is_never_used_until_allowed() -> None:
     h.flush()
     changes = [(e.old, e.new) for e in h.of_type("A", EvStateChanged) if e.ev == ev]
     assert changes == [(EvState.GOOD, EvState.DENIED), (EvState.DENIED, EvState.GOOD)]
+
+
+def test_a_receiver_that_sends_no_data_stops_acking_over_a_dead_reverse_path() -> None:
+    paced = small_config(cc_factory=functools.partial(FixedWindow, 16 * 1024))
+    h = Harness(planes=2, spines=2, seed=23, config=paced)
+    mr = h.b.register_memory(1_000_000)
+    data = pattern(1_000_000, 4)
+    h.a.post_write(QP_A, data, mr.va, mr.rkey, now=0.0)
+    h.run(until=5 * BASE_RTT)
+    h.link.dead_routes.update({("A", 0, 1), ("B", 0, 1)})  # spine 1 of plane 0, both ways
+    h.run(until=30 * BASE_RTT)
+    mark = len(h.sent)
+    h.run(until=1.0, stop=lambda: h.of_type("A", WriteCompleted))
+    assert bytes(mr.buffer) == data
+    late_acks = [tx for src, tx in h.sent[mark:] if src == "B"]
+    assert len(late_acks) > 500
+    # B learns nothing from its own sending; its SACKs follow the data's (live) spines
+    assert all(tx.route != ("B", 0, 1) for tx in late_acks)
+    assert sum(tx.plane == 0 for tx in late_acks) > len(late_acks) // 4

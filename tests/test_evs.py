@@ -527,3 +527,28 @@ def test_a_deferred_slot_is_refilled_once_the_path_recovers() -> None:
     probe_round(es, same[0].ev, 1.0 + 0.5, reply=False)
     es.set_denied(same[0].ev, True)  # management takes it away: its path has no bad EV left
     assert backup.pool == "active" and len(es.active(plane=0)) == 4
+
+
+# ---------------------------------------------------------------- control EV for an arrival
+
+
+def test_control_answers_on_the_arrival_plane_and_mirrored_path() -> None:
+    es = make(planes=2, per_plane=2, evs_per_connection=8, backups_per_plane=0, ev_min_active=1)
+    for peer_ev in es.states():  # the peer's EV n is laid out like ours
+        mirror = es.entry(peer_ev)
+        for _ in range(3):
+            got = es.choose_control(0.0, plane=mirror.path.plane, echo_ev=peer_ev)
+            assert got is not None and got.path == mirror.path
+
+
+def test_control_avoids_paths_with_failing_evs_and_unusable_planes() -> None:
+    es = make(planes=2, per_plane=2, evs_per_connection=8, backups_per_plane=0, ev_min_active=1)
+    failing = es.active(plane=0)[0]
+    es.on_loss(failing.ev, 0.0)
+    sibling = next(e for e in es.active(plane=0) if e.path == failing.path)
+    for _ in range(4):  # the arrival's mirror sits on a path we know is failing
+        got = es.choose_control(0.0, plane=0, echo_ev=sibling.ev)
+        assert got is not None and got.path.plane == 0 and got.path != failing.path
+    es.set_plane_usable(0, False)
+    got = es.choose_control(0.0, plane=0, echo_ev=sibling.ev)
+    assert got is not None and got.path.plane == 1

@@ -61,7 +61,7 @@ class Connection:
         if isinstance(pkt, wire.DataPacket):
             if meta.ecn == wire.ECN_CE:
                 self._stats["ecn_marks_received"] += 1
-            self._control(self.receiver.on_data(pkt, meta), now, out)
+            self._control(self.receiver.on_data(pkt, meta), now, out, meta.plane, meta.ev)
         elif isinstance(pkt, wire.SackPacket):
             self._check_ev(pkt.sack.entropy)
             self._stats["sacks_received"] += 1
@@ -74,7 +74,8 @@ class Connection:
             self._stats["nacks_received"] += 1
             self.sender.on_nack(pkt.nack, now)
         elif isinstance(pkt, wire.ProbePacket):
-            self._control(self.receiver.probe_reply(pkt, meta), now, out)
+            self._control(self.receiver.probe_reply(pkt, meta), now, out, meta.plane,
+                          pkt.probe.entropy)
         else:
             raise RemoteProtocolError(f"{type(pkt).__name__} is not valid on a connection QP")
         self.drain_ev_changes()
@@ -83,8 +84,11 @@ class Connection:
         if ev not in self.evs:
             raise RemoteProtocolError(f"echoed EV {ev:#x} is not one of QP {self.local_qpn:#x}'s")
 
-    def _control(self, pkt: wire.Packet, now: float, out: list[TxPacket]) -> None:
-        entry = self.evs.choose_control(now)
+    def _control(
+        self, pkt: wire.Packet, now: float, out: list[TxPacket], plane: int, echo_ev: int
+    ) -> None:
+        """Queue a SACK/NACK answering a packet that arrived on `plane` with EV `echo_ev`."""
+        entry = self.evs.choose_control(now, plane=plane, echo_ev=echo_ev)
         if entry is None:
             self._stats["control_dropped"] += 1
             return

@@ -372,11 +372,19 @@ class EvSet:
         spare.sort(key=self._stand_in_rank)
         return usable + spare[: self.config.ev_min_active - len(usable)]
 
-    def choose_control(self, now: float) -> EvEntry | None:
-        """EV for a SACK/NACK: round-robin over usable planes, then round-robin over the
-        plane's GOOD active EVs; a plane without one falls back to its best stand-in, so every
-        usable plane with a non-DENIED EV keeps at least one control EV."""
+    def choose_control(
+        self, now: float, *, plane: int | None = None, echo_ev: int | None = None
+    ) -> EvEntry | None:
+        """EV for a SACK/NACK. Answering a packet that arrived on `plane` with EV `echo_ev`
+        (the peer's EV): see _control_for_arrival. Otherwise round-robin over usable planes,
+        then over the plane's GOOD active EVs; a plane without one falls back to its best
+        stand-in, so every usable plane with a non-DENIED EV keeps at least one control EV."""
         self._expire_skips(now)
+        if plane is not None and self._plane_usable.get(plane):
+            entry = self._control_for_arrival(plane, echo_ev)
+            if entry is not None:
+                self.counters["control_chosen"] += 1
+                return entry
         for _ in self.planes:
             plane = self.planes[self._ctl_plane_pos % len(self.planes)]
             self._ctl_plane_pos += 1
@@ -387,6 +395,30 @@ class EvSet:
                 self.counters["control_chosen"] += 1
                 return entry
         return None
+
+    def _control_for_arrival(self, plane: int, echo_ev: int | None) -> EvEntry | None:
+        """Answer on the plane the packet came in on (it works at least one way), on the
+        reverse of its path when the EV layout tells it, else on a path of that plane with no
+        ASSUMED_BAD EV of ours. The layout rule [choice]: both ends build their EV sets with
+        the same EvConfig and first_ev, and list each plane's paths in the same spine order
+        (controller.topology does), so the peer's EV n uses the spine our EV n uses. A peer
+        with another layout is caught only when our EV n is on another plane; then (and
+        when our EVs on that path are failing) the plane rule alone applies."""
+        entries = self._plane_entries[plane]
+        bad = {e.path for e in self._bad.values()}
+        mirror = self._entries.get(echo_ev) if echo_ev is not None else None
+        if mirror is not None and mirror.path.plane == plane and mirror.path not in bad:
+            same = [e for e in entries if e.usable and e.path == mirror.path]
+            if same:
+                return self._rotate(plane, same)
+        healthy = [e for e in entries if e.usable and e.path not in bad]
+        if healthy:
+            return self._rotate(plane, healthy)
+        return self._control_on_plane(plane)
+
+    def _rotate(self, plane: int, candidates: list[EvEntry]) -> EvEntry:
+        self._ctl_cursor[plane] += 1
+        return candidates[self._ctl_cursor[plane] % len(candidates)]
 
     def _control_on_plane(self, plane: int) -> EvEntry | None:
         entries = self._plane_entries[plane]
