@@ -9,7 +9,7 @@ import pytest
 from host_agent import wire
 from host_agent.core.cc import FixedWindow
 from host_agent.core.config import ConfigError, EndpointConfig
-from host_agent.core.events import WriteCompleted
+from host_agent.core.events import WriteCompleted, WriteFailed
 from host_agent.core.evs import EvConfig
 from host_agent.core.types import EvState, RxMeta
 from tests.test_core_harness import BASE_RTT, QP_A, Harness, pattern, small_config
@@ -196,3 +196,34 @@ def test_go_back_n_resends_everything_after_the_lost_psn() -> None:
 def test_recovery_mode_is_validated() -> None:
     with pytest.raises(ConfigError, match="go_back_n"):
         EndpointConfig(recovery="go-back")
+
+
+# ---- a refused write is never reported complete, whatever happens to the NACK ---------------
+
+
+@pytest.mark.parametrize("nack_fate", ["lost", "delivered"])
+def test_refused_write_fails_even_when_a_later_sack_overtakes_its_nack(nack_fate: str) -> None:
+    h = Harness(planes=1, spines=2, seed=51)
+    mr = h.b.register_memory(1500)
+    nacks: list = []
+
+    def lose_first_nack(src: str, tx) -> bool:
+        if src == "B" and wire.decode_packet(tx.payload).bth.opcode == wire.OP_NACK:
+            nacks.append(tx)
+            return nack_fate == "delivered" or len(nacks) > 1
+        return True
+
+    h.link.filter = lose_first_nack
+    # PSN 0 fits, PSN 1 runs past the region's end (refused), PSN 2 is a later, valid write
+    h.a.post_write(QP_A, pattern(2048, 1), mr.va, mr.rkey, now=0.0)
+    h.a.post_write(QP_A, pattern(100, 2), mr.va, mr.rkey, now=0.0)
+    h.run(until=1.0)
+    a_events = h.events["A"]
+    assert WriteFailed(QP_A, 1, wire.NACK_BOUNDS_VIOLATION) in a_events
+    assert WriteCompleted(QP_A, 2) in a_events and WriteCompleted(QP_A, 1) not in a_events
+    assert a_events.index(WriteFailed(QP_A, 1, wire.NACK_BOUNDS_VIOLATION)) < a_events.index(
+        WriteCompleted(QP_A, 2))  # completions stay in posting order
+    assert len(nacks) == (2 if nack_fate == "lost" else 1)  # re-asked only when needed
+    # the re-ask is a duplicate, answered from the receiver's memory of the refusal
+    assert h.b.stats()["bounds_violations"] == 1
+    assert h.b.stats()["duplicates"] == len(nacks) - 1

@@ -4,10 +4,17 @@ State is O(window): `_bits` is an int whose bit i says PSN cack+i arrived (never
 window), `_ends` maps the last PSN of each message seen above cack to its (msn, imm), `_lengths`
 counts the bytes of messages not yet delivered. A SACK is generated for every accepted or duplicate
 data packet (no coalescing: the sender's loss detection and NSCC both work per packet).
+
+A refused packet (rkey/bounds) consumes its PSN, so the cumulative ack passes it, but it is
+never reported as received: its bit is masked out of SACK bitmaps and any copy of it, also a
+later duplicate, is answered with the refusal NACK, never a SACK naming it. The sender counts
+a PSN as written only on such per-PSN evidence (see Sender), so a SACK overtaking the NACK
+cannot complete a refused write. Refusals are remembered for about a window below cack.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 
 from host_agent import wire
@@ -52,10 +59,12 @@ class Receiver:
         self._ends: dict[int, tuple[int, int | None]] = {}
         self._lengths: dict[int, int] = {}
         self._failed: set[int] = set()  # msns with a refused packet: never delivered
+        self._refused_bits = 0  # like _bits, for refused PSNs above cack
+        self._refused: OrderedDict[int, int] = OrderedDict()  # refused PSN -> NACK reason
         self._rcvd_bytes = 0
 
     def tracked_entries(self) -> int:
-        return len(self._ends) + len(self._lengths) + len(self._failed)
+        return len(self._ends) + len(self._lengths) + len(self._failed) + len(self._refused)
 
     def on_data(self, pkt: wire.DataPacket, meta: RxMeta) -> Control:
         """Accept one data packet; return the SACK or NACK to send back."""
@@ -65,7 +74,8 @@ class Receiver:
             return self._nack(wire.NACK_PSN_OOR_WINDOW, psn, meta)
         if rel < 0 or self._bits >> rel & 1:
             self._stats["duplicates"] += 1
-            return self._sack(psn, meta)
+            reason = self._refused.get(psn)
+            return self._sack(psn, meta) if reason is None else self._nack(reason, psn, meta)
         if len(pkt.payload) < pkt.reth.dma_len:
             reason = _TRIM_REASON.get(meta.dscp)
             if reason is None:
@@ -93,6 +103,10 @@ class Receiver:
             self._rcvd_bytes = (self._rcvd_bytes + len(pkt.payload)) % _RCVD_MOD
         else:
             self._failed.add(msn)
+            self._refused_bits |= 1 << rel
+            self._refused[psn] = refused
+            if len(self._refused) > 2 * self._window:  # one window above cack, one below
+                self._refused.popitem(last=False)
         if pkt.bth.opcode not in (wire.OP_WRITE_FIRST, wire.OP_WRITE_MIDDLE):
             self._ends[psn] = (msn, pkt.imm)
         self._advance()
@@ -106,6 +120,7 @@ class Receiver:
             return
         start = self.cack
         self._bits >>= ones
+        self._refused_bits >>= ones
         self.cack = wire.psn_add(start, ones)
         if not self._ends:
             return
@@ -124,7 +139,7 @@ class Receiver:
     def _sack(self, psn: int, meta: RxMeta, *, probe: bool = False) -> wire.SackPacket:
         rel = wire.psn_diff(psn, self.cack)
         offset = 1 if rel <= BITMAP_BITS else rel - (BITMAP_BITS - 1)  # keep the trigger visible
-        bitmap = (self._bits >> offset) & _BITMAP_MASK
+        bitmap = ((self._bits & ~self._refused_bits) >> offset) & _BITMAP_MASK
         m = wire.M_SKIP_ONCE if meta.ecn == wire.ECN_CE and not probe else wire.M_NONE
         self._stats["sacks_sent"] += 1
         return wire.SackPacket(

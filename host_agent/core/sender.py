@@ -11,6 +11,12 @@ earlier transmissions of the same PSN by the echoed EV), even when an earlier SA
 acknowledged that PSN cumulatively or in its bitmap: dropping those late answers would keep
 mostly the fast paths' samples and bias srtt low. A SACK whose trigger cannot be timed falls
 back to the newest-sent unambiguous transmission it newly acknowledges (RACK).
+
+Completion needs per-PSN evidence: the receiver consumes a refused PSN (the cumulative ack
+passes it) but never names it in a SACK. So a write completes once the cumulative ack passes
+its end and every PSN of it was named by a SACK (as trigger or in a bitmap); a PSN acknowledged
+only cumulatively waits a reorder window for its own SACK (or a refusal NACK), then is resent
+so the receiver answers for it again: SACK (written) or the remembered refusal NACK.
 """
 
 from __future__ import annotations
@@ -200,7 +206,7 @@ class Sender:
         bits = 0 if self._go_back else sack.sack_bitmap  # RoCE senders have no SACK
         while bits:
             low = bits & -bits
-            acked += self._acknowledge(wire.psn_add(base, low.bit_length() - 1), now)
+            acked += self._acknowledge(wire.psn_add(base, low.bit_length() - 1), now, True)
             bits ^= low
         if sack.probe_resp:
             return
@@ -221,7 +227,7 @@ class Sender:
                 self._reorder_scale = max(1, self._reorder_scale - 1)
         self.cc.on_ack(acked, rtt, ecn, now)
         self._detect_losses(now)
-        self._complete_writes()
+        self._complete_writes(now)
 
     def on_nack(self, nack: wire.NackExt, now: float) -> None:
         reason = nack.reason
@@ -233,9 +239,10 @@ class Sender:
             # Known race: if a SACK whose cumulative ack passes the write's end overtakes this
             # NACK, the write was already reported complete.
             stale = self._retx.pop(nack.nack_psn, None)
-            target = pkt or stale
+            target = pkt or stale or self._untriggered.pop(nack.nack_psn, None)
             if target is not None:
                 target.write.failed_reason = reason
+                self._confirm(target)
         elif pkt is not None:
             if reason == wire.NACK_TRIMMED:
                 self._evs.on_nack_trimmed(nack.entropy, now)
@@ -248,7 +255,7 @@ class Sender:
             self._retx.move_to_end(pkt.psn, last=False)  # resend before anything else
             self._resend_from([pkt])
         self._cumulative(nack.cack_psn, now)
-        self._complete_writes()
+        self._complete_writes(now)
 
     def _trigger_rtt(self, psn: int, ev: int, now: float) -> float | None:
         """RTT of the transmission whose arrival triggered a SACK, told apart by the echoed EV
@@ -256,7 +263,13 @@ class Sender:
         detection on its path. An answer to the transmission before a retransmission means
         that retransmission was spurious: the reordering allowance grows."""
         pkt = self._inflight.get(psn) or self._retx.get(psn) or self._untriggered.pop(psn, None)
-        if pkt is None or pkt.ev == pkt.prev_ev:
+        if pkt is None:
+            return None
+        self._confirm(pkt)
+        if pkt.in_flight and wire.psn_diff(psn, self.snd_una) < 0:  # answer to a re-ask
+            del self._inflight[psn]
+            self._landed(pkt)
+        if pkt.ev == pkt.prev_ev:
             return None
         if ev == pkt.ev:
             # first transmissions count when acknowledged; go-back-N acknowledges only
@@ -284,7 +297,12 @@ class Sender:
         self.snd_una = cack
         return acked
 
-    def _acknowledge(self, psn: int, now: float) -> int:
+    def _confirm(self, pkt: OutPkt) -> None:
+        pkt.confirmed = True
+        pkt.write.unconfirmed.pop(pkt.psn, None)
+
+    def _acknowledge(self, psn: int, now: float, named: bool = False) -> int:
+        """Acknowledge `psn`; `named`: by a SACK bitmap bit, not just the cumulative ack."""
         pkt = self._inflight.pop(psn, None)
         if pkt is not None:
             self._landed(pkt)
@@ -297,22 +315,41 @@ class Sender:
             pkt = self._retx.pop(psn, None)  # declared lost, yet it arrived
         if pkt is None:
             return 0
+        if named:
+            self._confirm(pkt)
+        elif not pkt.confirmed:
+            pkt.write.unconfirmed[psn] = pkt
         self._untriggered[psn] = pkt  # until its own SACK times it
         if len(self._untriggered) > self._cfg.window:
             self._untriggered.popitem(last=False)
         return pkt.length
 
-    def _complete_writes(self) -> None:
+    def _complete_writes(self, now: float) -> None:
         while self._sent:
             w = self._sent[0]
             assert w.last_psn is not None
             if wire.psn_diff(self.snd_una, w.last_psn) <= 0:
                 return
+            if w.unconfirmed and w.failed_reason is None:
+                if w.ask_at is None:  # give the PSNs' own SACKs (or a NACK) time to arrive
+                    w.ask_at = now + self._cfg.reorder_window * self._reorder_scale
+                return
             self._sent.popleft()
+            w.unconfirmed.clear()
             if w.failed_reason is None:
                 self._emit(WriteCompleted(self._qpn, w.wr_id))
             else:
                 self._emit(WriteFailed(self._qpn, w.wr_id, w.failed_reason))
+
+    def _ask_again(self, now: float) -> None:
+        """Resend the head write's unconfirmed packets (module docstring)."""
+        w = self._sent[0] if self._sent else None
+        if w is None or w.ask_at is None or now < w.ask_at or not w.unconfirmed:
+            return
+        for pkt in w.unconfirmed.values():
+            if not pkt.in_flight and pkt.psn not in self._retx:
+                self._retx[pkt.psn] = pkt
+        w.ask_at = now + self._rto_now()
 
     def _rtt_sample(self, rtt: float) -> None:
         """RFC 6298 smoothing, RTO = srtt + 4 rttvar, but never below a slowly decaying maximum
@@ -372,12 +409,15 @@ class Sender:
             times.append(self._hold_until)
         if self._recheck is not None:
             times.append(self._recheck)
+        if self._sent and self._sent[0].ask_at is not None and self._sent[0].unconfirmed:
+            times.append(self._sent[0].ask_at)
         return min(times) if times else None
 
     def _rto_now(self) -> float:
         return min(self.rto * self._backoff, self._cfg.rto_max)
 
     def on_timer(self, now: float) -> None:
+        self._ask_again(now)
         if self._recheck is not None and now >= self._recheck:
             self._detect_losses(now)
         limit = self._rto_now()
