@@ -1,0 +1,63 @@
+"""The MRC fabrics for `mn --custom`: same names, ports and MACs as controller.topology.
+
+    sudo .venv/bin/python /usr/bin/mn --custom topologies/custom.py \\
+        --topo mrc,4,2,2,2 --switch mrcsoft --controller none
+    # then, from another shell, program it:
+    sudo .venv/bin/python -m controller install --planes 4 --t0 2 --t1 2 --hosts-per-t0 2
+
+Run mn with the project's virtualenv python (the switch needs grpc).
+`--topo mrc,P,T0,T1,H` takes planes, T0 and T1 switches per plane and hosts per T0
+(default 4,2,2,2); `mrcbase` is the single-plane ECMP baseline fabric. `--switch mrcsoft` is
+the software switch, `mrcbmv2` BMv2 (when installed). Hosts get no IPv4 address; MRC needs
+the host agents (`python -m host_agent.agent`) or topologies/two_tier.py, which does all
+of this in one go.
+
+Caution: when mn fails (for example because another fabric already uses these interface
+names) it runs its own cleanup, which kills Mininet processes by name (`pkill -f mininet:`)
+machine-wide, other users' fabrics included. two_tier.py and MrcNetwork never do that, and
+they wait for each other (one fabric per machine).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# mn exec()s this file without __file__; the code object still knows its path.
+_REPO = Path(sys._getframe().f_code.co_filename).resolve().parent.parent
+if str(_REPO) not in sys.path:
+    sys.path.insert(0, str(_REPO))
+
+from mininet.topo import Topo  # noqa: E402
+
+from controller.topology import Fabric  # noqa: E402
+from topologies.bmv2_switch import Bmv2Switch  # noqa: E402
+from topologies.softswitch_node import SoftSwitch  # noqa: E402
+
+
+class MrcTopo(Topo):
+    """Every switch carries its device_id (P4Runtime device and port numbers) as a node option."""
+
+    def build(self, planes: int = 4, t0: int = 2, t1: int = 2, hosts_per_t0: int = 2) -> None:
+        fabric = Fabric(planes, t0, t1, hosts_per_t0)
+        for sw in fabric.switches:
+            self.addSwitch(sw.name, device_id=sw.device_id)
+        for h in range(fabric.hosts):
+            self.addHost(fabric.host_name(h), ip=None)
+        for lk in fabric.links:
+            self.addLink(lk.a, lk.b, port1=lk.a_port, port2=lk.b_port,
+                         addr1=_mac(fabric, lk.a, lk.a_port), addr2=_mac(fabric, lk.b, lk.b_port))
+
+
+def _mac(fabric: Fabric, node: str, port: int) -> str:
+    if node in fabric.by_name:
+        return fabric.by_name[node].mac
+    return fabric.nic(int(node[1:]), port).mac
+
+
+def baseline_topo(t0: int = 2, t1: int = 2, hosts_per_t0: int = 2) -> MrcTopo:
+    return MrcTopo(1, t0, t1, hosts_per_t0)
+
+
+topos = {"mrc": MrcTopo, "mrcbase": baseline_topo}
+switches = {"mrcsoft": SoftSwitch, "mrcbmv2": Bmv2Switch}
