@@ -35,6 +35,8 @@ DEFAULT_FABRIC = Fabric(planes=4, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=2
 INCAST_FABRIC = Fabric(planes=4, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=4)
 FAILURE_AT = 0.3  # failures strike at this fraction of MRC's ideal transfer time
 NO_TRIM = (1 << p4names.QDEPTH_BITS) - 1  # a trim threshold no queue reaches
+FAILURE_FIGURES = ("stall_s", "stall_rtts", "completed", "completion_ratio",
+                   "goodput_after_over_clean", "retire_rtts")
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,8 @@ def _failure_scenario(ctx: Context, kind: str) -> dict[str, Any]:
                           **_failure_figures(net, name, spec, clean, failed, rtt, kind)}
         result["contenders"] = runs
     result["failure_at_fraction_of_ideal"] = FAILURE_AT
+    result["figures"] = {name: {k: r.get(k) for k in FAILURE_FIGURES}
+                         for name, r in runs.items() if "skipped" not in r}
     return result
 
 
