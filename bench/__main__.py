@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             bar.set_description(name)
             ctx = Context(sizes, args.target, log, tick, args.contenders)
-            began = time.monotonic()
+            began, cpu = time.monotonic(), results.cpu_times()
             try:
                 sc = SCENARIOS[name](ctx)
                 sc.update(ok=_all_ok(sc), error=None if _all_ok(sc) else "a flow failed")
@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(traceback.format_exc())
                 sc = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
             sc["wall_s"] = time.monotonic() - began
+            sc["cpu_busy"] = results.cpu_busy(cpu, results.cpu_times())
             run["scenarios"][name] = sc
             results.write(run, out)  # partial results survive a later crash or Ctrl-C
     path = results.write(run, out)

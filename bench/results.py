@@ -44,6 +44,19 @@ def environment() -> dict[str, Any]:
             "memory_bytes": mem_kb * 1024, "load_avg": list(os.getloadavg())}
 
 
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def cpu_busy(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """Fraction of all CPUs busy between two cpu_times() readings (anyone's processes)."""
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total > 0 else None
+
+
 def write(run: dict[str, Any], out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "results.json"
@@ -135,7 +148,9 @@ def summary_markdown(run: dict[str, Any]) -> str:
             lines += [f"Port rate {net.get('port_rate_pps')} packets/s, queue "
                       f"{net.get('queue_depth')}, trim at {net.get('trim_threshold')}, base RTT "
                       f"{_fmt(net.get('base_rtt_s'), ' s')}, convergence delay "
-                      f"{net.get('convergence_delay_s')} s.", ""]
+                      f"{net.get('convergence_delay_s')} s. Both CPUs busy "
+                      f"{_fmt(100 * sc['cpu_busy'] if sc.get('cpu_busy') is not None else None)}"
+                      f"% of the scenario's {_fmt(sc.get('wall_s'))} s.", ""]
         lines += _contender_table(sc.get("contenders", {}))
         targets = sc.get("targets", [])
         if targets:
