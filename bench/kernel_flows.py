@@ -10,9 +10,9 @@ and records, as the bytes arrive, (CLOCK_MONOTONIC time, cumulative bytes) sampl
 delivery timeline the stall and goodput-over-time figures are computed from. CLOCK_MONOTONIC
 is one clock for every process on the machine, network namespaces included, so the bench
 can place its failure injection on the same axis. The server prints "READY" once listening,
-then one JSON line per connection; the client prints "CONNECTED" once connected, then one
-JSON line. Both give up after
---timeout seconds, the server also after --count connections: nothing is left running.
+then, when every connection has ended, one JSON line per connection; the client prints
+"CONNECTED" once connected, then one JSON line. Both give up after --timeout seconds, the
+server also after --count connections: nothing is left running.
 Servers bind only to the host's own NIC addresses given with --bind.
 """
 
@@ -124,6 +124,7 @@ def serve(binds: list[str], port: int, proto: str, count: int, timeout: float,
         deadline = time.monotonic() + timeout
         accepted = done = 0
         conns: list[_Conn] = []
+        reports: list[dict[str, Any]] = []
         while done < count and time.monotonic() < deadline:
             for key, _ in sel.select(timeout=min(0.2, max(0.0, deadline - time.monotonic()))):
                 if key.data is None:
@@ -152,12 +153,16 @@ def serve(binds: list[str], port: int, proto: str, count: int, timeout: float,
                 conn.record(now, final=True)
                 sel.unregister(conn.sock)
                 conn.sock.close()
-                print(json.dumps(conn.report(now, True)), file=out, flush=True)
+                reports.append(conn.report(now, True))
                 conns.remove(conn)
                 done += 1
         for conn in conns:  # timed out: report what arrived
-            print(json.dumps(conn.report(time.monotonic(), False)), file=out, flush=True)
+            reports.append(conn.report(time.monotonic(), False))
             conn.sock.close()
+        # Reports go out only now: the reader may not read before its clients finish, and a
+        # full pipe must not stop this loop from reading (and closing) the other connections.
+        for report in reports:
+            print(json.dumps(report), file=out, flush=True)
         return 0 if done >= count else 1
     finally:
         for sock in listeners:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import uuid
@@ -86,7 +87,8 @@ def _run_flow(names: tuple[str, str], proto: str, nbytes: int) -> tuple[dict, di
         if server.poll() is None:
             server.kill()
             server.wait()
-    return json.loads(client.stdout), json.loads(out.splitlines()[0])
+    assert client.stdout.splitlines()[0] == "CONNECTED"
+    return json.loads(client.stdout.splitlines()[-1]), json.loads(out.splitlines()[0])
 
 
 def test_tcp_flow_timeline(lab: tuple[str, str]) -> None:
@@ -145,3 +147,34 @@ def test_server_refuses_foreign_address(lab: tuple[str, str]) -> None:
          "--bind", _addr(0, 0), "--port", "5203", "--timeout", "1"],
         cwd=REPO, capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "cannot bind" in result.stderr
+
+
+def test_server_reports_only_after_every_connection(lab: tuple[str, str]) -> None:
+    """A reader that drains the server only after its clients finish must not block it: the
+    server holds its reports (a full stdout pipe would stop it reading the other flows)."""
+    client_ns, server_ns = lab
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", server_ns, sys.executable, "-m", "bench.kernel_flows", "server",
+         "--bind", _addr(0, 1), "--port", "5204", "--count", "2", "--timeout", "30"],
+        cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        assert server.stdout.readline().strip() == "READY"
+        client = [sys.executable, "-m", "bench.kernel_flows", "client", "--src", _addr(0, 0),
+                  "--dst", _addr(0, 1), "--port", "5204", "--bytes", "100000"]
+        first = subprocess.run(["ip", "netns", "exec", client_ns, *client], cwd=REPO,
+                               capture_output=True, text=True, timeout=30)
+        assert first.returncode == 0, first.stderr
+        ready, _, _ = select.select([server.stdout], [], [], 0.5)
+        assert not ready, "the server reported before its last connection ended"
+        second = subprocess.run(["ip", "netns", "exec", client_ns, *client], cwd=REPO,
+                                capture_output=True, text=True, timeout=30)
+        assert second.returncode == 0, second.stderr
+        out, _ = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    reports = [json.loads(line) for line in out.splitlines()]
+    assert [r["bytes"] for r in reports] == [100000, 100000]
+    assert all(r["complete"] for r in reports)
