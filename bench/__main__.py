@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 import traceback
@@ -52,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         print("bench: needs root (Mininet namespaces and veths); run it with sudo",
               file=sys.stderr)
         return 2
+    # SIGTERM unwinds like Ctrl-C, so every running fabric is stopped by its context manager
+    # (a background job also starts with SIGINT ignored, leaving SIGTERM as the way to stop it)
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     started = datetime.now(timezone.utc)
     out = args.out or Path("results") / started.strftime("%Y%m%dT%H%M%SZ")
     sizes = QUICK if args.quick else FULL

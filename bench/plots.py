@@ -15,6 +15,7 @@ from bench import metrics  # noqa: E402
 COLORS = {"mrc": "tab:blue", "mrc_no_trim": "tab:cyan", "single_path": "tab:red",
           "tcp": "tab:orange", "mptcp": "tab:green"}
 BINS = 60  # goodput-over-time intervals per plot
+MIN_BIN_S = 0.1
 
 
 def plot_run(run: dict[str, Any], out_dir: Path) -> list[Path]:
@@ -32,20 +33,23 @@ def plot_run(run: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 def goodput_over_time(name: str, contenders: dict[str, Any], path: Path) -> Path:
+    """Failed-run goodput per contender, in one bin width for all (MIN_BIN_S at least: kernel
+    receivers hand data to the application in bursts when reordering holes fill)."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for cname, c in contenders.items():
-        flows = c.get("failed", {}).get("flows", [])
-        if not flows or not flows[0].get("timeline"):
-            continue
-        timeline = flows[0]["timeline"]
-        end = timeline[-1][0]
-        series = metrics.goodput_series(timeline, max(end / BINS, 1e-3), end)
+    runs = {n: c["failed"]["flows"][0] for n, c in contenders.items()
+            if c.get("failed", {}).get("flows") and c["failed"]["flows"][0].get("timeline")}
+    longest = max((f["timeline"][-1][0] for f in runs.values()), default=0.0)
+    interval = max(longest / BINS, MIN_BIN_S)
+    for cname, flow in runs.items():
+        timeline = flow["timeline"]
+        series = metrics.goodput_series(timeline, interval, timeline[-1][0])
         ax.step([t for t, _ in series], [v / 1e6 for _, v in series], where="post",
                 label=cname, color=COLORS.get(cname))
-        at = c.get("failure_at_s")
+        at = contenders[cname].get("failure_at_s")
         if at is not None:
             ax.axvline(at, color=COLORS.get(cname, "gray"), linestyle="--", linewidth=0.8)
-    ax.set_xlabel("seconds since the flow started (dashed: failure, per contender)")
+    ax.set_xlabel(f"seconds since the flow started ({interval * 1000:.0f} ms bins; dashed: "
+                  "failure, per contender)")
     ax.set_ylabel("goodput (Mbit/s)")
     ax.set_title(f"{name}: goodput over time")
     ax.legend()
