@@ -24,25 +24,54 @@ from bench import metrics
 from bench.kernel_flows import mptcp_enabled
 from bench.kernel_run import run_kernel_flows
 from bench.mrc_flows import FlowSpec, run_flows
+from controller.topology import Fabric
 from host_agent.core.cc import DEFAULT_MTU
-from topologies.network import MrcNetwork, NetworkConfig
+from topologies.network import MrcNetwork, NetworkConfig, NetworkError
 
 CONTENDERS = ("mrc", "single_path", "tcp", "mptcp")
 FAILURE_PLANE = 0
 QUIET_POLL_S = 0.25
 QUIET_LIMIT_S = 30.0
 SETTLE_S = 0.5  # after convergence_delay: routes written back, queues drained
+BUSY_WAIT_S = 900.0  # longest wait for another network on this machine to go away
 
 
 class BenchError(RuntimeError):
     """The bench could not run a scenario (fabric busy, network failed); says what to do."""
 
 
+def fabric_busy(fabric: Fabric) -> str | None:
+    """A switch interface of this fabric that already exists (someone else's fabric), if any."""
+    for sw in fabric.switches:
+        name = f"{sw.name}-eth1"
+        if Path(f"/sys/class/net/{name}").exists():
+            return name
+    return None
+
+
 def open_network(config: NetworkConfig, log: Callable[[str], None]) -> MrcNetwork:
-    """Start a fabric (MrcNetwork waits while another one runs on this machine)."""
-    net = MrcNetwork(config, log=log)
-    net.start()
-    return net
+    """Start a fabric once no other one runs here.
+
+    MrcNetwork takes a machine-wide lock, but not every user of these interface names does
+    (tests that build Mininet networks of their own), so the bench also waits until none of
+    this fabric's switch interfaces exist, and retries when one appears during start-up.
+    """
+    deadline = time.monotonic() + BUSY_WAIT_S
+    while True:
+        busy = fabric_busy(config.fabric)
+        if busy is None:
+            net = MrcNetwork(config, log=log)
+            try:
+                net.start()
+                return net
+            except NetworkError as exc:
+                if "File exists" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                log(f"fabric start collided with another network ({exc}); retrying")
+        elif time.monotonic() > deadline:
+            raise BenchError(f"interface {busy} still exists after {BUSY_WAIT_S:.0f} s: "
+                             "another emulated network runs on this machine")
+        time.sleep(2)
 
 
 def restore_nic_ipv6(net: MrcNetwork, host: int, plane: int) -> None:
