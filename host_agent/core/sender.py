@@ -15,7 +15,7 @@ back to the newest-sent unambiguous transmission it newly acknowledges (RACK).
 Completion needs per-PSN evidence: the receiver consumes a refused PSN (the cumulative ack
 passes it) but never names it in a SACK. So a write completes once the cumulative ack passes
 its end and every PSN of it was named by a SACK (as trigger or in a bitmap); a PSN acknowledged
-only cumulatively waits a reorder window for its own SACK (or a refusal NACK), then is resent
+only cumulatively waits an RTO for its own SACK (or a refusal NACK), then is resent
 so the receiver answers for it again: SACK (written) or the remembered refusal NACK.
 """
 
@@ -331,8 +331,8 @@ class Sender:
             if wire.psn_diff(self.snd_una, w.last_psn) <= 0:
                 return
             if w.unconfirmed and w.failed_reason is None:
-                if w.ask_at is None:  # give the PSNs' own SACKs (or a NACK) time to arrive
-                    w.ask_at = now + self._cfg.reorder_window * self._reorder_scale
+                if w.ask_at is None:  # give the PSNs' own SACKs (or a NACK) an RTO to arrive
+                    w.ask_at = now + self._rto_now()
                 return
             self._sent.popleft()
             w.unconfirmed.clear()
