@@ -21,8 +21,9 @@ from bench import results
 from bench.scenarios import SCENARIOS
 
 REPO = Path(__file__).resolve().parent.parent
+RUN_TIMEOUT_S = 1200  # about 3 minutes alone; the rest is waiting for other fabrics to stop
 
-pytestmark = [pytest.mark.root,
+pytestmark = [pytest.mark.root, pytest.mark.timeout(RUN_TIMEOUT_S + 300),
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root (Mininet)"),
               pytest.mark.skipif(shutil.which("mnexec") is None, reason="needs Mininet")]
 
@@ -30,11 +31,19 @@ pytestmark = [pytest.mark.root,
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
     out = tmp_path_factory.mktemp("bench")
-    proc = subprocess.run([sys.executable, "-m", "bench", "all", "--quick", "--target", "soft",
-                           "--out", str(out), "--no-progress"],
-                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "all", "--quick", "--target", "soft",
+                             "--out", str(out), "--no-progress"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        # SIGTERM, not SIGKILL: the bench then stops its fabric (switches, agents, veths);
+        # a killed bench would leave them behind for every later user of the machine.
+        if proc.poll() is None:
+            proc.terminate()
+            proc.communicate(timeout=120)
     path = out / "results.json"
-    assert path.exists(), proc.stderr[-3000:]
+    assert path.exists(), err[-3000:]
     return json.loads(path.read_text()), out
 
 
