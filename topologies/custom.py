@@ -13,8 +13,8 @@ the host agents (`python -m host_agent.agent`) or topologies/two_tier.py, which 
 of this in one go.
 
 Caution: when mn fails (for example because another fabric already uses these interface
-names) it runs its own cleanup, which kills Mininet processes by name (`pkill -f mininet:`)
-machine-wide, other users' fabrics included. two_tier.py and MrcNetwork never do that, and
+names) it runs its own cleanup, which kills every Mininet process on the machine by matching
+names, other users' fabrics included. two_tier.py and MrcNetwork never do that, and
 they wait for each other (one fabric per machine).
 """
 
