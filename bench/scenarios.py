@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bench import metrics
+from bench import metrics, results
 from bench.allreduce import run_allreduce
 from bench.mrc_flows import FlowSpec
 from bench.runner import (
@@ -97,12 +97,15 @@ def _contender(ctx: Context, net: MrcNetwork, name: str, specs: list[FlowSpec], 
     if skip is not None:
         ctx.tick(f"{name} skipped")
         return {"skipped": skip}
+    cpu = results.cpu_times()
     flows = run_contender(net, name, specs, timeout, injector.start if injector else None)
+    busy = results.cpu_busy(cpu, results.cpu_times())
     info = injector.finish() if injector else None
     ctx.tick(name)
     payload = payload_bytes(name, flows)
     summary = flow_summary(flows)
     summary["payload_bytes_per_packet"] = payload
+    summary["cpu_busy"] = busy  # both CPUs, everyone's processes, while the flows ran
     summary["capacity_bps"] = capacity_pps * payload * 8
     if summary.get("aggregate_goodput_bps"):
         summary["aggregate_over_capacity"] = (summary["aggregate_goodput_bps"]
