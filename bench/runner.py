@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,8 @@ from bench import metrics
 from bench.kernel_flows import mptcp_enabled
 from bench.kernel_run import run_kernel_flows
 from bench.mrc_flows import FlowSpec, run_flows
-from controller.topology import Fabric
 from host_agent.core.cc import DEFAULT_MTU
-from topologies.network import MrcNetwork, NetworkConfig, NetworkError
+from topologies.network import MrcNetwork, NetworkConfig
 
 CONTENDERS = ("mrc", "single_path", "tcp", "mptcp")
 FAILURE_PLANE = 0
@@ -37,68 +37,21 @@ BUSY_WAIT_S = 900.0  # longest wait for another network on this machine to go aw
 
 
 class BenchError(RuntimeError):
-    """The bench could not run a scenario (fabric busy, network failed); says what to do."""
-
-
-def fabric_busy(fabric: Fabric) -> str | None:
-    """A switch interface of this fabric that already exists (someone else's fabric), if any."""
-    for sw in fabric.switches:
-        name = f"{sw.name}-eth1"
-        if Path(f"/sys/class/net/{name}").exists():
-            return name
-    return None
+    """The bench could not run a scenario (bad contender or failure kind); says what to do."""
 
 
 def open_network(config: NetworkConfig, log: Callable[[str], None]) -> MrcNetwork:
-    """Start a fabric once no other one runs here.
-
-    MrcNetwork takes a machine-wide lock, but not every user of these interface names does
-    (tests that build Mininet networks of their own), so the bench also waits until none of
-    this fabric's switch interfaces exist, and retries when one appears during start-up.
-    """
-    deadline = time.monotonic() + BUSY_WAIT_S
-    while True:
-        busy = fabric_busy(config.fabric)
-        if busy is None:
-            net = MrcNetwork(config, log=log)
-            try:
-                net.start()
-                return net
-            except NetworkError as exc:
-                if "File exists" not in str(exc) or time.monotonic() > deadline:
-                    raise
-                log(f"fabric start collided with another network ({exc}); retrying")
-        elif time.monotonic() > deadline:
-            raise BenchError(f"interface {busy} still exists after {BUSY_WAIT_S:.0f} s: "
-                             "another emulated network runs on this machine")
-        time.sleep(2)
-
-
-def restore_nic_ipv6(net: MrcNetwork, host: int, plane: int) -> None:
-    """Put back a NIC's kernel IPv6 address, neighbour and route after it was down.
-
-    Linux flushes IPv6 addresses (keep_addr_on_down=0) and routes of an interface that goes
-    down, and MrcNetwork.nic_up does not set them again, so the kernel contenders of the next
-    run would find no address to bind. Same settings as MrcNetwork's start-up, as `replace`.
-    """
-    fabric = net.fabric
-    nic = fabric.nic(host, plane)
-    t0 = fabric.t0(plane, nic.t0)
-    for cmd in (f"ip -6 addr replace {nic.address}/128 dev {nic.ifname} nodad",
-                f"ip -6 neigh replace fe80::1 lladdr {t0.mac} dev {nic.ifname} nud permanent",
-                f"ip -6 route replace fd00:0:{plane:x}::/48 via fe80::1 dev {nic.ifname} onlink"):
-        out = net.host(host).cmd(cmd + " && echo OK").strip()
-        if not out.endswith("OK"):
-            raise BenchError(f"h{host}: `{cmd}` failed: {out}")
+    """Start a fabric, waiting up to BUSY_WAIT_S for another one on this machine to go away
+    (MrcNetwork's fabric lock, then its wait for the fabric's interfaces to disappear)."""
+    net = MrcNetwork(replace(config, lock_timeout=BUSY_WAIT_S), log=log)
+    net.start()
+    return net
 
 
 def set_mode(net: MrcNetwork, specs: list[FlowSpec], single_path: bool) -> None:
-    """Put the agents of every flow's hosts in the mode (a small verified write switches it)."""
-    for s in specs:
-        result = net.transfer(s.src, s.dst, 1024, single_path=single_path, timeout=20)
-        if not result.get("ok"):
-            raise BenchError(f"switching h{s.src}/h{s.dst} to "
-                             f"{'single-path' if single_path else 'MRC'} failed: {result}")
+    """Put the agents of every flow's hosts in the mode."""
+    for host in sorted({h for s in specs for h in (s.src, s.dst)}):
+        net.set_agent_mode(host, single_path)
 
 
 def kernel_skip_reason(name: str) -> str | None:
@@ -184,8 +137,7 @@ class Injector:
         elif self.kind == "nic":
             net.nic_down(self.dst, FAILURE_PLANE)
             self.info.update(nic=[self.dst, FAILURE_PLANE])
-            self.undo = lambda: (net.nic_up(self.dst, FAILURE_PLANE),
-                                 restore_nic_ipv6(net, self.dst, FAILURE_PLANE))
+            self.undo = lambda: net.nic_up(self.dst, FAILURE_PLANE)
         elif self.kind == "reboot":
             self.info.update(switch=spine, reboot_s=net.reboot_switch(spine))
         else:

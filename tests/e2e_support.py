@@ -1,4 +1,4 @@
-"""Helpers for the Mininet end-to-end tests: skip reasons and leak snapshots.
+"""Helpers for the Mininet end-to-end tests: skip reasons, leak snapshots, a kernel TCP echo.
 
 A snapshot is taken while holding the machine-wide fabric lock, so another fabric (e.g. a
 benchmark) cannot be running at that moment: two snapshots taken that way should be equal
@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -87,3 +88,54 @@ def snapshot() -> Snapshot:
         return Snapshot(links, netns, frozenset(descendants(os.getpid())))
     finally:
         os.close(fd)
+
+
+# argv: role (server|client), local address, peer address, port. The server echoes one
+# message reversed; the client retries until the server listens, prints the reply.
+_ECHO = """
+import socket, sys, time
+role, local, peer, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+if role == "server":
+    srv = socket.create_server((local, port), family=socket.AF_INET6)
+    srv.settimeout(20)
+    conn, _ = srv.accept()
+    conn.settimeout(10)
+    conn.sendall(conn.recv(64)[::-1])
+    conn.close()
+else:
+    end = time.monotonic() + 10
+    while True:
+        try:
+            sock = socket.create_connection((peer, port), timeout=5, source_address=(local, 0))
+            break
+        except ConnectionRefusedError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.2)
+    sock.sendall(b"mrc-echo")
+    print(sock.recv(64).decode())
+"""
+
+
+def tcp_echo(net, src: int, dst: int, plane: int, port: int) -> str:
+    """One kernel TCP round trip between the hosts' plane-`plane` NIC addresses (the switches'
+    baseline routes carry it); returns the client's output (the reversed message, or an
+    error), so a missing address, route or neighbour shows up as a failure."""
+    fabric = net.fabric
+    a, b = str(fabric.nic(src, plane).address), str(fabric.nic(dst, plane).address)
+    server = net.host(dst).popen([sys.executable, "-c", _ECHO, "server", b, a, str(port)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        client = net.host(src).popen([sys.executable, "-c", _ECHO, "client", a, b, str(port)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            out, _ = client.communicate(timeout=30)
+        finally:
+            if client.poll() is None:
+                client.kill()
+                client.wait()
+        return out.decode(errors="replace").strip()
+    finally:
+        if server.poll() is None:
+            server.kill()
+        server.wait()

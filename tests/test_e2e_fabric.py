@@ -2,8 +2,9 @@
 in Mininet, programmed over P4Runtime, one MRC host agent per host.
 
 One fabric serves the whole module (bring-up costs seconds on this machine); every test puts
-back what it changed (links, NICs) in `finally`, and the last test stops the fabric and checks
-that no interface, namespace or process it created remains.
+back what it changed (links, NICs) in `finally`; test_no_leaks stops the fabric and checks
+that no interface, namespace or process it created remains. The trimming=False test runs
+after it on a one-switch fabric of its own (one fabric at a time per machine).
 """
 
 from __future__ import annotations
@@ -12,13 +13,19 @@ import time
 
 import pytest
 
-from tests.e2e_support import skip_reason, snapshot
+from tests.e2e_support import skip_reason, snapshot, tcp_echo
 
 pytest.importorskip("mininet.net", reason="Mininet is not importable (apt install mininet)")
 
+from controller import p4names  # noqa: E402
 from controller.topology import Fabric  # noqa: E402
 from topologies.demo import routes_through  # noqa: E402
-from topologies.network import MrcNetwork, NetworkConfig  # noqa: E402
+from topologies.network import (  # noqa: E402
+    NO_TRIM_THRESHOLD,
+    MrcNetwork,
+    NetworkConfig,
+    NetworkError,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(240),
               pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]
@@ -36,8 +43,8 @@ def before():
 
 @pytest.fixture(scope="module")
 def net(before):
-    network = MrcNetwork(NetworkConfig(fabric=FABRIC, target="soft", port_rate_pps=RATE),
-                         log=lambda *_: None)
+    network = MrcNetwork(NetworkConfig(fabric=FABRIC, target="soft", port_rate_pps=RATE,
+                                       keep_ipv6=True), log=lambda *_: None)
     try:
         network.start()
         yield network
@@ -125,7 +132,45 @@ def test_nic_down_mid_transfer_costs_about_one_plane(net):
                  == [0, 1, 2, 3] and all(net.stats(SRC)["planes_up"]), 5.0)
 
 
+def test_nic_up_restores_kernel_ipv6(net):
+    plane, port = 2, 47_001
+    nic = FABRIC.nic(SRC, plane)
+    assert tcp_echo(net, SRC, DST, plane, port) == "ohce-crm", "no kernel path before the test"
+    net.nic_down(SRC, plane)
+    try:
+        kept = net.host(SRC).cmd(f"ip -6 addr show dev {nic.ifname}")
+        assert str(nic.address) in kept, "the NIC lost its address while down"
+    finally:
+        net.nic_up(SRC, plane)
+    route = net.host(SRC).cmd(f"ip -6 route show dev {nic.ifname}")
+    assert f"fd00:0:{plane:x}::/48" in route, route
+    assert tcp_echo(net, SRC, DST, plane, port + 1) == "ohce-crm", "no kernel path after nic_up"
+
+
 def test_no_leaks(net, before):
     net.stop()
+    after = snapshot()
+    assert not after.leaks_since(before), after.leaks_since(before)
+
+
+def test_trim_threshold_must_be_below_queue_depth_unless_trimming_is_off():
+    with pytest.raises(NetworkError, match="trimming=False"):
+        NetworkConfig(queue_depth=16, trim_threshold=32)
+    assert NetworkConfig(queue_depth=16, trim_threshold=32,
+                         trimming=False).port_thresholds.trim == NO_TRIM_THRESHOLD
+    with pytest.raises(NetworkError, match="queue_depth below"):
+        NetworkConfig(queue_depth=NO_TRIM_THRESHOLD, trimming=False)
+
+
+def test_no_trimming_fabric_programs_an_unreachable_trim_threshold(before):
+    config = NetworkConfig(fabric=Fabric(1, 1, 1, 1), target="soft", agents=False,
+                           trimming=False)
+    with MrcNetwork(config, log=lambda *_: None) as small:
+        small.start()
+        trims = {(e.match, e.action.param_dict[p4names.PARAM_TRIM_THRESHOLD])
+                 for e in small.controller.read("p0l0")
+                 if getattr(e, "table", None) == p4names.PORT_CONFIG_TABLE}
+    assert trims, "no port config entries were read back"
+    assert {t for _, t in trims} == {NO_TRIM_THRESHOLD}, trims
     after = snapshot()
     assert not after.leaks_since(before), after.leaks_since(before)

@@ -14,13 +14,16 @@ of this in one go.
 
 Caution: when mn fails (for example because another fabric already uses these interface
 names) it runs its own cleanup, which kills every Mininet process on the machine by matching
-names, other users' fabrics included. two_tier.py and MrcNetwork never do that, and
-they wait for each other (one fabric per machine).
+names, other users' fabrics included. two_tier.py and MrcNetwork never do that. To avoid
+the collision, building the topology takes the machine-wide fabric lock of
+topologies.network (waiting while another fabric runs, then for its interfaces to go away)
+and holds it until mn exits.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 # mn exec()s this file without __file__; the code object still knows its path.
@@ -32,7 +35,11 @@ from mininet.topo import Topo  # noqa: E402
 
 from controller.topology import Fabric  # noqa: E402
 from topologies.bmv2_switch import Bmv2Switch  # noqa: E402
+from topologies.network import acquire_fabric_lock, wait_interfaces_gone  # noqa: E402
 from topologies.softswitch_node import SoftSwitch  # noqa: E402
+
+LOCK_TIMEOUT = 600.0  # seconds mn waits for another fabric on this machine
+_lock_fds: list[int] = []  # held (never closed) for mn's lifetime: the OS releases them at exit
 
 
 class MrcTopo(Topo):
@@ -40,6 +47,10 @@ class MrcTopo(Topo):
 
     def build(self, planes: int = 4, t0: int = 2, t1: int = 2, hosts_per_t0: int = 2) -> None:
         fabric = Fabric(planes, t0, t1, hosts_per_t0)
+        if not _lock_fds:
+            deadline = time.monotonic() + LOCK_TIMEOUT
+            _lock_fds.append(acquire_fabric_lock(LOCK_TIMEOUT))
+            wait_interfaces_gone(fabric, deadline)
         for sw in fabric.switches:
             self.addSwitch(sw.name, device_id=sw.device_id)
         for h in range(fabric.hosts):

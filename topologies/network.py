@@ -14,6 +14,13 @@ Contract: /work/briefs/network-api.md. Beyond it (additive, documented here):
   (MRC tables are static), so MRC traffic is unaffected while single-path traffic sees a
   conventional network's hold-timer repair.
 - link_log (monotonic times of link and NIC events), agent_pid(host), switch_pid(name).
+- set_agent_mode(host, single_path): restart one agent in the given mode (what transfer does
+  implicitly), for callers that drive agents themselves.
+- NetworkConfig.trimming=False: every port's trim threshold is NO_TRIM_THRESHOLD, which no
+  queue reaches (queue_depth must stay below it), so a full queue tail-drops instead of
+  trimming; the queue_depth > trim_threshold rule then does not apply.
+- keep_ipv6: a NIC keeps its kernel address while down (keep_addr_on_down), and nic_up puts
+  back the neighbour and route Linux removes with the link, so kernel sockets work again.
 
 Rates: software switches are slow, so each egress port is rate limited (set_queue_rate) well
 below what a switch process can forward on this 2-core machine: the emulated links, not the
@@ -22,7 +29,10 @@ was chosen by measurement (README "Mininet demo").
 
 One fabric per machine: switch-side interface names and the switches' loopback ports are
 global, so start() takes an exclusive lock (FABRIC_LOCK, flock) and waits up to
-NetworkConfig.lock_timeout for another running fabric to stop; stop() releases it.
+NetworkConfig.lock_timeout for another running fabric to stop; stop() releases it. `mn
+--custom topologies/custom.py` takes the same lock. Holding it, start() also waits (same
+timeout) until none of this fabric's switch interfaces exist, for Mininet networks built
+without the lock, and names a leftover interface of a killed run when it times out.
 
 Cleanup: stop() stops agents and switch processes by their PIDs, then net.stop() deletes every
 veth and ends every host shell (and with it the host's namespace). No name-based killing.
@@ -44,7 +54,7 @@ from mininet.node import Host
 
 from controller.convergence import DEFAULT_DELAY, Convergence
 from controller.install import Controller
-from controller.p4names import PRIORITY_HIGH
+from controller.p4names import PRIORITY_HIGH, QDEPTH_BITS
 from controller.tables import (
     DEFAULT_ECN_THRESHOLD,
     DEFAULT_TRIM_THRESHOLD,
@@ -72,6 +82,7 @@ RTT_HOPS = 6  # rate-limited egress ports a data packet and its SACK cross (T0, 
 # Packet times of standing queue the timers allow for: with only the unloaded RTT (17 ms at
 # 500 pps) a 4:1 incast saw 24-32 timeouts per flow; with 8 packets more (33 ms), none.
 STANDING_QUEUE = 8
+NO_TRIM_THRESHOLD = (1 << QDEPTH_BITS) - 1  # the largest trim threshold; trimming=False uses it
 
 
 class NetworkError(RuntimeError):
@@ -98,19 +109,30 @@ class NetworkConfig:
     agents: bool = True
     keep_ipv6: bool = False
     single_path: bool = False
+    trimming: bool = True  # False: trim threshold NO_TRIM_THRESHOLD, full queues tail-drop
     lock_timeout: float = 600.0  # seconds to wait for another fabric on this machine to stop
 
     def __post_init__(self) -> None:
         if self.port_rate_pps is not None and self.port_rate_pps < 1:
             raise NetworkError(f"port_rate_pps must be >= 1 packet/s or None, "
                                f"got {self.port_rate_pps}")
-        if self.queue_depth <= self.trim_threshold:
+        if self.trimming and self.queue_depth <= self.trim_threshold:
             raise NetworkError(f"queue_depth ({self.queue_depth}) must exceed the trim threshold "
-                               f"({self.trim_threshold}), or data is tail-dropped, not trimmed")
+                               f"({self.trim_threshold}), or data is tail-dropped, not trimmed; "
+                               "set trimming=False for a fabric that never trims")
+        if not self.trimming and self.queue_depth >= NO_TRIM_THRESHOLD:
+            raise NetworkError(f"trimming=False needs queue_depth below {NO_TRIM_THRESHOLD} "
+                               f"packets (the largest trim threshold), got {self.queue_depth}")
         if self.base_rtt is not None and self.base_rtt <= 0:
             raise NetworkError(f"base_rtt must be a positive number of seconds, got "
                                f"{self.base_rtt}")
-        PortThresholds(self.ecn_threshold, self.trim_threshold)  # raises TopologyError
+        _ = self.port_thresholds  # raises TopologyError for thresholds out of range
+
+    @property
+    def port_thresholds(self) -> PortThresholds:
+        """What every switch port is programmed with (NO_TRIM_THRESHOLD without trimming)."""
+        return PortThresholds(self.ecn_threshold,
+                              self.trim_threshold if self.trimming else NO_TRIM_THRESHOLD)
 
     @property
     def effective_base_rtt(self) -> float:
@@ -126,7 +148,7 @@ class MrcNetwork:
         self._own_workdir = workdir is None
         self.workdir = Path(tempfile.mkdtemp(prefix="mrc-net-")) if workdir is None else workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.thresholds = PortThresholds(config.ecn_threshold, config.trim_threshold)
+        self.thresholds = config.port_thresholds
         self.net: Mininet | None = None
         self.controller: Controller | None = None
         self.convergence: Convergence | None = None
@@ -157,7 +179,9 @@ class MrcNetwork:
             raise NetworkError(f"building the fabric failed: {exc}") from exc
 
     def _start(self) -> None:
+        deadline = time.monotonic() + self.config.lock_timeout
         self._lock_fd = acquire_fabric_lock(self.config.lock_timeout, self.log)
+        wait_interfaces_gone(self.fabric, deadline, self.log)
         t0 = time.monotonic()
         self._build()
         t1 = time.monotonic()
@@ -223,20 +247,30 @@ class MrcNetwork:
         node.set_queue_depth(self.config.queue_depth)
 
     def _configure_kernel_ipv6(self, host: int) -> None:
-        """NIC addresses and a static route/neighbour per plane (switches do not answer ND)."""
-        node = self.net[self.fabric.host_name(host)]  # type: ignore[index]
+        """NIC addresses and a static route/neighbour per plane (switches do not answer ND).
+
+        keep_addr_on_down: the address (and sockets bound to it) survive a NIC going down."""
         for p in range(self.fabric.planes):
-            nic = self.fabric.nic(host, p)
-            t0 = self.fabric.t0(p, nic.t0)
-            for cmd in (f"sysctl -qw net.ipv6.conf.{nic.ifname}.accept_dad=0",
-                        f"sysctl -qw net.ipv6.conf.{nic.ifname}.disable_ipv6=0",
-                        f"ip -6 addr add {nic.address}/128 dev {nic.ifname} nodad",
-                        f"ip -6 neigh replace fe80::1 lladdr {t0.mac} dev {nic.ifname} "
-                        "nud permanent",
-                        f"ip -6 route add fd00:0:{p:x}::/48 via fe80::1 dev {nic.ifname} onlink"):
-                out = node.cmd(cmd + " && echo OK").strip()
-                if not out.endswith("OK"):
-                    raise NetworkError(f"h{host}: `{cmd}` failed: {out}")
+            ifname = self.fabric.nic(host, p).ifname
+            self._host_cmds(host, [f"sysctl -qw net.ipv6.conf.{ifname}.accept_dad=0",
+                                   f"sysctl -qw net.ipv6.conf.{ifname}.disable_ipv6=0",
+                                   f"sysctl -qw net.ipv6.conf.{ifname}.keep_addr_on_down=1",
+                                   *self._nic_ipv6_cmds(host, p)])
+
+    def _nic_ipv6_cmds(self, host: int, plane: int) -> list[str]:
+        """Address, neighbour and route of one NIC; `replace`, so they can be re-applied."""
+        nic = self.fabric.nic(host, plane)
+        t0 = self.fabric.t0(plane, nic.t0)
+        return [f"ip -6 addr replace {nic.address}/128 dev {nic.ifname} nodad",
+                f"ip -6 neigh replace fe80::1 lladdr {t0.mac} dev {nic.ifname} nud permanent",
+                f"ip -6 route replace fd00:0:{plane:x}::/48 via fe80::1 dev {nic.ifname} onlink"]
+
+    def _host_cmds(self, host: int, cmds: list[str]) -> None:
+        node = self.net[self.fabric.host_name(host)]  # type: ignore[index]
+        for cmd in cmds:
+            out = node.cmd(cmd + " && echo OK").strip()
+            if not out.endswith("OK"):
+                raise NetworkError(f"h{host}: `{cmd}` failed: {out}")
 
     def _start_agent(self, host: int, single_path: bool, wait: bool = True) -> None:
         agent = AgentProcess(self.net[self.fabric.host_name(host)], host,  # type: ignore[index]
@@ -310,13 +344,18 @@ class MrcNetwork:
         if nbytes < 1:
             raise NetworkError(f"transfer size must be at least 1 byte, got {nbytes}")
         for h in (src, dst):
-            self.agent(h)
-            if self.agents[h].single_path != single_path:
-                self._switch_mode(h, single_path)
+            self.set_agent_mode(h, single_path)
         handle = TransferHandle(self.agent(src), self.agent(dst), nbytes, timeout)
         handle.single_path = single_path  # type: ignore[attr-defined]
         self._handles.append(handle)
         return handle
+
+    def set_agent_mode(self, host: int, single_path: bool) -> None:
+        """Run h`host`'s agent in single-path or MRC mode (restarts it if the mode differs);
+        refuses while the agent has a transfer running."""
+        self.agent(host)
+        if self.agents[host].single_path != single_path:
+            self._switch_mode(host, single_path)
 
     def _switch_mode(self, host: int, single_path: bool) -> None:
         self._handles = [h for h in self._handles if not h.done()]
@@ -364,7 +403,10 @@ class MrcNetwork:
         self._set_link(*self._nic_link(host, plane), up=False)
 
     def nic_up(self, host: int, plane: int) -> None:
+        """Link up; with keep_ipv6 also the neighbour and route Linux dropped with the link."""
         self._set_link(*self._nic_link(host, plane), up=True)
+        if self.config.keep_ipv6:
+            self._host_cmds(host, self._nic_ipv6_cmds(host, plane))
 
     def reboot_switch(self, name: str) -> float:
         """Kill the switch process (by PID), restart it, reinstall its tables; returns seconds."""
@@ -426,6 +468,31 @@ def acquire_fabric_lock(timeout: float, log=print) -> int:
             time.sleep(0.5)
 
 
+def wait_interfaces_gone(fabric: Fabric, deadline: float, log=print) -> None:
+    """Wait until no switch interface of `fabric` exists in this namespace (a Mininet network
+    built without the fabric lock is still running, or a killed run left its veths)."""
+    waited = False
+    while (busy := existing_interface(fabric)) is not None:
+        if time.monotonic() > deadline:
+            raise NetworkError(f"interface {busy} still exists: another Mininet network runs "
+                               "without the fabric lock, or a killed run left it behind "
+                               f"(if so, remove it with `ip link del {busy}`)")
+        if not waited:
+            log(f"waiting for interface {busy} (another network) to go away")
+            waited = True
+        time.sleep(0.5)
+
+
+def existing_interface(fabric: Fabric) -> str | None:
+    """The first interface of `fabric`'s switches that exists in this namespace, if any."""
+    for lk in fabric.links:
+        for node, port in ((lk.a, lk.a_port), (lk.b, lk.b_port)):
+            name = f"{node}-eth{port}"
+            if node in fabric.by_name and Path(f"/sys/class/net/{name}").exists():
+                return name
+    return None
+
+
 def _sysctl(path: str, value: str) -> None:
     try:
         with open(path, "w", encoding="ascii") as f:
@@ -434,5 +501,5 @@ def _sysctl(path: str, value: str) -> None:
         raise NetworkError(f"cannot write {value} to {path}: {exc}") from exc
 
 
-__all__ = ["AgentError", "MrcNetwork", "NetworkConfig", "NetworkError", "acquire_fabric_lock",
-           "base_rtt_for"]
+__all__ = ["NO_TRIM_THRESHOLD", "AgentError", "MrcNetwork", "NetworkConfig", "NetworkError",
+           "acquire_fabric_lock", "base_rtt_for", "existing_interface", "wait_interfaces_gone"]
