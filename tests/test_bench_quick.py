@@ -19,6 +19,7 @@ import pytest
 
 from bench import results
 from bench.scenarios import SCENARIOS
+from topologies.network import NO_TRIM_THRESHOLD
 
 REPO = Path(__file__).resolve().parent.parent
 RUN_TIMEOUT_S = 1200  # about 3 minutes alone; the rest is waiting for other fabrics to stop
@@ -70,6 +71,20 @@ def test_contenders_present(run: tuple[dict, Path]) -> None:
             {"mrc", "single_path", "tcp", "mptcp"}
         assert expected <= set(sc["contenders"]), name
     assert "mrc_no_trim" in data["scenarios"]["incast"]["contenders"]
+
+
+def test_no_trim_variant_never_trims(run: tuple[dict, Path]) -> None:
+    incast = run[0]["scenarios"]["incast"]
+    assert incast["no_trim_threshold"] == NO_TRIM_THRESHOLD
+    assert incast["contenders"]["mrc_no_trim"]["summary"]["trims"] == 0
+
+
+def test_kernel_flows_work_after_nic_failures(run: tuple[dict, Path]) -> None:
+    """The agents' NIC-failure runs come first: nic_up must have restored the NICs' IPv6."""
+    contenders = run[0]["scenarios"]["plane-failure"]["contenders"]
+    for name in ("tcp", "mptcp"):
+        if "skipped" not in contenders[name]:
+            assert contenders[name]["clean"]["summary"]["ok"], name
 
 
 def test_figures_in_range(run: tuple[dict, Path]) -> None:
