@@ -13,6 +13,17 @@ import pytest
 from controller.p4names import PRIORITY_QUEUES
 from controller.topology import GRPC_BASE_PORT, THRIFT_BASE_PORT, Fabric
 from topologies.bmv2_switch import Bmv2Switch, bmv2_command
+from topologies.network import acquire_fabric_lock
+
+
+@pytest.fixture
+def fabric_lock():
+    """These tests use the fabric's switch names: wait for any running fabric, as it does."""
+    fd = acquire_fabric_lock(600.0, log=lambda *_: None)
+    try:
+        yield
+    finally:
+        os.close(fd)
 
 
 def test_command_line() -> None:
@@ -41,7 +52,7 @@ def test_invalid_configuration_is_rejected(kwargs: dict, message: str) -> None:
 
 
 @pytest.mark.root
-def test_node_can_be_created_in_mininet() -> None:
+def test_node_can_be_created_in_mininet(fabric_lock) -> None:
     """Creating the node needs no BMv2; Mininet itself sets `pid` (its shell) on every node."""
     if os.geteuid() != 0:
         pytest.skip("Mininet needs root")
@@ -59,7 +70,7 @@ def test_node_can_be_created_in_mininet() -> None:
 
 @pytest.mark.bmv2
 @pytest.mark.root
-def test_start_stop_in_mininet() -> None:
+def test_start_stop_in_mininet(fabric_lock) -> None:
     if shutil.which("simple_switch_grpc") is None or shutil.which("simple_switch_CLI") is None:
         pytest.skip("simple_switch_grpc / simple_switch_CLI not on PATH: install p4lang-bmv2")
     if os.geteuid() != 0:
