@@ -227,3 +227,32 @@ def test_refused_write_fails_even_when_a_later_sack_overtakes_its_nack(nack_fate
     # the re-ask is a duplicate, answered from the receiver's memory of the refusal
     assert h.b.stats()["bounds_violations"] == 1
     assert h.b.stats()["duplicates"] == len(nacks) - 1
+
+
+
+def test_feedback_paused_by_an_incast_backlog_is_not_a_timeout() -> None:
+    """Mininet incast in miniature: the first window crosses a fast bottleneck (RTT samples
+    near the base RTT, so the RTO settles near rto_min), then other senders' windows land in
+    the bottleneck queue just ahead of the next packets, and no SACK comes back for 2.5 base
+    RTTs. An RTO of max(rto_min, srtt + 4 rttvar) = 2.25 base RTTs timed the whole second
+    window out; srtt + max(4 rttvar, rto_min), from the last progress, waits for its SACKs."""
+    cfg = small_config(cc_factory=functools.partial(FixedWindow, 32 * 1024))
+    h = Harness(planes=1, spines=2, seed=33, config=cfg)
+    service = BASE_RTT / 64  # per data packet at the bottleneck A shares
+    free_at = [0.0]
+    backlog = [1.5 * BASE_RTT]  # queued ahead of the first packet of the second window
+
+    def bottleneck(src: str, tx) -> bool:
+        delay = 0.0
+        if src == "A" and tx.dscp != wire.DSCP_CONTROL:
+            if backlog and wire.decode_packet(tx.payload).bth.psn == 32:
+                free_at[0] = h.now + backlog.pop()
+            free_at[0] = max(h.now, free_at[0]) + service
+            delay = free_at[0] - h.now  # FIFO: departures in order
+        h.link.route_delay[tx.route] = delay
+        return True
+
+    h.link.filter = bottleneck
+    assert _transfer(h, 200_000)
+    s = h.a.stats()
+    assert s["timeouts"] == 0 and s["retransmits"] == 0

@@ -33,7 +33,7 @@ class EndpointConfig:
     mtu: int = DEFAULT_MTU  # payload bytes per data packet (docs/wire-format.md §6)
     window: int = 4096  # PSNs: receiver window and sender's cap on unacknowledged PSNs
     rto_initial: float = 5 * DEFAULT_BASE_RTT  # retransmission timeout before any RTT sample
-    rto_min: float = 2 * DEFAULT_BASE_RTT
+    rto_min: float = 2 * DEFAULT_BASE_RTT  # least RTO headroom above srtt (sender docstring)
     rto_max: float = 500 * DEFAULT_BASE_RTT
     reorder_threshold: int = 8  # lost once a packet sent this many packets later was acked...
     reorder_window: float = DEFAULT_BASE_RTT / 2  # ...and it has been out for srtt + this long

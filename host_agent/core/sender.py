@@ -6,6 +6,18 @@ yet acknowledged, `_untriggered` acknowledged packets whose own SACK has not arr
 by the window). Loss detection is per path (recovery.LossDetector); the oldest in-flight packet
 also carries the RTO timer.
 
+RTO (measured on the Mininet incast, where the old RTO timed whole windows out while nothing
+was lost): a trimming fabric bounds each hop's data queue at the trim threshold, 32 packets x
+2 ms = 64 ms at 500 pps, yet senders saw SACK/NACK pauses of 76-112 ms early in a 7:1 incast
+(their first window had crossed an emptier fabric: srtt 36 ms, even 6.6 ms from one sample).
+Two TCP practices make such a pause no timeout: the RTO leaves at least rto_min of headroom
+above srtt (srtt + max(4 rttvar, rto_min), as Linux adds its floor to srtt, rather than
+max(rto_min, srtt + 4 rttvar), which a burst of similar samples collapses to rto_min), and it
+runs from the later of the oldest packet's send time and the connection's last forward progress
+(a SACK acknowledging new data, or a NACK answering for an in-flight packet; RFC 6298 5.3), so
+packets queued behind each other at one bottleneck are not all timed from the burst's start.
+A single lost packet among delivering ones is the per-path loss detector's job, well before.
+
 RTT samples: each SACK yields one, from the transmission that triggered it (told apart from
 earlier transmissions of the same PSN by the echoed EV), even when an earlier SACK already
 acknowledged that PSN cumulatively or in its bitmap: dropping those late answers would keep
@@ -92,6 +104,7 @@ class Sender:
         self.rto = config.rto_initial
         self._backoff = 1
         self._hold_until = 0.0  # after NACK(PSN_OOR_WINDOW): send nothing before this
+        self._progress_at = 0.0  # last forward progress: the RTO runs from here (docstring)
         self._recheck: float | None = None  # when a reordered packet may be declared lost
         self._reorder_scale = 1  # grows on spurious retransmissions, decays on clean acks
         self._clean_acks = 0
@@ -220,6 +233,7 @@ class Sender:
         else:
             self._evs.on_delivered(sack.entropy, now)
         if acked:
+            self._progress_at = now
             self._backoff = 1
             self._clean_acks += 1
             if self._clean_acks >= _REORDER_DECAY_ACKS:
@@ -244,6 +258,7 @@ class Sender:
                 target.write.failed_reason = reason
                 self._confirm(target)
         elif pkt is not None:
+            self._progress_at = now
             if reason == wire.NACK_TRIMMED:
                 self._evs.on_nack_trimmed(nack.entropy, now)
             elif reason == wire.NACK_TRIMMED_LASTHOP:
@@ -352,18 +367,19 @@ class Sender:
         w.ask_at = now + self._rto_now()
 
     def _rtt_sample(self, rtt: float) -> None:
-        """RFC 6298 smoothing, RTO = srtt + 4 rttvar, but never below a slowly decaying maximum
-        RTT sample (x RTO_MAX_MARGIN): sprayed packets see every path's queue, and a timeout
-        shorter than the slowest path's RTT would retire EVs that are merely congested.
-        Clamped to [rto_min, rto_max]."""
+        """RFC 6298 smoothing, RTO = srtt + max(4 rttvar, rto_min) (module docstring), but never
+        below a slowly decaying maximum RTT sample (x RTO_MAX_MARGIN): sprayed packets see
+        every path's queue, and a timeout shorter than the slowest path's RTT would retire EVs
+        that are merely congested. Capped at rto_max."""
         if self.srtt is None:
             self.srtt, self._rttvar = rtt, rtt / 2
         else:
             self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self.srtt - rtt)
             self.srtt = 0.875 * self.srtt + 0.125 * rtt
         self._rtt_max = max(rtt, self._rtt_max * _RTT_MAX_DECAY)
-        rto = max(self.srtt + 4 * self._rttvar, _RTO_MAX_MARGIN * self._rtt_max)
-        self.rto = min(max(rto, self._cfg.rto_min), self._cfg.rto_max)
+        rto = max(self.srtt + max(4 * self._rttvar, self._cfg.rto_min),
+                  _RTO_MAX_MARGIN * self._rtt_max)
+        self.rto = min(rto, self._cfg.rto_max)
 
     # ---- loss ------------------------------------------------------------------------------
 
@@ -404,7 +420,7 @@ class Sender:
         times = []
         if self._inflight:
             oldest = next(iter(self._inflight.values()))
-            times.append(oldest.sent_time + self._rto_now())
+            times.append(max(oldest.sent_time, self._progress_at) + self._rto_now())
         if self._hold_until and self._retx:
             times.append(self._hold_until)
         if self._recheck is not None:
@@ -421,6 +437,8 @@ class Sender:
         if self._recheck is not None and now >= self._recheck:
             self._detect_losses(now)
         limit = self._rto_now()
+        if self._progress_at + limit > now:
+            return  # progress within the last RTO: nothing has timed out (module docstring)
         expired: list[OutPkt] = []
         while self._inflight:
             pkt = next(iter(self._inflight.values()))
