@@ -3,8 +3,10 @@
 The smallest fabric with five hosts and traffic across spines: 2 planes x 2 T0 x 2 T1 with 3
 hosts per T0 (6 hosts). The receiver's host-facing ports are the bottleneck, so its T0 trims
 (TRIMMED_LASTHOP) and the receiver NACKs; MRC recovers trimmed packets from NACKs, not
-timeouts. Measured here: most runs have zero timeouts, some a few spurious ones on one flow
-while the fabric dropped nothing (agent scheduling on a busy machine, or core timers).
+timeouts. Before the core's RTO left rto_min of headroom above srtt and restarted on progress
+(host_agent/core/sender.py docstring), some runs timed out up to a whole window on one flow
+while the fabric dropped nothing; the feedback pause behind the incast queue outlasted an RTO
+that had collapsed to rto_min.
 """
 
 from __future__ import annotations
@@ -43,9 +45,7 @@ def test_incast_4_to_1_trims_without_timeouts():
         assert r["ok"] and r["verified"], r
     assert end["trims_received"] > start["trims_received"], results
     assert end["nacks_sent"] > start["nacks_sent"]
-    # Trimming turns congestion into NACKs, so timeouts should be absent; on this shared 2-core
-    # machine a stalled agent occasionally sees a spurious one, hence "rare", not "zero".
-    sent = sum(r["tx_data_packets"] for r in results)
-    assert sum(r["timeouts"] for r in results) <= sent // 100, results
+    # Trimming turns congestion into NACKs: nothing is lost, so nothing may time out.
+    assert sum(r["timeouts"] for r in results) == 0, results
     after = snapshot()
     assert not after.leaks_since(before), after.leaks_since(before)

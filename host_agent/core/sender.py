@@ -16,6 +16,10 @@ max(rto_min, srtt + 4 rttvar), which a burst of similar samples collapses to rto
 runs from the later of the oldest packet's send time and the connection's last forward progress
 (a SACK acknowledging new data, or a NACK answering for an in-flight packet; RFC 6298 5.3), so
 packets queued behind each other at one bottleneck are not all timed from the burst's start.
+Until the window in flight at the first RTT sample is acknowledged, the RTO stays at least
+rto_initial: the head of a first burst crosses an empty fabric, while the rest of it queues
+behind every other sender's first burst (a 7:1 incast timed a whole first window out at
+srtt + rto_min).
 A single lost packet among delivering ones is the per-path loss detector's job, well before.
 
 RTT samples: each SACK yields one, from the transmission that triggered it (told apart from
@@ -105,6 +109,7 @@ class Sender:
         self._backoff = 1
         self._hold_until = 0.0  # after NACK(PSN_OOR_WINDOW): send nothing before this
         self._progress_at = 0.0  # last forward progress: the RTO runs from here (docstring)
+        self._first_round_end: int | None = None  # next PSN when the first RTT sample came
         self._recheck: float | None = None  # when a reordered packet may be declared lost
         self._reorder_scale = 1  # grows on spurious retransmissions, decays on clean acks
         self._clean_acks = 0
@@ -373,12 +378,18 @@ class Sender:
         that are merely congested. Capped at rto_max."""
         if self.srtt is None:
             self.srtt, self._rttvar = rtt, rtt / 2
+            self._first_round_end = self.next_psn
         else:
             self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self.srtt - rtt)
             self.srtt = 0.875 * self.srtt + 0.125 * rtt
         self._rtt_max = max(rtt, self._rtt_max * _RTT_MAX_DECAY)
         rto = max(self.srtt + max(4 * self._rttvar, self._cfg.rto_min),
                   _RTO_MAX_MARGIN * self._rtt_max)
+        if self._first_round_end is not None:
+            if wire.psn_diff(self.snd_una, self._first_round_end) < 0:
+                rto = max(rto, self._cfg.rto_initial)  # first window: module docstring
+            else:
+                self._first_round_end = None
         self.rto = min(rto, self._cfg.rto_max)
 
     # ---- loss ------------------------------------------------------------------------------
