@@ -33,6 +33,7 @@ from softswitch.netlab import PACKET_OUTGOING, VethLab
 from softswitch.p4info import COMMITTED_P4INFO
 from softswitch.p4info import load_text as load_p4info
 from softswitch.testing import committed_index, port_config, update, usid_entries
+from topologies.procs import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 BMV2_JSON = REPO / "p4src" / "build" / "mrc.json"
@@ -156,12 +157,7 @@ def run_target(target: str, lab: VethLab, seconds: float) -> dict:
                 h.wait()
         if client is not None:
             client.tear_down()
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 10)
 
 
 def sender(seconds: float) -> dict:

@@ -29,6 +29,7 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from controller import p4names as n
 from tests.golden.corpus import ActionCall, Case, TableEntry
+from topologies.procs import stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = ROOT / "p4src" / "build.sh"
@@ -190,13 +191,8 @@ class Bmv2Harness:
         if self.channel is not None:
             self.channel.close()
             self.channel = None
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        if self.proc is not None:
+            stop_process(self.proc, 5)
         self.proc = None
         for link in self.links:
             subprocess.run(["ip", "link", "del", link], check=False, capture_output=True)

@@ -26,6 +26,7 @@ from controller import hostpaths
 from controller.topology import Fabric
 from host_agent import wire
 from host_agent.control import ControlClient, ControlError
+from topologies.procs import stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 PLANES = 2
@@ -110,13 +111,7 @@ class VethBed:
 
     def close(self) -> None:
         for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_process(proc, 10)
         for ns in self._made_ns:
             sh("ip", "netns", "del", ns, check=False)  # takes its veth ends with it
         for link in self._made_links:  # only left if moving it into a namespace failed

@@ -24,6 +24,7 @@ from controller.install import BMV2_JSON_PATH, Controller, InstallError, SwitchS
 from controller.shell import SHELL_ELECTION_ID, check_pipeline
 from controller.tables import Group
 from controller.topology import Fabric
+from topologies.procs import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -67,13 +68,7 @@ class Switches:
         raise AssertionError(f"softswitch {name} did not listen on {self.addresses[name]}")
 
     def stop(self, name: str) -> None:
-        proc = self.procs.pop(name)
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(self.procs.pop(name), 5)
 
 
 def skip_unless_available(target: str) -> None:

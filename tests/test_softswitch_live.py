@@ -32,6 +32,7 @@ from softswitch.testing import (
     wait_listening,
 )
 from tests.golden import corpus
+from topologies.procs import stop_process
 
 pytestmark = [pytest.mark.root, pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root and iproute2")]
@@ -70,12 +71,7 @@ def live():
                 s.close()
             if client is not None:
                 client.tear_down()
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc, 10)
 
 
 def reset(client: P4RuntimeClient, updates: list[p4runtime_pb2.Update]) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from controller.topology import Fabric
 from host_agent.control import ControlClient, ControlError
+from topologies.procs import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_S = 30.0
@@ -110,13 +111,7 @@ class AgentProcess:
         proc, self.proc = self.proc, None
         if proc is None:
             return
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=STOP_TIMEOUT_S)
+        stop_process(proc, STOP_TIMEOUT_S)
 
 
 _seeds = itertools.count(1)

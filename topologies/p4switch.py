@@ -16,6 +16,7 @@ from mininet.node import Switch
 
 from controller.p4names import PRIORITY_QUEUES
 from controller.topology import GRPC_BASE_PORT, THRIFT_BASE_PORT
+from topologies.procs import stop_process
 
 MAX_PRIORITY_QUEUES = 8  # standard_metadata.priority is 3 bits
 START_TIMEOUT_S = 30.0
@@ -125,13 +126,7 @@ class P4RuntimeSwitch(Switch):
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 (Mininet's signature)
         """Terminate our own process (by PID), then let Mininet remove the interfaces."""
         if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.terminate()
-                try:
-                    self.proc.wait(timeout=STOP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait(timeout=STOP_TIMEOUT_S)
+            stop_process(self.proc, STOP_TIMEOUT_S)
             self.proc = None
         super().stop(deleteIntfs)
 
