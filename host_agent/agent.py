@@ -71,7 +71,8 @@ OFFLOADS_OFF = ("tx", "off", "rx", "off", "gro", "off", "gso", "off", "tso", "of
 # completes without a retransmission at both 1 ms and 5 ms; spurious timeouts at a too-small
 # value retire EVs and start probes, which cost the agents CPU in turn.
 DEFAULT_BASE_RTT = 0.005
-WRITE_STATS = ("tx_data_packets", "retransmits", "timeouts", "nacks_received")
+WRITE_STATS = ("tx_data_packets", "retransmits", "timeouts", "spurious_timeouts",
+               "nacks_received")
 
 
 def pattern(seed: int, length: int) -> bytes:

@@ -105,7 +105,8 @@ def format_result(cmd: str, r: dict[str, Any]) -> str:
         lines = [f"wrote {r['bytes']} bytes to host {r['peer']} in {r['duration_s']:.4f} s: "
                  f"{r['goodput_gbps'] * 1000:.1f} Mbit/s goodput",
                  f"  data packets {r['tx_data_packets']}, retransmits {r['retransmits']}, "
-                 f"timeouts {r['timeouts']}, NACKs {r['nacks_received']}"]
+                 f"timeouts {r['timeouts']} ({r['spurious_timeouts']} spurious), "
+                 f"NACKs {r['nacks_received']}"]
         if "verified" in r:
             lines.append("  receiver verified every byte" if r["verified"]
                          else f"  MISMATCH at byte {r['first_mismatch']}")

@@ -13,6 +13,7 @@ import json
 import logging
 import selectors
 import socket
+import struct
 import time
 from collections.abc import Callable
 
@@ -25,7 +26,10 @@ log = logging.getLogger("softswitch.dataplane")
 ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
 RX_BATCH = 64  # frames taken from one socket per wakeup before serving others
-RCVBUF = 4 << 20
+RCVBUF = 4 << 20  # about 3,500 full frames: a switch paused by a busy host loses none
+SO_RCVBUFFORCE = 33  # not in Python's socket module; lets root exceed net.core.rmem_max
+SOL_PACKET, PACKET_STATISTICS = 263, 6
+TPACKET_STATS = struct.Struct("=II")  # tp_packets, tp_drops (reset by each read)
 MAX_FRAME = 65535
 MAX_CONTROL_REQUEST = 4096
 
@@ -39,7 +43,7 @@ class Dataplane:
         self.names = dict(ports)
         self.pipeline: Pipeline | None = None
         self.stats = {"rx": 0, "tx": 0, "no_pipeline": 0, "no_port": 0, "tail_drop": 0,
-                      "tx_error": 0}
+                      "tx_error": 0, "rx_kernel_drops": 0}
         self.sel = selectors.DefaultSelector()
         self.socks: dict[int, socket.socket] = {}
         self._control_buffers: dict[socket.socket, bytes] = {}
@@ -51,7 +55,7 @@ class Dataplane:
         for port, ifname in self.names.items():
             s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
             try:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+                _set_rcvbuf(s)
                 s.bind((ifname, 0))
             except OSError as err:
                 s.close()
@@ -202,12 +206,21 @@ class Dataplane:
             if cmd == "queues":
                 return {"ok": True, "queues": {str(p): q.stats() for p, q in self.queues.items()}}
             if cmd == "stats":
+                self._read_kernel_drops()
                 drops = self.pipeline.drop_stats() if self.pipeline else {}
                 return {"ok": True, "stats": dict(self.stats), "pipeline": drops}
             raise ValueError(f"unknown command {cmd!r} (set_queue_rate, set_queue_depth, "
                              "queues, stats)")
         except (ValueError, TypeError, QueueConfigError) as err:
             return {"ok": False, "error": str(err)}
+
+    def _read_kernel_drops(self) -> None:
+        """Frames the kernel dropped because a port's socket buffer was full (the switch
+        process was not scheduled in time): losses the queues never saw."""
+        for sock in self.socks.values():
+            _packets, drops = TPACKET_STATS.unpack(
+                sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, TPACKET_STATS.size))
+            self.stats["rx_kernel_drops"] += drops
 
     def _set_queue(self, cmd: str, req: dict) -> dict:
         key = "rate" if cmd == "set_queue_rate" else "depth"
@@ -228,3 +241,11 @@ class Dataplane:
                 else:
                     q.set_depth(int(value), priority)
         return {"ok": True}
+
+
+def _set_rcvbuf(sock: socket.socket) -> None:
+    """RCVBUF even above rmem_max when we are root (SO_RCVBUF alone is silently capped)."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF)
+    except PermissionError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)

@@ -216,7 +216,8 @@ def test_cli_parser_and_formatting() -> None:
     assert (args.peer, args.bytes, args.imm, args.peer_socket) == (2, 256, 7, "/y")
     text = cli.format_result("write", {"bytes": 10, "peer": 2, "duration_s": 0.5,
                                        "goodput_gbps": 1.6e-7, "tx_data_packets": 1,
-                                       "retransmits": 0, "timeouts": 0, "nacks_received": 0,
+                                       "retransmits": 0, "timeouts": 2, "spurious_timeouts": 1,
+                                       "nacks_received": 0,
                                        "verified": False, "first_mismatch": 3})
-    assert "MISMATCH at byte 3" in text
+    assert "MISMATCH at byte 3" in text and "timeouts 2 (1 spurious)" in text
     assert cli.main(["--socket", "/nonexistent/agent.sock", "status"]) == 2

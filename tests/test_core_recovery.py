@@ -256,3 +256,26 @@ def test_feedback_paused_by_an_incast_backlog_is_not_a_timeout() -> None:
     assert _transfer(h, 200_000)
     s = h.a.stats()
     assert s["timeouts"] == 0 and s["retransmits"] == 0
+
+
+def _stall(h: Harness, start: float, length: float, drop: bool):
+    """A's data sent in [start, start + length) is lost (drop) or held until the interval ends,
+    like frames waiting in the socket buffer of a paused receiver process."""
+    def stall(src: str, tx) -> bool:
+        held = src == "A" and start <= h.now < start + length
+        h.link.route_delay[tx.route] = start + length - h.now if held and not drop else 0.0
+        return not (held and drop)
+    return stall
+
+
+@pytest.mark.parametrize("drop", [False, True], ids=["late", "lost"])
+def test_a_timeout_answered_by_the_timed_out_transmission_counts_as_spurious(drop: bool) -> None:
+    h = _paced(34)
+    h.link.filter = _stall(h, 10 * BASE_RTT, 40 * BASE_RTT, drop)
+    assert _transfer(h, 300_000)
+    s = h.a.stats()
+    assert s["timeouts"] > 0
+    if drop:
+        assert s["spurious_timeouts"] == 0
+    else:
+        assert 0 < s["spurious_timeouts"] <= s["timeouts"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -139,6 +140,26 @@ def test_hostile_frames_are_counted_and_survived(live):
     drain(socks)
     socks[1].send(good)
     assert receive(socks[3], 2.0) == case.outputs[0].frame
+
+
+def test_frames_the_kernel_drops_while_the_switch_is_paused_are_counted(live):
+    """A switch process that is not scheduled loses frames in its socket buffer, where no
+    queue counter sees them; the stats command reports them as rx_kernel_drops."""
+    proc, client, socks, control = live
+    reset(client, [])
+    start = request(control, {"cmd": "stats"})["stats"]
+    frame = bytes(14) + bytes(1486)  # 1,500 bytes; dropped by the pipeline if it ever runs
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        for _ in range(8000):  # 12 MB: three times the 4 MiB receive buffer
+            socks[1].send(frame)
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    time.sleep(0.5)  # let it work through its backlog
+    end = request(control, {"cmd": "stats"})["stats"]
+    assert end["rx_kernel_drops"] - start["rx_kernel_drops"] > 1000, (start, end)
+    assert 0 < end["rx"] - start["rx"] < 8000
+    assert proc.poll() is None
 
 
 def _cpu_seconds(pid: int) -> float:

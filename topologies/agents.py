@@ -148,6 +148,7 @@ def run_transfer(src: AgentProxy, dst: AgentProxy, nbytes: int, timeout: float) 
         first_mismatch=check["first_mismatch"], duration_s=duration,
         goodput_bps=nbytes * 8 / duration, tx_data_packets=write["tx_data_packets"],
         retransmits=write["retransmits"], timeouts=write["timeouts"],
+        spurious_timeouts=write["spurious_timeouts"],
         nacks=write["nacks_received"],
         **{("trims" if k == "trims_received" else k): after[k] - before[k]
            for k in RECEIVER_STATS})

@@ -31,6 +31,7 @@ STAT_KEYS = (
     # beyond the contract's list: finer-grained reasons, each also counted where noted
     "unknown_qpn", "rkey_violations", "bounds_violations", "control_dropped",
     "port_status_sent", "port_status_received", "spurious_retransmits",
+    "spurious_timeouts",  # also in timeouts: the timed-out transmission was answered later
 )  # fmt: skip
 
 

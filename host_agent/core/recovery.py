@@ -67,6 +67,7 @@ class OutPkt:
     prev_ev: int | None = None  # EV and send time of the transmission before the latest one
     prev_sent_time: float = 0.0
     prev_path: PathInfo | None = None
+    expired_evs: list[int] | None = None  # EVs of transmissions the RTO expired, unanswered
 
 
 @dataclass

@@ -21,6 +21,9 @@ rto_initial: the head of a first burst crosses an empty fabric, while the rest o
 behind every other sender's first burst (a 7:1 incast timed a whole first window out at
 srtt + rto_min).
 A single lost packet among delivering ones is the per-path loss detector's job, well before.
+A timeout whose timed-out transmission is answered after all (told by the echoed EV) is counted
+in spurious_timeouts as well: that packet was late, not lost (e.g. the emulation host paused a
+process for longer than the RTO's headroom).
 
 RTT samples: each SACK yields one, from the transmission that triggered it (told apart from
 earlier transmissions of the same PSN by the echoed EV), even when an earlier SACK already
@@ -181,9 +184,9 @@ class Sender:
     def _transmit(self, pkt: OutPkt, entry: EvEntry, now: float) -> TxPacket:
         retx = pkt.tx_count > 0
         if retx:
-            pkt.prev_ev, pkt.prev_sent_time = pkt.ev, pkt.sent_time
-        if retx:
-            pkt.prev_path = pkt.path
+            pkt.prev_ev, pkt.prev_sent_time, pkt.prev_path = pkt.ev, pkt.sent_time, pkt.path
+        if pkt.expired_evs and entry.ev in pkt.expired_evs:
+            pkt.expired_evs.remove(entry.ev)  # its answer would be ambiguous: never spurious
         pkt.ev = entry.ev
         pkt.path = entry.path
         pkt.sent_time = now
@@ -282,10 +285,15 @@ class Sender:
         (Karn's rule without discarding resent packets); it also counts as delivered for loss
         detection on its path. An answer to the transmission before a retransmission means
         that retransmission was spurious: the reordering allowance grows."""
-        pkt = self._inflight.get(psn) or self._retx.get(psn) or self._untriggered.pop(psn, None)
+        pkt = self._inflight.get(psn) or self._retx.get(psn) or self._untriggered.get(psn)
         if pkt is None:
             return None
         self._confirm(pkt)
+        if pkt.expired_evs and ev in pkt.expired_evs:  # a timed-out transmission arrived late
+            pkt.expired_evs.remove(ev)
+            self._stats["spurious_timeouts"] += 1
+        if ev == pkt.ev:  # the latest transmission: no later answer is needed for timing
+            self._untriggered.pop(psn, None)
         if pkt.in_flight and wire.psn_diff(psn, self.snd_una) < 0:  # answer to a re-ask
             del self._inflight[psn]
             self._landed(pkt)
@@ -457,6 +465,7 @@ class Sender:
                 break
             self._mark_lost(pkt)
             self._evs.on_loss(pkt.ev, now)
+            pkt.expired_evs = [*(pkt.expired_evs or ()), pkt.ev]
             expired.append(pkt)
         if expired:
             self._resend_from(expired)
