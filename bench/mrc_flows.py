@@ -22,7 +22,8 @@ from typing import Any
 
 CHUNK = 16 * 1024
 DEPTH = 8
-SENDER_STATS = ("retransmits", "timeouts", "nacks_received", "tx_data_packets")
+SENDER_STATS = ("retransmits", "timeouts", "spurious_timeouts", "nacks_received",
+                "tx_data_packets")
 RECEIVER_STATS = ("trims_received", "nacks_sent", "duplicates")
 _seeds = itertools.count(1_000_000, 10_000)
 

@@ -205,7 +205,7 @@ def flow_summary(flows: list[dict[str, Any]]) -> dict[str, Any]:
         out["aggregate_goodput_bps"] = total * 8 / span if span > 0 else None
     # sender-side counters add up over flows; receiver-side ones are host totals over
     # overlapping windows when flows share a receiver, so the largest stands for them all
-    for key in ("retransmits", "timeouts", "nacks", "tx_data_packets"):
+    for key in ("retransmits", "timeouts", "spurious_timeouts", "nacks", "tx_data_packets"):
         values = [f[key] for f in flows if key in f]
         if values:
             out[key] = sum(values)

@@ -280,7 +280,8 @@ def incast(ctx: Context) -> dict[str, Any]:
         # the ideal is in MRC payload terms; kernel flows carry more payload per packet
         scale = s["payload_bytes_per_packet"] / metrics_payload()
         figures[name] = {"completion_over_ideal": metrics.ratio(_completion(r), ideal / scale),
-                         "timeouts": s.get("timeouts"), "nacks": s.get("nacks"),
+                         "timeouts": s.get("timeouts"),
+                         "spurious_timeouts": s.get("spurious_timeouts"), "nacks": s.get("nacks"),
                          "trims": s.get("trims")}
     result["figures"] = figures
     mrc = figures.get("mrc", {})

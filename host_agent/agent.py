@@ -297,6 +297,7 @@ class Commands:
             "planes_up": driver.plane_up,
             "peer_planes_up": {p: sorted(endpoint.peer_planes_up(p)) for p in driver.connected},
             "cpu_seconds": usage.ru_utime + usage.ru_stime,
+            "max_timer_lateness_s": driver.max_timer_lateness,
             "per_route": driver.route_stats(),
             "single_path": self.agent.single_path,
             "recovery": getattr(endpoint.config, "recovery", "selective"),

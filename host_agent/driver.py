@@ -151,6 +151,7 @@ class Driver:
         self._sel = selectors.DefaultSelector()
         self._handlers: dict[int, list[Callable[[], None] | None]] = {}  # fd -> [read, write]
         self._timers: list[tuple[float, int, _Timer]] = []
+        self.max_timer_lateness = 0.0  # seconds (see _run_timers)
         self._seq = itertools.count()
         self._socks: list[socket.socket] = []
         self._backlog: list[deque[bytes]] = [deque() for _ in range(config.planes)]
@@ -262,6 +263,8 @@ class Driver:
         now = self.clock()
         when = self.endpoint.get_timer()
         if when is not None and when <= now:
+            # how late the endpoint's timer ran: a busy or paused host shows up here first
+            self.max_timer_lateness = max(self.max_timer_lateness, now - when)
             self.endpoint.handle_timer(now=now)
         while self._timers and self._timers[0][0] <= now:
             _, _, timer = heapq.heappop(self._timers)

@@ -90,6 +90,28 @@ def snapshot() -> Snapshot:
         os.close(fd)
 
 
+def loss_report(net, hosts) -> dict:
+    """Where a run may have lost packets or time, for a failing test's message: switch
+    queue tail drops and socket-buffer drops, agents' socket drops and late timers."""
+    from softswitch.cli import request
+
+    report: dict = {}
+    for sw in net.fabric.switches:
+        port = net._need_net()[sw.name].thrift_port
+        stats = request(port, {"cmd": "stats"})["stats"]
+        queues = request(port, {"cmd": "queues"})["queues"]
+        tail = sum(f["tail_drops"] for fifos in queues.values() for f in fifos)
+        kernel = stats["rx_kernel_drops"]
+        if tail or kernel:
+            report[sw.name] = {"queue_tail_drops": tail, "rx_kernel_drops": kernel}
+    for h in hosts:
+        st = net.stats(h)
+        drops = sum(d.get("rx_kernel_drops", 0) for d in st["driver"].values())
+        report[f"h{h}"] = {"rx_kernel_drops": drops,
+                           "max_timer_lateness_ms": round(st["max_timer_lateness_s"] * 1e3, 1)}
+    return report
+
+
 # argv: role (server|client), local address, peer address, port. The server echoes one
 # message reversed; the client retries until the server listens, prints the reply.
 _ECHO = """
