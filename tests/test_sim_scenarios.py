@@ -117,3 +117,11 @@ def test_cli_rejects_bad_parameters(capsys: pytest.CaptureFixture[str]) -> None:
     assert "trim_threshold" in capsys.readouterr().err
     with pytest.raises(ScenarioError, match="unknown scenario"):
         run_scenario("nope")
+
+
+def test_cli_help_lists_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1% random loss on every link" in out and "link-failure:" in out

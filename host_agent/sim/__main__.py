@@ -18,7 +18,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m host_agent.sim",
                                 description="Run an MRC scenario on the simulated fabric.")
     p.add_argument("scenario", choices=sorted(SCENARIOS),
-                   help="; ".join(f"{s.name}: {s.summary}" for s in SCENARIOS.values()))
+                   help="; ".join(f"{s.name}: {s.summary}" for s in SCENARIOS.values())
+                   .replace("%", "%%"))  # argparse formats help with %
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--size", type=int, default=DEFAULT_SIZE, help="bytes moved in total")
