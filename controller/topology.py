@@ -26,9 +26,12 @@ MAX_INDEX = 256  # index is an 8-bit field of the uSID
 MAX_IFNAME = 15  # Linux IFNAMSIZ - 1
 
 # Each switch process listens on loopback: P4Runtime at GRPC_BASE_PORT + device_id,
-# BMv2 Thrift runtime CLI at THRIFT_BASE_PORT + device_id.
-GRPC_BASE_PORT = 50000
+# BMv2 Thrift runtime CLI at THRIFT_BASE_PORT + device_id. Both stay below Linux's ephemeral
+# range (ip_local_port_range, 32768-60999 by default): with the usual 50000 + id, a CI run's
+# switch p2s1 could not bind 50012 while an outgoing connection happened to hold that port.
+GRPC_BASE_PORT = 20000
 THRIFT_BASE_PORT = 9090
+EPHEMERAL_PORT_START = 32768  # tests check the largest valid fabric stays below it
 
 
 class TopologyError(ValueError):

@@ -1,7 +1,7 @@
 """`python -m softswitch`: a software switch started like simple_switch_grpc.
 
     python -m softswitch -i 1@veth1 -i 2@veth2 --device-id 1 \\
-        --grpc-server-addr 127.0.0.1:50001 --thrift-port 9091 --priority-queues 2 --no-p4
+        --grpc-server-addr 127.0.0.1:20001 --thrift-port 9091 --priority-queues 2 --no-p4
 
 The pipeline arrives over P4Runtime (SetForwardingPipelineConfig). `--thrift-port`
 names the loopback TCP port of the runtime control socket (JSON lines, see

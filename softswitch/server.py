@@ -285,7 +285,12 @@ def serve(device: Device, address: str, workers: int = 16) -> grpc.Server:
     """Start the gRPC server on a loopback address (validated by the caller)."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
     p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(P4RuntimeService(device), server)
-    if server.add_insecure_port(address) == 0:
-        raise OSError(f"cannot bind the P4Runtime server to {address}")
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as err:  # grpcio >= 1.5x raises instead of returning 0
+        raise OSError(f"cannot bind the P4Runtime server to {address}: is the port in use? "
+                      f"({err})") from err
+    if bound == 0:
+        raise OSError(f"cannot bind the P4Runtime server to {address}: is the port in use?")
     server.start()
     return server

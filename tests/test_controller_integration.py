@@ -2,7 +2,7 @@
 
 Target "soft" runs `python -m softswitch`; target "bmv2" runs simple_switch_grpc and is skipped
 where BMv2/p4c are not installed. The switches listen on free loopback ports instead of the
-topology's 50000+id so these tests never collide with a fabric someone else is running;
+topology's GRPC_BASE_PORT + id so these tests never collide with a fabric someone else is running;
 every process is stopped by its PID.
 """
 

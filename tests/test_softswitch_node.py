@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -148,3 +149,17 @@ def test_missing_interface_and_bad_p4info_exit_with_a_message(tmp_path, capsys):
     bad.write_text('tables { preamble { id: 1 name: "t" } }\n')
     assert main(["--p4info", str(bad), "--grpc-server-addr", f"127.0.0.1:{free_port()}"]) == 1
     assert "missing table IngressPipeImpl.my_usid_table" in capsys.readouterr().err
+
+
+def test_process_reports_a_busy_grpc_port_clearly():
+    """An outgoing connection holding the port (as an ephemeral port can) makes the bind fail:
+    the switch says so and exits 1, no traceback."""
+    with socket.create_server(("127.0.0.1", 0)) as srv, socket.socket() as client:
+        client.bind(("127.0.0.1", 0))
+        client.connect(srv.getsockname())
+        busy = client.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "softswitch", "--grpc-server-addr",
+                            f"127.0.0.1:{busy}", "--no-p4"], capture_output=True, text=True,
+                           timeout=60)
+    assert r.returncode == 1 and "is the port in use" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr

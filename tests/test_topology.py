@@ -8,7 +8,10 @@ import itertools
 import pytest
 
 from controller.topology import (
+    EPHEMERAL_PORT_START,
     GRPC_BASE_PORT,
+    MAX_INDEX,
+    MAX_PLANES,
     ROLE_HOST,
     ROLE_T0,
     ROLE_T1,
@@ -133,3 +136,11 @@ def test_paths_cover_every_plane_and_spine(size: tuple[int, int, int, int]) -> N
             hop_usids = [fabric.by_name[h].usid for h in path.hops] + [path.dst.usid]
             assert path.address == usid_address(hop_usids)
             assert all(fabric.by_name[h].plane == path.plane for h in path.hops)
+
+
+def test_switch_ports_of_the_largest_fabric_stay_below_the_ephemeral_range() -> None:
+    largest = Fabric(planes=MAX_PLANES, t0_per_plane=MAX_INDEX, t1_per_plane=MAX_INDEX,
+                     hosts_per_t0=1)
+    ports = {int(sw.grpc_address.rsplit(":", 1)[1]) for sw in largest.switches}
+    ports |= {sw.thrift_port for sw in largest.switches}
+    assert max(ports) < EPHEMERAL_PORT_START and len(ports) == 2 * len(largest.switches)
