@@ -9,7 +9,7 @@ import pytest
 from host_agent import wire
 from host_agent.core.cc import FixedWindow
 from host_agent.core.config import ConfigError, EndpointConfig
-from host_agent.core.events import WriteCompleted, WriteFailed
+from host_agent.core.events import EvStateChanged, WriteCompleted, WriteFailed
 from host_agent.core.evs import EvConfig
 from host_agent.core.types import EvState, RxMeta
 from tests.test_core_harness import BASE_RTT, QP_A, Harness, pattern, small_config
@@ -135,11 +135,21 @@ def test_a_dead_path_is_abandoned_within_a_few_rtts() -> None:
     h.run(until=1.0, stop=lambda: h.of_type("A", WriteCompleted))
     assert bytes(mr.buffer) == pattern(1_000_000)
     # a lost packet is declared lost ~1.5 base RTTs after it was sent (rule B or the RTO,
-    # whichever comes first); each EV on the dead path needs one such loss
-    assert on_dead and max(on_dead) - t_fail < 8 * BASE_RTT
+    # whichever comes first); the second such loss on the path retires all its EVs (one
+    # verdict per EV, before path_dark, left the last data on it 2 base RTTs after the failure)
+    assert on_dead and max(on_dead) - t_fail < 1.5 * BASE_RTT
     conn = h.a.connection(QP_A)
-    assert all(e.state is EvState.ASSUMED_BAD for e in conn.evs.entries()
-               if e.path.route == SLOW and e.counters["chosen"])
+    assert all(e.state is EvState.ASSUMED_BAD for e in conn.evs.entries() if e.path.route == SLOW)
+    assert {e.reason for e in h.of_type("A", EvStateChanged)} >= {"path_dark"}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_loss_retires_single_evs_never_a_whole_path(seed: int) -> None:
+    h = _paced(seed)
+    h.link.faults.drop = 0.03
+    assert _transfer(h, 500_000)
+    reasons = [e.reason for e in h.of_type("A", EvStateChanged)]
+    assert reasons.count("loss") > 5 and "path_dark" not in reasons
 
 
 # ---- the single-path RoCE-like baseline: go-back-N on exactly one EV -------------------------

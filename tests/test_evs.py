@@ -13,7 +13,8 @@ from host_agent.core.evs import EV_SPACE, EvConfig, EvSet
 from host_agent.core.types import EvState, PathInfo
 
 G, S, B, D = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
-TRIGGERS = ("ecn", "nack_trimmed", "skip_expired", "loss", "probe_success_enough", "deny", "allow")
+TRIGGERS = ("ecn", "nack_trimmed", "skip_expired", "loss", "path_dark", "probe_success_enough",
+            "deny", "allow")
 
 
 def paths(planes: int = 4, per_plane: int = 4) -> list[PathInfo]:
@@ -131,6 +132,8 @@ def test_every_legal_transition(pair: tuple[EvState, str]) -> None:
         es.advance(1.0 + es.config.skip_time)
     elif trigger == "loss":
         es.on_loss(ev, now)
+    elif trigger == "path_dark":
+        es.on_path_dark(es.entry(ev).path, now)
     elif trigger == "probe_success_enough":
         (due,) = es.probes_due(1.0 + es.config.probe_interval)
         es.on_probe_sent(due.ev, now)
@@ -141,7 +144,7 @@ def test_every_legal_transition(pair: tuple[EvState, str]) -> None:
         es.set_denied(ev, False)
     expected = evs_mod._TRANSITIONS[pair]
     assert es.entry(ev).state is expected
-    changes = es.drain_changes()
+    changes = [c for c in es.drain_changes() if c[0] == ev]  # path_dark moves its path-mates too
     if expected is not start:
         assert changes == [(ev, start, expected, trigger)]
     else:
@@ -552,3 +555,23 @@ def test_control_avoids_paths_with_failing_evs_and_unusable_planes() -> None:
     es.set_plane_usable(0, False)
     got = es.choose_control(0.0, plane=0, echo_ev=sibling.ev)
     assert got is not None and got.path.plane == 1
+
+
+def test_a_dark_path_retires_every_ev_on_it_and_backups_come_from_other_paths() -> None:
+    es = make(planes=2, per_plane=2, evs_per_connection=16, backups_per_plane=4)
+    dark = es.active(0)[0].path
+    assert len(es.active(0)) == 8  # 4 per path, plus 2 backups per path
+    on_dark = [e for e in es.entries() if e.path == dark]
+    skip, denied = on_dark[1].ev, on_dark[2].ev
+    es.on_ecn(skip, 0.5)
+    es.set_denied(denied, True)
+    es.drain_changes()
+    es.on_path_dark(dark, 1.0)
+    changes = es.drain_changes()
+    assert {ev for ev, *_ in changes} == {e.ev for e in on_dark} - {denied}
+    assert all(new is B and reason == "path_dark" for _, _, new, reason in changes)
+    assert es.entry(denied).state is D
+    assert all(e.state is G for e in es.entries() if e.path != dark and e.ev != skip)
+    # the plane's slots are refilled from the GOOD backups of its other path only
+    healthy = [e for e in es.entries() if e.path.plane == 0 and e.path != dark]
+    assert sorted(e.ev for e in es.active(0)) == sorted(e.ev for e in healthy)

@@ -48,9 +48,10 @@ from host_agent.core.types import EvState, PathInfo
 G, S, B, D = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
 
 _TRANSITIONS: dict[tuple[EvState, str], EvState] = {
-    (G, "ecn"): S, (G, "nack_trimmed"): S, (G, "loss"): B, (G, "deny"): D,
+    (G, "ecn"): S, (G, "nack_trimmed"): S, (G, "loss"): B, (G, "path_dark"): B, (G, "deny"): D,
     # SKIP: more congestion restarts the skip time
-    (S, "ecn"): S, (S, "nack_trimmed"): S, (S, "skip_expired"): G, (S, "loss"): B, (S, "deny"): D,
+    (S, "ecn"): S, (S, "nack_trimmed"): S, (S, "skip_expired"): G, (S, "loss"): B,
+    (S, "path_dark"): B, (S, "deny"): D,
     # ASSUMED_BAD: ECN/trims are late news of packets sent before the failure; a further loss
     # restarts the probe run; only probes bring it back
     (B, "ecn"): B, (B, "nack_trimmed"): B, (B, "loss"): B, (B, "probe_success_enough"): G,
@@ -456,6 +457,13 @@ class EvSet:
     def on_loss(self, ev: int, now: float) -> None:
         """Timeout or untrimmed loss: assume the path failed and retire the EV at once."""
         self._feedback(ev, now, "losses", "loss")
+
+    def on_path_dark(self, path: PathInfo, now: float) -> None:
+        """The loss detector found `path` dead (recovery module docstring). Every EV on it
+        takes that source route, so all of them retire now, not one per loss [choice]."""
+        for entry in self._plane_entries[path.plane]:
+            if entry.path == path and entry.state in (EvState.GOOD, EvState.SKIP):
+                self._apply(entry, "path_dark", now)
 
     def on_delivered(self, ev: int, now: float) -> None:
         self._feedback(ev, now, "delivered", None)

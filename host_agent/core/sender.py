@@ -404,7 +404,9 @@ class Sender:
 
     def _detect_losses(self, now: float) -> None:
         window = self._cfg.reorder_window * self._reorder_scale
-        lost, self._recheck = self._loss.detect(now, window, self._rto_now())
+        lost, self._recheck, dark = self._loss.detect(now, window, self._rto_now())
+        for path in dark:
+            self._evs.on_path_dark(path, now)
         for pkt in lost:
             self._mark_lost(pkt)
             self._evs.on_loss(pkt.ev, now)
