@@ -289,3 +289,38 @@ def test_a_timeout_answered_by_the_timed_out_transmission_counts_as_spurious(dro
         assert s["spurious_timeouts"] == 0
     else:
         assert 0 < s["spurious_timeouts"] <= s["timeouts"]
+
+
+def test_stranded_sacks_in_many_writes_cost_one_rto_not_one_each() -> None:
+    """Packets past a link when it fails still arrive, but their SACKs take the dead link back:
+    those PSNs are acknowledged only cumulatively and must be asked again. One such PSN in
+    each of four writes is re-asked together, once the head write has waited an RTO."""
+    h = _paced(35)
+    mr = h.b.register_memory(8 * 16 * 1024)
+    data = pattern(8 * 16 * 1024, 6)
+    for i in range(8):  # 16-packet writes, all posted at once like the bench's chunked flows
+        chunk = slice(i * 16 * 1024, (i + 1) * 16 * 1024)
+        h.a.post_write(QP_A, data[chunk], mr.va + i * 16 * 1024, mr.rkey, now=0.0)
+    stranded = {5, 21, 37, 53}  # one PSN in each of writes 1-4
+    lost_sacks: list[int] = []
+
+    def strand(src: str, tx) -> bool:
+        if src != "B":
+            return True
+        pkt = wire.decode_packet(tx.payload)
+        if isinstance(pkt, wire.SackPacket):
+            trigger = wire.psn_add(pkt.sack.cack_psn, pkt.sack.ack_psn_offset)
+            if trigger in stranded:
+                stranded.discard(trigger)
+                lost_sacks.append(trigger)
+                return False
+        return True
+
+    h.link.filter = strand
+    h.run(until=1.0, stop=lambda: len(h.of_type("A", WriteCompleted)) == 8)
+    assert bytes(mr.buffer) == data and len(lost_sacks) == 4
+    assert h.a.stats()["reasks"] == 4
+    rto = h.a.connection(QP_A).sender.rto
+    # everything else takes a few base RTTs; the four waits overlap in one RTO (plus the
+    # re-ask's round trip), where one RTO per write reaching the head took four
+    assert h.now < 8 * BASE_RTT + 1.5 * rto, (h.now / BASE_RTT, rto / BASE_RTT)

@@ -32,6 +32,7 @@ STAT_KEYS = (
     "unknown_qpn", "rkey_violations", "bounds_violations", "control_dropped",
     "port_status_sent", "port_status_received", "spurious_retransmits",
     "spurious_timeouts",  # also in timeouts: the timed-out transmission was answered later
+    "reasks",  # resent because only a cumulative ack covered them (Sender docstring)
 )  # fmt: skip
 
 
