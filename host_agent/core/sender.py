@@ -253,6 +253,10 @@ class Sender:
 
     def on_nack(self, nack: wire.NackExt, now: float) -> None:
         reason = nack.reason
+        answered = (self._inflight.get(nack.nack_psn) or self._retx.get(nack.nack_psn)
+                    or self._untriggered.get(nack.nack_psn))
+        if answered is not None:
+            self._late_answer(answered, nack.entropy)  # e.g. a trimmed one, NACKed late
         pkt = self._inflight.pop(nack.nack_psn, None)
         if pkt is not None:
             self._landed(pkt)
@@ -289,10 +293,8 @@ class Sender:
         if pkt is None:
             return None
         self._confirm(pkt)
-        if pkt.expired_evs and ev in pkt.expired_evs:  # a timed-out transmission arrived late
-            pkt.expired_evs.remove(ev)
-            self._stats["spurious_timeouts"] += 1
-        if ev == pkt.ev:  # the latest transmission: no later answer is needed for timing
+        self._late_answer(pkt, ev)
+        if ev == pkt.ev and not pkt.expired_evs:  # no later answer is needed any more
             self._untriggered.pop(psn, None)
         if pkt.in_flight and wire.psn_diff(psn, self.snd_una) < 0:  # answer to a re-ask
             del self._inflight[psn]
@@ -312,6 +314,12 @@ class Sender:
             self._reorder_scale = min(self._reorder_scale + 1, _REORDER_SCALE_MAX)
             return now - pkt.prev_sent_time
         return None
+
+    def _late_answer(self, pkt: OutPkt, ev: int) -> None:
+        """A SACK or NACK answering a transmission the RTO had expired: it was late, not lost."""
+        if pkt.expired_evs and ev in pkt.expired_evs:
+            pkt.expired_evs.remove(ev)
+            self._stats["spurious_timeouts"] += 1
 
     def _cumulative(self, cack: int, now: float) -> int:
         advance = wire.psn_diff(cack, self.snd_una)
