@@ -97,7 +97,7 @@ def loss_report(net, hosts) -> dict:
 
     report: dict = {}
     for sw in net.fabric.switches:
-        port = net._need_net()[sw.name].thrift_port
+        port = sw.thrift_port  # the fabric model's, which the switch nodes are started with
         stats = request(port, {"cmd": "stats"})["stats"]
         queues = request(port, {"cmd": "queues"})["queues"]
         tail = sum(f["tail_drops"] for fifos in queues.values() for f in fifos)

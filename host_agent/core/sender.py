@@ -253,8 +253,7 @@ class Sender:
 
     def on_nack(self, nack: wire.NackExt, now: float) -> None:
         reason = nack.reason
-        answered = (self._inflight.get(nack.nack_psn) or self._retx.get(nack.nack_psn)
-                    or self._untriggered.get(nack.nack_psn))
+        answered = self._tracked(nack.nack_psn)
         if answered is not None:
             self._late_answer(answered, nack.entropy)  # e.g. a trimmed one, NACKed late
         pkt = self._inflight.pop(nack.nack_psn, None)
@@ -289,7 +288,7 @@ class Sender:
         (Karn's rule without discarding resent packets); it also counts as delivered for loss
         detection on its path. An answer to the transmission before a retransmission means
         that retransmission was spurious: the reordering allowance grows."""
-        pkt = self._inflight.get(psn) or self._retx.get(psn) or self._untriggered.get(psn)
+        pkt = self._tracked(psn)
         if pkt is None:
             return None
         self._confirm(pkt)
@@ -314,6 +313,11 @@ class Sender:
             self._reorder_scale = min(self._reorder_scale + 1, _REORDER_SCALE_MAX)
             return now - pkt.prev_sent_time
         return None
+
+    def _tracked(self, psn: int) -> OutPkt | None:
+        """The packet an answer for `psn` may be about: in flight, awaiting a resend, or
+        acknowledged but not yet timed by its own SACK."""
+        return self._inflight.get(psn) or self._retx.get(psn) or self._untriggered.get(psn)
 
     def _late_answer(self, pkt: OutPkt, ev: int) -> None:
         """A SACK or NACK answering a transmission the RTO had expired: it was late, not lost."""
