@@ -23,6 +23,7 @@ from google.rpc import status_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from controller import p4build
 from controller.tables import (
     Action,
     Entity,
@@ -43,7 +44,6 @@ log = logging.getLogger("controller.install")
 
 REPO = Path(__file__).resolve().parent.parent
 P4INFO_PATH = REPO / "p4src" / "mrc.p4info.txtpb"
-BMV2_JSON_PATH = REPO / "p4src" / "build" / "mrc.json"
 TARGETS = ("soft", "bmv2")
 CONTROLLER_ELECTION_ID = (0, 100)  # p4runtime-sh backups use a lower one (controller.shell)
 BATCH_SIZE = 500
@@ -84,9 +84,11 @@ def device_config(target: str) -> bytes:
         raise InstallError(f"unknown target {target!r}: use one of {', '.join(TARGETS)}")
     if target == "soft":
         return b""  # the software switch runs the pipeline the P4Info names
-    if not BMV2_JSON_PATH.exists():
-        raise InstallError(f"{BMV2_JSON_PATH} is missing: run p4src/build.sh (needs p4c-bm2-ss)")
-    return BMV2_JSON_PATH.read_bytes()
+    try:
+        json_path, _ = p4build.ensure_compiled(log=log.info)
+    except p4build.CompileError as exc:
+        raise InstallError(f"cannot build the BMv2 pipeline: {exc}") from exc
+    return json_path.read_bytes()
 
 
 def _bytes(value: int, bitwidth: int) -> bytes:

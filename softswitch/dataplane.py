@@ -142,8 +142,8 @@ class Dataplane:
             item = q.dequeue(now)
             if item is None:
                 return
-            frame, pipeline, enq_qdepth, deq_qdepth = item
-            pipeline.egress(port, enq_qdepth, deq_qdepth)
+            frame, pipeline, priority, enq_qdepth, deq_qdepth = item
+            pipeline.egress(port, priority, enq_qdepth, deq_qdepth)
             if sock is None:
                 continue
             try:

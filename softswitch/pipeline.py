@@ -208,7 +208,8 @@ class Pipeline:
         key = _FLOW.pack(frame[38:54], frame[22:38], word & 0xFFFFF, next_hdr, sport, dport)
         return self.members.get(group.slots[zlib.crc32(key) % len(group.slots)])
 
-    def egress(self, port: int, enq_qdepth: int, deq_qdepth: int) -> None:
-        """egress.p4: remember the depth this packet found, for the next ingress decisions."""
-        if port < len(self.qdepth):
+    def egress(self, port: int, priority: int, enq_qdepth: int, deq_qdepth: int) -> None:
+        """egress.p4: a data-queue packet records the depth it found, for the next ingress
+        decisions; high-priority packets saw their own (short) queue and record nothing."""
+        if priority == N.PRIORITY_DATA and port < len(self.qdepth):
             self.qdepth[port] = min(enq_qdepth, (1 << N.QDEPTH_BITS) - 1)

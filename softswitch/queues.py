@@ -3,8 +3,9 @@
 Like simple_switch with --priority-queues, every port has one FIFO per priority; each
 FIFO has a depth limit (packets; tail drop when full) and its own rate limit (packets
 per second; 0 = unlimited), and the scheduler serves the highest priority FIFO whose
-pacer allows a departure. `enq_qdepth` is the port's total occupancy before the packet
-joins, `deq_qdepth` the occupancy after it leaves, as simple_switch reports them.
+pacer allows a departure. `enq_qdepth` is the length of the packet's own priority FIFO
+before it joins, `deq_qdepth` that FIFO's length after it leaves, as simple_switch 1.15.1
+reports them (`egress_buffers.size(port, priority)`, behavioral-model PR #1270).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class PortQueues:
         if len(fifo.items) >= fifo.depth:
             fifo.drops += 1
             return None
-        enq_qdepth = self.occupancy
+        enq_qdepth = len(fifo.items)
         fifo.items.append((frame, meta, enq_qdepth))
         self.occupancy += 1
         return enq_qdepth
@@ -49,16 +50,18 @@ class PortQueues:
         times = [f.next_time for f in self.fifos if f.items]
         return min(times) if times else None
 
-    def dequeue(self, now: float) -> tuple[bytes, object, int, int] | None:
-        """(frame, meta, enq_qdepth, deq_qdepth) of the next departure allowed at `now`."""
-        for fifo in reversed(self.fifos):  # highest priority first
+    def dequeue(self, now: float) -> tuple[bytes, object, int, int, int] | None:
+        """(frame, meta, priority, enq_qdepth, deq_qdepth) of the next departure allowed at
+        `now`; both depths count the packet's own priority FIFO only."""
+        for priority in range(len(self.fifos) - 1, -1, -1):  # highest priority first
+            fifo = self.fifos[priority]
             if fifo.items and fifo.next_time <= now:
                 frame, meta, enq_qdepth = fifo.items.popleft()
                 self.occupancy -= 1
                 fifo.sent += 1
                 if fifo.rate > 0:
                     fifo.next_time = max(fifo.next_time, now - 1.0 / fifo.rate) + 1.0 / fifo.rate
-                return frame, meta, enq_qdepth, self.occupancy
+                return frame, meta, priority, enq_qdepth, len(fifo.items)
         return None
 
     def set_rate(self, pps: float, priority: int | None = None) -> None:

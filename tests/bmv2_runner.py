@@ -27,12 +27,12 @@ from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from controller import p4build
 from controller import p4names as n
 from tests.golden.corpus import ActionCall, Case, TableEntry
 from topologies.procs import stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILD_SCRIPT = ROOT / "p4src" / "build.sh"
 TOOLS = ("p4c-bm2-ss", "simple_switch_grpc", "simple_switch_CLI")
 ETH_P_ALL = 0x0003
 DEVICE_ID = 1
@@ -43,13 +43,6 @@ START_TIMEOUT_S = 20.0
 
 def missing_tools() -> list[str]:
     return [t for t in TOOLS if shutil.which(t) is None]
-
-
-def compile_program(out_dir: Path) -> tuple[Path, Path]:
-    """Run p4src/build.sh; returns (bmv2 json, p4info)."""
-    subprocess.run([str(BUILD_SCRIPT), str(out_dir)], check=True, capture_output=True,
-                   text=True)
-    return out_dir / "mrc.json", out_dir / "mrc.p4info.txtpb"
 
 
 def _free_port() -> int:
@@ -132,7 +125,7 @@ class Bmv2Harness:
         return f"{self.tag}h{port}"
 
     def _start(self) -> None:
-        json_path, p4info_path = compile_program(self.workdir / "build")
+        json_path, p4info_path = p4build.ensure_compiled()
         self.p4info = P4InfoIndex(text_format.Parse(p4info_path.read_text(),
                                                     p4info_pb2.P4Info()))
         for p in self.ports:

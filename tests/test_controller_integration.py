@@ -9,7 +9,6 @@ every process is stopped by its PID.
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import socket
 import subprocess
 import sys
@@ -20,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from controller.convergence import Convergence
-from controller.install import BMV2_JSON_PATH, Controller, InstallError, SwitchSession
+from controller.install import Controller, InstallError, SwitchSession
 from controller.shell import SHELL_ELECTION_ID, check_pipeline
 from controller.tables import Group
 from controller.topology import Fabric
+from tests.conftest import require_bmv2
 from topologies.procs import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,12 +75,7 @@ def skip_unless_available(target: str) -> None:
     if target == "soft" and importlib.util.find_spec("softswitch.__main__") is None:
         pytest.skip("softswitch (python -m softswitch) is not in this tree")
     if target == "bmv2":
-        if shutil.which("simple_switch_grpc") is None:
-            pytest.skip("simple_switch_grpc (BMv2) is not on PATH")
-        if not BMV2_JSON_PATH.exists():
-            if shutil.which("p4c-bm2-ss") is None:
-                pytest.skip("p4c-bm2-ss is not on PATH to build p4src/build/mrc.json")
-            subprocess.run([str(REPO / "p4src" / "build.sh")], check=True)
+        require_bmv2(("simple_switch_grpc", "p4c-bm2-ss"))
 
 
 @pytest.fixture(params=["soft", pytest.param("bmv2", marks=pytest.mark.bmv2)])

@@ -4,7 +4,6 @@ where simple_switch_grpc exists and we are root."""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 
 from controller.p4names import PRIORITY_QUEUES
 from controller.topology import GRPC_BASE_PORT, THRIFT_BASE_PORT, Fabric
+from tests.conftest import require_bmv2, require_root
 from topologies.bmv2_switch import Bmv2Switch, bmv2_command
 from topologies.network import acquire_fabric_lock
 
@@ -71,10 +71,8 @@ def test_node_can_be_created_in_mininet(fabric_lock) -> None:
 @pytest.mark.bmv2
 @pytest.mark.root
 def test_start_stop_in_mininet(fabric_lock) -> None:
-    if shutil.which("simple_switch_grpc") is None or shutil.which("simple_switch_CLI") is None:
-        pytest.skip("simple_switch_grpc / simple_switch_CLI not on PATH: install p4lang-bmv2")
-    if os.geteuid() != 0:
-        pytest.skip("Mininet needs root")
+    require_bmv2(("simple_switch_grpc", "simple_switch_CLI"))
+    require_root("Mininet")
     from mininet.net import Mininet
 
     sw = Fabric().switches[0]

@@ -157,13 +157,32 @@ def test_egress_writes_enq_qdepth_like_bmv2():
     q = PortQueues(2)
     for i in range(3):
         assert q.enqueue(0, b"x", None) == i
-    frame, _, enq, deq = q.dequeue(0.0)
-    p.egress(UPLINK, enq, deq)
-    assert (enq, deq, p.qdepth[UPLINK]) == (0, 2, 0)
+    _, _, prio, enq, deq = q.dequeue(0.0)
+    p.egress(UPLINK, prio, enq, deq)
+    assert (prio, enq, deq, p.qdepth[UPLINK]) == (0, 0, 2, 0)
     q.dequeue(0.0)
-    frame, _, enq, deq = q.dequeue(0.0)
-    p.egress(UPLINK, enq, deq)
+    _, _, prio, enq, deq = q.dequeue(0.0)
+    p.egress(UPLINK, prio, enq, deq)
     assert p.qdepth[UPLINK] == 2
+
+
+def test_depth_is_per_priority_queue_and_only_data_writes_the_register():
+    """BMv2 1.15.1: enq_qdepth counts the packet's own priority queue. A high-priority
+    packet leaving ahead of a standing data queue must not reset the data queue's depth."""
+    p, _ = make_pipeline()
+    q = PortQueues(2)
+    for i in range(5):
+        assert q.enqueue(0, b"data", None) == i
+    assert q.enqueue(1, b"sack", None) == 0  # own queue empty, not 5
+    _, _, prio, enq, deq = q.dequeue(0.0)
+    assert (prio, enq, deq) == (1, 0, 0)
+    p.qdepth[UPLINK] = 4
+    p.egress(UPLINK, prio, enq, deq)
+    assert p.qdepth[UPLINK] == 4  # the high-priority departure left it alone
+    q.dequeue(0.0)
+    _, _, prio, enq, deq = q.dequeue(0.0)
+    p.egress(UPLINK, prio, enq, deq)
+    assert (prio, enq, deq, p.qdepth[UPLINK]) == (0, 1, 3, 1)
 
 
 def test_fuzz_never_raises_and_counts():

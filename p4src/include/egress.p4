@@ -1,5 +1,8 @@
-/* Egress: record the depth the packet found when it joined its port's queues, for the next
- * ingress decisions on that port (see registers.p4). */
+/* Egress: record the depth a data packet found when it joined its port's data queue, for
+ * the next ingress decisions on that port (see registers.p4). BMv2 1.15.1 reports
+ * enq_qdepth for the packet's own priority queue: a trimmed header or SACK leaving the
+ * high-priority queue saw that (nearly empty) queue, so letting it write the register
+ * would hide a standing data queue from the next trim decision. */
 #ifndef MRC_EGRESS_P4
 #define MRC_EGRESS_P4
 
@@ -10,8 +13,10 @@ control EgressPipeImpl(inout parsed_headers_t hdr,
                        inout local_metadata_t local_metadata,
                        inout standard_metadata_t standard_metadata) {
     apply {
-        queue_depth_register.write((bit<32>)standard_metadata.egress_port,
-                                   standard_metadata.enq_qdepth);
+        if (standard_metadata.priority == PRIORITY_DATA) {
+            queue_depth_register.write((bit<32>)standard_metadata.egress_port,
+                                       standard_metadata.enq_qdepth);
+        }
     }
 }
 
