@@ -83,8 +83,8 @@ ECN_MARK_COUNTER = "IngressPipeImpl.ecn_mark_counter"  # indexed by egress port,
 
 # ---- registers ----------------------------------------------------------------------------
 # Global (declared outside any control), so it has no control prefix. Indexed by port,
-# value = enq_qdepth of the port's data queue (packets), written in egress by data-queue
-# packets only, read in ingress.
+# value = deq_qdepth of the port's data queue (packets left behind by the last data packet to
+# leave), written in egress by data-queue packets only, read in ingress.
 QUEUE_DEPTH_REGISTER = "queue_depth_register"
 
 # Ports 0..511 (v1model PortId is 9 bits): size of the per-port counters and register.

@@ -209,7 +209,8 @@ class Pipeline:
         return self.members.get(group.slots[zlib.crc32(key) % len(group.slots)])
 
     def egress(self, port: int, priority: int, enq_qdepth: int, deq_qdepth: int) -> None:
-        """egress.p4: a data-queue packet records the depth it found, for the next ingress
-        decisions; high-priority packets saw their own (short) queue and record nothing."""
+        """egress.p4: a data packet leaving the data queue records the depth it leaves behind
+        (deq_qdepth), for the next ingress decisions; high-priority packets saw their own
+        (short) queue and record nothing."""
         if priority == N.PRIORITY_DATA and port < len(self.qdepth):
-            self.qdepth[port] = min(enq_qdepth, (1 << N.QDEPTH_BITS) - 1)
+            self.qdepth[port] = min(deq_qdepth, (1 << N.QDEPTH_BITS) - 1)

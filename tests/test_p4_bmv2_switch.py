@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,14 @@ import pytest
 from controller.p4names import PRIORITY_QUEUES
 from controller.topology import GRPC_BASE_PORT, THRIFT_BASE_PORT, Fabric
 from tests.conftest import require_bmv2, require_root
-from topologies.bmv2_switch import Bmv2Switch, bmv2_command
+from topologies import bmv2_switch
+from topologies.bmv2_switch import (
+    Bmv2Error,
+    Bmv2Switch,
+    bmv2_command,
+    runtime_cli,
+    runtime_cli_argv,
+)
 from topologies.network import acquire_fabric_lock
 
 
@@ -95,3 +103,29 @@ def test_start_stop_in_mininet(fabric_lock) -> None:
         net.stop()
     cmdline = Path(f"/proc/{pid}/cmdline")
     assert not cmdline.exists() or b"simple_switch" not in cmdline.read_bytes()
+
+
+def test_runtime_cli_runs_with_an_interpreter_that_has_thrift(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch):
+    """A CLI script starting with `#!/usr/bin/env python3` must not run with whatever python3
+    is first on PATH (a pyenv one lacks thrift): we start it with a thrift-capable one."""
+    script = tmp_path / "simple_switch_CLI"
+    script.write_text("#!/usr/bin/env python3\nimport sys, thrift\n"
+                      "print('cli ok', sys.executable, ' '.join(sys.argv[1:]), sys.stdin.read())\n")
+    script.chmod(0o755)
+    decoy = tmp_path / "python3"  # first on PATH, cannot run anything
+    decoy.write_text("#!/bin/sh\necho 'wrong interpreter' >&2\nexit 3\n")
+    decoy.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    runtime_cli_argv.cache_clear()
+    try:
+        if not any(bmv2_switch._has_thrift(p) for p in (sys.executable,
+                                                        bmv2_switch.SYSTEM_PYTHON)):
+            with pytest.raises(Bmv2Error, match="needs the Python module 'thrift'"):
+                runtime_cli_argv()
+            return
+        out = runtime_cli(9999, ["set_queue_rate 500"])
+    finally:
+        runtime_cli_argv.cache_clear()
+    assert "cli ok" in out and "--thrift-port 9999" in out and "set_queue_rate 500" in out
+    assert str(decoy) not in out

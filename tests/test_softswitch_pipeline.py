@@ -152,22 +152,22 @@ def test_ecmp_is_deterministic_per_flow_and_spreads():
     assert ports == {2, 3, 4}
 
 
-def test_egress_writes_enq_qdepth_like_bmv2():
+def test_egress_writes_the_data_depth_left_behind():
     p, _ = make_pipeline()
     q = PortQueues(2)
     for i in range(3):
         assert q.enqueue(0, b"x", None) == i
     _, _, prio, enq, deq = q.dequeue(0.0)
     p.egress(UPLINK, prio, enq, deq)
-    assert (prio, enq, deq, p.qdepth[UPLINK]) == (0, 0, 2, 0)
+    assert (prio, enq, deq, p.qdepth[UPLINK]) == (0, 0, 2, 2)
     q.dequeue(0.0)
     _, _, prio, enq, deq = q.dequeue(0.0)
     p.egress(UPLINK, prio, enq, deq)
-    assert p.qdepth[UPLINK] == 2
+    assert (enq, p.qdepth[UPLINK]) == (2, 0)  # the last one out leaves an empty queue
 
 
 def test_depth_is_per_priority_queue_and_only_data_writes_the_register():
-    """BMv2 1.15.1: enq_qdepth counts the packet's own priority queue. A high-priority
+    """BMv2 1.15.1: queue depths count the packet's own priority queue. A high-priority
     packet leaving ahead of a standing data queue must not reset the data queue's depth."""
     p, _ = make_pipeline()
     q = PortQueues(2)
@@ -179,10 +179,29 @@ def test_depth_is_per_priority_queue_and_only_data_writes_the_register():
     p.qdepth[UPLINK] = 4
     p.egress(UPLINK, prio, enq, deq)
     assert p.qdepth[UPLINK] == 4  # the high-priority departure left it alone
-    q.dequeue(0.0)
     _, _, prio, enq, deq = q.dequeue(0.0)
     p.egress(UPLINK, prio, enq, deq)
-    assert (prio, enq, deq, p.qdepth[UPLINK]) == (0, 1, 3, 1)
+    assert (prio, enq, deq, p.qdepth[UPLINK]) == (0, 0, 4, 4)
+
+
+def test_trimming_ends_when_the_data_queue_drains():
+    """When every arriving data packet is trimmed, no data joins the data queue; the last
+    data packet to leave must leave a depth below the threshold, or trimming never stops."""
+    p, _ = make_pipeline(trim=2)
+    q = PortQueues(2)
+    for _ in range(3):
+        q.enqueue(0, b"data", None)
+    trimmed = p.ingress(data_frame(), 1)  # the register says 0: not trimmed
+    assert trimmed is not None and trimmed[1] == N.PRIORITY_DATA
+    _, _, prio, enq, deq = q.dequeue(0.0)
+    p.egress(UPLINK, prio, enq, deq)  # 2 left behind: at the threshold
+    out = p.ingress(data_frame(), 1)
+    assert out is not None and out[1] == N.PRIORITY_HIGH and len(out[2]) == W.TRIMMED_FRAME_LEN
+    while (item := q.dequeue(0.0)) is not None:  # drain: only trimmed traffic arrives
+        p.egress(UPLINK, *item[2:])
+    assert p.qdepth[UPLINK] == 0
+    out = p.ingress(data_frame(), 1)
+    assert out is not None and out[1] == N.PRIORITY_DATA and len(out[2]) > W.TRIMMED_FRAME_LEN
 
 
 def test_fuzz_never_raises_and_counts():
