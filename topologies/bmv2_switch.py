@@ -21,6 +21,9 @@ from topologies.p4switch import P4RuntimeSwitch, SwitchProcessError, check_switc
 SWITCH_BINARY = "simple_switch_grpc"
 CLI_BINARY = "simple_switch_CLI"
 CLI_TIMEOUT_S = 10.0
+# BMv2's default log level is 'trace': on builds with logging compiled in (the usual ones),
+# every packet's trace messages are formatted even with no log sink.
+LOG_LEVEL = "warn"
 SYSTEM_PYTHON = "/usr/bin/python3"  # Debian/Ubuntu's, where python3-thrift installs `thrift`
 
 Bmv2Error = SwitchProcessError
@@ -30,7 +33,8 @@ def bmv2_command(device_id: int, ports: dict[int, str], grpc_port: int, thrift_p
                  priority_queues: int = PRIORITY_QUEUES) -> list[str]:
     """argv for simple_switch_grpc; ports maps BMv2 port number -> interface name."""
     check_switch_args(device_id, grpc_port, thrift_port, priority_queues)
-    cmd = [SWITCH_BINARY, "--device-id", str(device_id), "--thrift-port", str(thrift_port)]
+    cmd = [SWITCH_BINARY, "--device-id", str(device_id), "--thrift-port", str(thrift_port),
+           "--log-level", LOG_LEVEL]
     for number, ifname in sorted(ports.items()):
         cmd += ["-i", f"{number}@{ifname}"]
     return cmd + ["--no-p4", "--", "--grpc-server-addr", f"127.0.0.1:{grpc_port}",

@@ -65,6 +65,7 @@ from controller.tables import (
 from controller.topology import Fabric, TopologyError
 from softswitch.cli import ControlError, request
 from topologies.agents import AgentError, AgentProcess, AgentProxy, TransferHandle
+from topologies.p4switch import P4RuntimeSwitch
 from topologies.targets import resolve, switch_class
 
 DEFAULT_PORT_RATE_PPS = 500
@@ -82,6 +83,8 @@ RTT_HOPS = 6  # rate-limited egress ports a data packet and its SACK cross (T0, 
 # Packet times of standing queue the timers allow for: with only the unloaded RTT (17 ms at
 # 500 pps) a 4:1 incast saw 24-32 timeouts per flow; with 8 packets more (33 ms), none.
 STANDING_QUEUE = 8
+# Drops every frame sent (limit 0 also disables the empty-queue bypass); see _set_link.
+BLACKHOLE_QDISC = "pfifo limit 0"
 NO_TRIM_THRESHOLD = (1 << QDEPTH_BITS) - 1  # the largest trim threshold; trimming=False uses it
 
 
@@ -376,12 +379,23 @@ class MrcNetwork:
         return key, links[0]
 
     def _set_link(self, a: str, b: str, up: bool) -> None:
+        """Fail or restore a link. A switch's interface is never taken administratively down:
+        BMv2 1.15.1's packet capture handle fails for good when its interface goes down (the
+        port stayed dead after `up`, and `port_remove` then hung). So a failed link is a
+        blackhole on each switch end's egress (a pfifo qdisc of limit 0 drops every frame the
+        switch sends; the kernel delivers nothing else to it), and a host's end, the NIC the
+        agent watches, goes down for real (its switch end then has no carrier)."""
         _key, link = self._link(a, b)
         state = "up" if up else "down"
         for intf in (link.intf1, link.intf2):
-            out = intf.ifconfig(state)
+            if isinstance(intf.node, P4RuntimeSwitch):
+                cmd = (f"tc qdisc del dev {intf.name} root" if up
+                       else f"tc qdisc replace dev {intf.name} root {BLACKHOLE_QDISC}")
+            else:
+                cmd = f"ip link set dev {intf.name} {state}"
+            out = intf.node.cmd(cmd)
             if out.strip():
-                raise NetworkError(f"{intf.name} {state}: {out.strip()}")
+                raise NetworkError(f"{intf.name} {state}: {cmd}: {out.strip()}")
         self.link_log.append({"time": time.monotonic(), "event": state, "a": a, "b": b})
         assert self.convergence is not None
         (self.convergence.link_up if up else self.convergence.link_down)(a, b)
