@@ -91,25 +91,39 @@ def snapshot() -> Snapshot:
 
 
 def loss_report(net, hosts) -> dict:
-    """Where a run may have lost packets or time, for a failing test's message: switch
-    queue tail drops and socket-buffer drops, agents' socket drops and late timers."""
+    """Where a run may have lost packets or time, for a failing test's message. Software
+    switches: queue tail drops and socket-buffer drops from their runtime. Every target:
+    `consumed`, frames a switch took in and did not send (kernel counters; BMv2 exposes no
+    tail-drop counter). Agents: socket drops and how late their timers ran."""
     from softswitch.cli import request
 
     report: dict = {}
+    frames = net.switch_frames()
     for sw in net.fabric.switches:
-        port = sw.thrift_port  # the fabric model's, which the switch nodes are started with
-        stats = request(port, {"cmd": "stats"})["stats"]
-        queues = request(port, {"cmd": "queues"})["queues"]
-        tail = sum(f["tail_drops"] for fifos in queues.values() for f in fifos)
-        kernel = stats["rx_kernel_drops"]
-        if tail or kernel:
-            report[sw.name] = {"queue_tail_drops": tail, "rx_kernel_drops": kernel}
+        entry = {}
+        if frames[sw.name]["consumed"]:
+            entry["consumed"] = frames[sw.name]["consumed"]
+        if net.target == "soft":
+            port = sw.thrift_port  # the fabric model's, which the switch nodes are started with
+            stats = request(port, {"cmd": "stats"})["stats"]
+            queues = request(port, {"cmd": "queues"})["queues"]
+            tail = sum(f["tail_drops"] for fifos in queues.values() for f in fifos)
+            if tail or stats["rx_kernel_drops"]:
+                entry.update(queue_tail_drops=tail, rx_kernel_drops=stats["rx_kernel_drops"])
+        if entry:
+            report[sw.name] = entry
     for h in hosts:
         st = net.stats(h)
         drops = sum(d.get("rx_kernel_drops", 0) for d in st["driver"].values())
         report[f"h{h}"] = {"rx_kernel_drops": drops,
                            "max_timer_lateness_ms": round(st["max_timer_lateness_s"] * 1e3, 1)}
     return report
+
+
+def fabric_drops(losses: dict) -> int:
+    """Frames the switches lost or dropped, from a loss_report."""
+    return sum(v.get("consumed", 0) + v.get("rx_kernel_drops", 0)
+               for name, v in losses.items() if not name.startswith("h"))
 
 
 # argv: role (server|client), local address, peer address, port. The server echoes one

@@ -1,10 +1,12 @@
-"""End to end on the software data plane: the default fabric (4 planes x 2 T0 x 2 T1, 4 hosts)
-in Mininet, programmed over P4Runtime, one MRC host agent per host.
+"""End to end on both switch targets, the software data plane and BMv2 (simple_switch_grpc
+running p4src/): the default fabric (4 planes x 2 T0 x 2 T1, 4 hosts, 500 packets/s per
+port on both targets) in Mininet, programmed over P4Runtime, one MRC host agent per host.
 
-One fabric serves the whole module (bring-up costs seconds on this machine); every test puts
-back what it changed (links, NICs) in `finally`; test_no_leaks stops the fabric and checks
-that no interface, namespace or process it created remains. The trimming=False test runs
-after it on a one-switch fabric of its own (one fabric at a time per machine).
+One fabric per target serves the module's tests (bring-up costs seconds on this machine);
+every test puts back what it changed (links, NICs) in `finally`; test_no_leaks stops the
+fabric and checks that no interface, namespace or process it created remains. The
+trimming=False test runs after it on a one-switch fabric of its own (one fabric at a time
+per machine).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 
 import pytest
 
+from tests.conftest import require_bmv2
 from tests.e2e_support import skip_reason, snapshot, tcp_echo
 
 pytest.importorskip("mininet.net", reason="Mininet is not importable (apt install mininet)")
@@ -41,9 +44,11 @@ def before():
     return snapshot()
 
 
-@pytest.fixture(scope="module")
-def net(before):
-    network = MrcNetwork(NetworkConfig(fabric=FABRIC, target="soft", port_rate_pps=RATE,
+@pytest.fixture(scope="module", params=["soft", pytest.param("bmv2", marks=pytest.mark.bmv2)])
+def net(request, before):
+    if request.param == "bmv2":
+        require_bmv2()
+    network = MrcNetwork(NetworkConfig(fabric=FABRIC, target=request.param, port_rate_pps=RATE,
                                        keep_ipv6=True), log=lambda *_: None)
     try:
         network.start()

@@ -53,7 +53,7 @@ def routes_through(net: MrcNetwork, src: int, dst: int, a: str, b: str,
 def pick_failed_link(net: MrcNetwork, src: int, dst: int, single_path: bool) -> tuple[str, str]:
     """MRC: plane 0, source T0 to spine 0. Single path: the uplink the flow was hashed onto."""
     t0 = net.fabric.t0(0, net.fabric.nic(src, 0).t0)
-    if single_path and net.target == "soft":
+    if single_path:
         sent = net.port_sent(t0.name)
         uplinks = {net.fabric.uplink_port(j): j for j in range(net.fabric.t1_per_plane)}
         busiest = max(uplinks, key=lambda port: sent.get(port, 0))
@@ -75,6 +75,7 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
     rtt = measure_rtt(net, src, dst, single_path)
     log(f"unloaded RTT h{src} -> h{dst}: {rtt * 1e3:.1f} ms; sending {nbytes} bytes")
     before = {h: net.stats(h) for h in (src, dst)}
+    frames_before = net.switch_frames()
     handle = net.start_transfer(src, dst, nbytes, single_path=single_path)
     started = time.monotonic()
     failure: dict[str, Any] = {}
@@ -103,11 +104,16 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
                    "routing_repairs_while_down": repairs}
     result = handle.wait()
     after = {h: net.stats(h) for h in (src, dst)}
+    frames = net.switch_frames()
+    consumed = {name: frames[name]["consumed"] - frames_before[name]["consumed"]
+                for name in frames}
     if failure:  # let probes reinstate the retired EVs before counting them
         failure["reinstated_after_up"] = _await_reinstated(net, src, before[src], after[src])
         after[src] = net.stats(src)
-    return build_report(net, src, dst, result, before, after, failure, rtt, capacity,
-                        single_path)
+    report = build_report(net, src, dst, result, before, after, failure, rtt, capacity,
+                          single_path)
+    report["switch_frames_consumed"] = {k: v for k, v in consumed.items() if v}
+    return report
 
 
 def _sleep_unless_done(handle, seconds: float) -> None:
@@ -219,6 +225,11 @@ def format_report(r: dict[str, Any]) -> str:
                          f"({fl['bypass_unloaded_rtts']:.0f} unloaded RTTs)")
         lines.append("  retired EVs all reinstated by probes after recovery: "
                      f"{'yes' if fl.get('reinstated_after_up') else 'no'}")
+    consumed = r.get("switch_frames_consumed", {})
+    lines.append(f"frames switches took in but did not send: {sum(consumed.values())} "
+                 "(P4 drops, queue tail drops, the failed link, losses inside a switch)"
+                 + (": " + ", ".join(f"{k} {v}" for k, v in sorted(consumed.items()))
+                    if consumed else ""))
     cpu = r["agent_cpu_per_1000_packets_s"]
     lines.append("agent CPU per 1000 packets: " + ", ".join(f"{h} {v * 1e3:.1f} ms"
                                                           for h, v in cpu.items()))
