@@ -1,4 +1,5 @@
-"""`python -m bench all --quick` on the software switch: the results file is complete and sane.
+"""`python -m bench all --quick` on each switch target (the software switch and BMv2, same
+fabric and rates): the results file is complete and sane.
 
 Runs every scenario once (a few minutes on 2 cores) and checks structure, not performance:
 every key present, numbers finite and non-negative, every MRC run and every clean run
@@ -19,6 +20,7 @@ import pytest
 
 from bench import results
 from bench.scenarios import SCENARIOS
+from tests.conftest import require_bmv2
 from topologies.network import NO_TRIM_THRESHOLD
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,10 +31,14 @@ pytestmark = [pytest.mark.root, pytest.mark.timeout(RUN_TIMEOUT_S + 300),
               pytest.mark.skipif(shutil.which("mnexec") is None, reason="needs Mininet")]
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
-    out = tmp_path_factory.mktemp("bench")
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "all", "--quick", "--target", "soft",
+@pytest.fixture(scope="module", params=["soft", pytest.param("bmv2", marks=pytest.mark.bmv2)])
+def run(request: pytest.FixtureRequest,
+        tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    if request.param == "bmv2":
+        require_bmv2()
+    out = tmp_path_factory.mktemp(f"bench-{request.param}")
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "all", "--quick", "--target",
+                             request.param,
                              "--out", str(out), "--no-progress"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from controller import p4names
 from controller.convergence import Convergence
 from controller.install import Controller, InstallError, SwitchSession
 from controller.shell import SHELL_ELECTION_ID, check_pipeline
@@ -159,3 +160,24 @@ def test_convergence_removes_dead_member_after_delay(controller: Controller) -> 
     assert groups_on(controller, "p0l0") == {2: both}
     assert all(controller.verify(name) == "" for name in controller.current)
     assert [a.errors for a in conv.history] == [(), ()]
+
+
+def test_shell_reads_a_live_switch(switches: Switches, controller: Controller) -> None:
+    """`python -m controller shell` (p4runtime-sh as a backup client) against a live switch,
+    driven through its stdin: it reads the tables the controller installed and cannot write."""
+    name = "p0l0"
+    entries = len([e for e in controller.current[name].entities()
+                   if getattr(e, "table", None) == p4names.MY_USID_TABLE])
+    script = (f"print('usid entries', len(list(table_entry['{p4names.MY_USID_TABLE}'].read())))\n"
+              f"te = table_entry['{p4names.MY_USID_TABLE}'](action='{p4names.SHIFT_USID}')\n"
+              "te.match['usid_prefix'] = '0xfcbbbbbb0fff'\n"
+              "te.insert()\n")
+    dims = (FABRIC.planes, FABRIC.t0_per_plane, FABRIC.t1_per_plane, FABRIC.hosts_per_t0)
+    code = ("import sys; from controller.shell import run; from controller.topology import Fabric;"
+            f" sys.exit(run(Fabric{dims}, {name!r}, {switches.addresses[name]!r}))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, input=script,
+                          capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert f"usid entries {entries}" in out, out[-3000:]
+    assert "not the primary client" in out or "PERMISSION_DENIED" in out, out[-3000:]
+    assert controller.verify(name) == ""  # the shell changed nothing
