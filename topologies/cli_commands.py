@@ -60,6 +60,13 @@ class MrcCLI(CLI):
             print(f"link {w[1]} - {w[2]} {w[0].lower()}")
         self._run(line, "mrc_link down|up A B", run)
 
+    def do_link(self, line: str) -> None:
+        """link A B down|up: Mininet's own command, routed to mrc_link. Mininet's version
+        takes both interfaces down, which BMv2 never recovers from (topologies/network.py)."""
+        def run(w: list[str]) -> None:
+            self.do_mrc_link(f"{w[2]} {w[0]} {w[1]}")
+        self._run(line, "link A B down|up", run)
+
     def do_mrc_nic(self, line: str) -> None:
         """mrc_nic down|up HOST PLANE: take one host NIC down or up."""
         def run(w: list[str]) -> None:
