@@ -131,10 +131,11 @@ class Dataplane:
         if q is None:
             self.stats["no_port"] += 1
             return
-        if q.enqueue(priority, out, pipeline) is None:
+        now = time.monotonic()
+        if q.enqueue(priority, out, pipeline, now) is None:
             self.stats["tail_drop"] += 1
             return
-        self._drain(out_port, q, time.monotonic())
+        self._drain(out_port, q, now)
 
     def _drain(self, port: int, q: PortQueues, now: float) -> None:
         sock = self.socks.get(port)

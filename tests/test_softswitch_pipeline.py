@@ -156,7 +156,7 @@ def test_egress_writes_the_data_depth_left_behind():
     p, _ = make_pipeline()
     q = PortQueues(2)
     for i in range(3):
-        assert q.enqueue(0, b"x", None) == i
+        assert q.enqueue(0, b"x", None, 0.0) == i
     _, _, prio, enq, deq = q.dequeue(0.0)
     p.egress(UPLINK, prio, enq, deq)
     assert (prio, enq, deq, p.qdepth[UPLINK]) == (0, 0, 2, 2)
@@ -172,8 +172,8 @@ def test_depth_is_per_priority_queue_and_only_data_writes_the_register():
     p, _ = make_pipeline()
     q = PortQueues(2)
     for i in range(5):
-        assert q.enqueue(0, b"data", None) == i
-    assert q.enqueue(1, b"sack", None) == 0  # own queue empty, not 5
+        assert q.enqueue(0, b"data", None, 0.0) == i
+    assert q.enqueue(1, b"sack", None, 0.0) == 0  # own queue empty, not 5
     _, _, prio, enq, deq = q.dequeue(0.0)
     assert (prio, enq, deq) == (1, 0, 0)
     p.qdepth[UPLINK] = 4
@@ -190,7 +190,7 @@ def test_trimming_ends_when_the_data_queue_drains():
     p, _ = make_pipeline(trim=2)
     q = PortQueues(2)
     for _ in range(3):
-        q.enqueue(0, b"data", None)
+        q.enqueue(0, b"data", None, 0.0)
     trimmed = p.ingress(data_frame(), 1)  # the register says 0: not trimmed
     assert trimmed is not None and trimmed[1] == N.PRIORITY_DATA
     _, _, prio, enq, deq = q.dequeue(0.0)
