@@ -241,7 +241,11 @@ class LiveTarget:
     def device_config(self) -> bytes:
         return b""
 
-    def set_queue_rate(self, pps: int, port: int, priority: int) -> None:
+    def set_queue_rate(self, pps: int, port: int, priority: int | None) -> None:
+        """None: every priority queue of the port, as BMv2's set_queue_rate without one."""
+        raise NotImplementedError
+
+    def set_queue_depth(self, packets: int, port: int) -> None:
         raise NotImplementedError
 
     def __enter__(self) -> LiveTarget:
@@ -304,9 +308,12 @@ class SoftTarget(LiveTarget):
                 str(self.control_port), "--priority-queues", str(N.PRIORITY_QUEUES),
                 "--no-p4", "--log-level", "warn"]
 
-    def set_queue_rate(self, pps: int, port: int, priority: int) -> None:
-        request(self.control_port, {"cmd": "set_queue_rate", "rate": float(pps), "port": port,
-                                    "priority": priority})
+    def set_queue_rate(self, pps: int, port: int, priority: int | None) -> None:
+        req = {"cmd": "set_queue_rate", "rate": float(pps), "port": port}
+        request(self.control_port, req if priority is None else {**req, "priority": priority})
+
+    def set_queue_depth(self, packets: int, port: int) -> None:
+        request(self.control_port, {"cmd": "set_queue_depth", "depth": packets, "port": port})
 
 
 class Bmv2Target(LiveTarget):
@@ -340,8 +347,14 @@ class Bmv2Target(LiveTarget):
     def set_depth(self, port: int, depth: int) -> None:
         self._thrift()[0].bm_register_write(0, N.QUEUE_DEPTH_REGISTER, port, depth)
 
-    def set_queue_rate(self, pps: int, port: int, priority: int) -> None:
-        self._thrift()[1].set_egress_priority_queue_rate(port, priority, pps)
+    def set_queue_rate(self, pps: int, port: int, priority: int | None) -> None:
+        if priority is None:
+            self._thrift()[1].set_egress_queue_rate(port, pps)
+        else:
+            self._thrift()[1].set_egress_priority_queue_rate(port, priority, pps)
+
+    def set_queue_depth(self, packets: int, port: int) -> None:
+        self._thrift()[1].set_egress_queue_depth(port, packets)
 
 
 IDX = committed_index()
@@ -353,6 +366,7 @@ class Wire:
     """Raw sockets on the host end of every lab port."""
 
     def __init__(self, lab: VethLab) -> None:
+        self.lab = lab
         self.socks = {p: lab.host_socket(p) for p in PORTS}
         self.by_fd = {s.fileno(): (p, s) for p, s in self.socks.items()}
 
