@@ -20,12 +20,18 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tqdm import tqdm
+import venv_entry
 
-from bench import plots, results
-from bench.runner import CONTENDERS
-from bench.scenarios import FULL, QUICK, SCENARIOS, Context, runs_expected
-from topologies.targets import TARGETS
+if __name__ == "__main__":  # before the heavy imports: re-run with .venv if they are missing
+    venv_entry.ensure(("grpc", "mininet", "tqdm", "matplotlib"), "python -m bench",
+                      module="bench")
+
+from tqdm import tqdm  # noqa: E402
+
+from bench import plots, results  # noqa: E402
+from bench.runner import CONTENDERS  # noqa: E402
+from bench.scenarios import FULL, QUICK, SCENARIOS, Context, runs_expected  # noqa: E402
+from topologies.targets import TARGETS  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

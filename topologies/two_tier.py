@@ -39,17 +39,13 @@ VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 
 
 def _bootstrap() -> None:
-    """Make the repository importable, or say which interpreter to use instead."""
+    """Make the repository importable; re-run with the project virtualenv when this
+    interpreter lacks what the fabric needs (venv_entry)."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    try:
-        import grpc  # noqa: F401
-        import mininet.net  # noqa: F401
-    except ImportError as exc:
-        script = Path(sys.argv[0]).resolve()
-        sys.exit(f"two_tier.py: {exc.name} is not importable with {sys.executable}.\n"
-                 f"Run: sudo {VENV_PYTHON} {script} {' '.join(sys.argv[1:])}\n"
-                 f"(create the virtualenv with `sudo {REPO}/testbed setup` first)")
+    import venv_entry
+
+    venv_entry.ensure(("grpc", "mininet"), sys.argv[0])
 
 
 def build_parser() -> argparse.ArgumentParser:
