@@ -1,14 +1,17 @@
 """Forwarding benchmark: packets/s of 1500-byte MRC data frames through one switch process.
 
-    sudo .venv/bin/python -m bench.forwarding [--seconds 5] [--target soft|bmv2|both]
+    sudo .venv/bin/python -m bench.forwarding [--seconds 5] [--repeat 3] [--target soft|bmv2|both]
+                                              [--json]
 
 A sender in namespace h1 blasts one uSID-routed MRC data frame as fast as it can into
 switch port 1; the switch (programmed over P4Runtime like a T0: shift, forward to port
 2, no trimming) sends it to namespace h2, where a receiver counts delivered frames. The
 rate is taken between the first and last delivered frame. Also reported: the switch
-process's CPU use during the run (so the rate can be read per core) and its VmRSS.
-When simple_switch_grpc and p4src/build/mrc.json exist, BMv2 runs the same and the
-ratio is reported. Prints one JSON object. Not a test: figures depend on the machine.
+process's CPU use during the run, CPU time per delivered packet, and its VmRSS. With BMv2
+installed (`both`, the default then) the targets run alternately, `--repeat` times each,
+side by side in one run; the summary gives each figure's median, min and max and the
+soft/BMv2 ratios of the medians. BMv2 runs the compiled p4src/ (compiled on demand) at the
+fabric's log level. Not a test: figures depend on the machine and its load.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -27,16 +31,17 @@ from p4.v1 import p4runtime_pb2
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
 from controller import p4names as N
+from controller.p4build import ensure_compiled
 from controller.topology import Fabric, usid_prefix
 from host_agent import wire as W
 from softswitch.netlab import PACKET_OUTGOING, VethLab
 from softswitch.p4info import COMMITTED_P4INFO
 from softswitch.p4info import load_text as load_p4info
 from softswitch.testing import committed_index, port_config, update, usid_entries
+from topologies.bmv2_switch import LOG_LEVEL
 from topologies.procs import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
-BMV2_JSON = REPO / "p4src" / "build" / "mrc.json"
 FRAME_LEN = 1500
 DEVICE_ID = 1
 NO_TRIM = (1 << N.QDEPTH_BITS) - 1
@@ -82,7 +87,7 @@ def switch_command(target: str, ports: dict[int, str], grpc_port: int) -> list[s
                "--grpc-server-addr", f"127.0.0.1:{grpc_port}", "--no-p4",
                "--priority-queues", str(N.PRIORITY_QUEUES), "--log-level", "warn"]
     else:
-        cmd = ["simple_switch_grpc", "--device-id", str(DEVICE_ID), "--log-level", "off",
+        cmd = ["simple_switch_grpc", "--device-id", str(DEVICE_ID), "--log-level", LOG_LEVEL,
                "--thrift-port", str(grpc_port + 1)]
     for port, ifname in ports.items():
         cmd += ["-i", f"{port}@{ifname}"]
@@ -134,7 +139,7 @@ def run_target(target: str, lab: VethLab, seconds: float) -> dict:
                 raise RuntimeError(f"{target} switch: no gRPC after 30 s")
             time.sleep(0.1)
         client = P4RuntimeClient(DEVICE_ID, f"127.0.0.1:{grpc_port}", (0, 1))
-        program(client, BMV2_JSON.read_bytes() if target == "bmv2" else b"")
+        program(client, ensure_compiled()[0].read_bytes() if target == "bmv2" else b"")
         rss_idle = _rss_kb(proc.pid)
         receiver = _helper(lab, 2, "receiver", seconds + 3)
         helpers.append(receiver)
@@ -146,9 +151,11 @@ def run_target(target: str, lab: VethLab, seconds: float) -> dict:
         cpu = (_cpu(proc.pid) - cpu0) / (time.monotonic() - t0)
         rss_busy = _rss_kb(proc.pid)
         got = json.loads(receiver.communicate(timeout=seconds + 30)[0])
-        return {"target": target, "sent_pps": round(sent["pps"]), "delivered": got["count"],
+        cpu_per_packet = cpu / got["pps"] if got["pps"] else None
+        return {"target": target, "sent_pps": round(sent["pps"]), "sent": sent["count"],
+                "delivered": got["count"], "lost": max(0, sent["count"] - got["count"]),
                 "delivered_pps": round(got["pps"]), "switch_cpu_cores": round(cpu, 2),
-                "pps_per_core": round(got["pps"] / cpu) if cpu > 0 else None,
+                "cpu_us_per_packet": round(cpu_per_packet * 1e6, 1) if cpu_per_packet else None,
                 "rss_mb_idle": round(rss_idle / 1024, 1), "rss_mb_busy": round(rss_busy / 1024, 1)}
     finally:
         for h in helpers:
@@ -198,11 +205,58 @@ def receiver(seconds: float) -> dict:
     return {"count": count, "pps": pps}
 
 
+FIGURES = ("delivered_pps", "cpu_us_per_packet", "rss_mb_busy", "sent_pps", "lost")
+
+
+def summarise(runs: dict[str, list[dict]]) -> dict:
+    """Median, min and max of each figure per target, and soft/BMv2 ratios of the medians."""
+    out: dict = {}
+    for target, rows in runs.items():
+        out[target] = {}
+        for key in FIGURES:
+            values = sorted(r[key] for r in rows if r[key] is not None)
+            if values:
+                out[target][key] = {"median": statistics.median(values), "min": values[0],
+                                    "max": values[-1]}
+    if "soft" in out and "bmv2" in out:
+        ratios = {}
+        for key in ("delivered_pps", "cpu_us_per_packet", "rss_mb_busy"):
+            a, b = out["soft"].get(key), out["bmv2"].get(key)
+            if a and b and b["median"]:
+                ratios[key] = round(a["median"] / b["median"], 2)
+        out["soft_over_bmv2"] = ratios
+    return out
+
+
+def _num(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:g}"
+
+
+def format_summary(report: dict) -> str:
+    lines = [f"{report['frame_bytes']}-byte MRC data frames through one switch, "
+             f"{report['seconds']} s x {report['repeat']} per target, {report['cpus']} CPUs, "
+             f"load average before/after {report['load_before']} / {report['load_after']}"]
+    for target in ("soft", "bmv2"):
+        fig = report["summary"].get(target)
+        if not fig:
+            continue
+        parts = [f"{k} {_num(v['median'])} ({_num(v['min'])}..{_num(v['max'])})"
+                 for k, v in fig.items()]
+        lines.append(f"  {target:5s} " + ", ".join(parts))
+    if report["summary"].get("soft_over_bmv2"):
+        lines.append("  soft / bmv2 (medians): " + ", ".join(
+            f"{k} {v}" for k, v in report["summary"]["soft_over_bmv2"].items()))
+    lines += [f"  note: {k}: {v}" for k, v in report["notes"].items()]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--target", choices=("soft", "bmv2", "both"), default="both")
+    p.add_argument("--repeat", type=int, default=3, help="runs per target, alternating")
+    p.add_argument("--json", action="store_true", help="print the whole report as JSON")
     p.add_argument("--role", choices=("sender", "receiver"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.role:
@@ -211,27 +265,28 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("bench.forwarding needs root (namespaces, raw sockets)", file=sys.stderr)
         return 2
+    if args.repeat < 1 or args.seconds <= 0:
+        p.error("--repeat must be >= 1 and --seconds > 0")
     targets = ["soft"]
     notes = {}
     if args.target in ("bmv2", "both"):
         if shutil.which("simple_switch_grpc") is None:
             notes["bmv2"] = "simple_switch_grpc not on PATH: BMv2 not measured"
-        elif not BMV2_JSON.exists():
-            notes["bmv2"] = f"{BMV2_JSON} missing: run p4src/build.sh"
         else:
             targets.append("bmv2")
         if args.target == "bmv2":
             targets.remove("soft")
-    results = {}
+    runs: dict[str, list[dict]] = {t: [] for t in targets}
+    load_before = round(os.getloadavg()[0], 2)
     with VethLab(f"fwb{os.getpid() % 10000}", 2) as lab:
-        for target in targets:
-            results[target] = run_target(target, lab, args.seconds)
-    report: dict = {"frame_bytes": FRAME_LEN, "seconds": args.seconds, "cpus": os.cpu_count(),
-                    "results": results, "notes": notes}
-    if "soft" in results and "bmv2" in results and results["bmv2"]["delivered_pps"]:
-        report["soft_over_bmv2"] = round(
-            results["soft"]["delivered_pps"] / results["bmv2"]["delivered_pps"], 2)
-    print(json.dumps(report, indent=1))
+        for _ in range(args.repeat):
+            for target in targets:
+                runs[target].append(run_target(target, lab, args.seconds))
+    report: dict = {"frame_bytes": FRAME_LEN, "seconds": args.seconds, "repeat": args.repeat,
+                    "cpus": os.cpu_count(), "load_before": load_before,
+                    "load_after": round(os.getloadavg()[0], 2), "runs": runs,
+                    "summary": summarise(runs), "notes": notes}
+    print(json.dumps(report, indent=1) if args.json else format_summary(report))
     return 0
 
 
