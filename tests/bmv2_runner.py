@@ -30,6 +30,7 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from controller import p4build
 from controller import p4names as n
 from tests.golden.corpus import ActionCall, Case, TableEntry
+from topologies.bmv2_switch import runtime_cli
 from topologies.procs import stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -231,9 +232,7 @@ class Bmv2Harness:
         lines = [f"register_reset {n.QUEUE_DEPTH_REGISTER}"]
         for name, values in case.registers.items():
             lines += [f"register_write {name} {i} {v}" for i, v in sorted(values.items())]
-        subprocess.run(["simple_switch_CLI", "--thrift-port", str(self.thrift_port)],
-                       input="\n".join(lines) + "\n", check=True, capture_output=True,
-                       text=True)
+        runtime_cli(self.thrift_port, lines, "golden corpus")
 
     def _counter(self, name: str, index: int) -> int:
         entry = p4runtime_pb2.CounterEntry(counter_id=self.p4info.counters[name].preamble.id,
@@ -275,6 +274,10 @@ class Bmv2Harness:
         self._write(p4runtime_pb2.Update.INSERT, tables)
         try:
             self._preset_registers(case)
+            self._drain()
+            for pre in case.prelude:  # each must leave before the next: it sets queue state
+                self.socks[pre.port].send(pre.frame)
+                self._collect(1)
             wanted = {(name, i) for name, v in case.counters.items() for i in v}
             before = {k: self._counter(*k) for k in wanted}
             self._drain()

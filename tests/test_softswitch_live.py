@@ -98,6 +98,10 @@ def test_golden_corpus_live(live):
     for case in CASES:
         reset(client, corpus_updates(IDX, case))
         drain(socks)
+        for pre in case.prelude:  # wait until each has left: it sets up queue state
+            socks[pre.port].send(pre.frame)
+            assert any(receive(s, 0.5) is not None for s in socks.values()), case.name
+        drain(socks)
         socks[case.ingress_port].send(case.frame)
         if case.drop_reason is not None:
             assert all(receive(s, 0.05) is None for s in socks.values()), case.name

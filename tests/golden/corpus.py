@@ -19,7 +19,7 @@ from typing import Any
 from controller import p4names
 
 CASES_PATH = Path(__file__).resolve().parent / "cases.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: optional `prelude`
 
 
 class CorpusError(ValueError):
@@ -68,7 +68,10 @@ class Case:
     - one_of is True: exactly one frame is transmitted and it equals one of `outputs`
       (ECMP: which member the hash picks is target-specific).
     Registers not listed in `registers` start at 0. `counters` holds expected increments of
-    indexed counters, {counter name: {index: packets}}.
+    indexed counters, {counter name: {index: packets}}, counted from after the prelude.
+    `prelude` frames are sent first, in order, each after the previous one has left the
+    switch; what they become is not checked: they set up queue state (egress writes the
+    depth register) that the case frame must see.
     """
 
     name: str
@@ -82,6 +85,7 @@ class Case:
     one_of: bool
     drop_reason: str | None
     counters: dict[str, dict[int, int]]
+    prelude: tuple[Output, ...] = ()
 
 
 def _int(value: Any, where: str) -> int:
@@ -164,6 +168,9 @@ def _case(raw: dict[str, Any]) -> Case:
         one_of=one_of,
         drop_reason=drop,
         counters=_indexed(expect.get("counters", {}), f"{name}.counters"),
+        prelude=tuple(Output(_int(f.get("port"), f"{name}.prelude.port"),
+                             _hex_bytes(f.get("frame"), f"{name}.prelude.frame"))
+                      for f in raw.get("prelude", [])),
     )
 
 

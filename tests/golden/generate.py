@@ -371,13 +371,34 @@ def _declare_longer(frame: bytes, extra: int) -> bytes:
     return frame[:w.ETH_LEN + 4] + declared.to_bytes(2, "big") + frame[w.ETH_LEN + 6:]
 
 
+def sequence_cases() -> list[dict[str, Any]]:
+    """Queue state set up by earlier frames (`prelude`): high-priority packets leave their
+    own (empty) queue, so they must not overwrite the data queue's depth in the register.
+    Against an egress that writes every packet's enq_qdepth, the data frame is not trimmed."""
+    host = FABRIC.host_port(0)
+    f = data_frame(CROSS)
+    header = trimmed(data_frame(CROSS), T0A, SPINE.mac, w.DSCP_TRIMMED, shift=False)
+    expect = out(UP, trimmed(f, T0A, SPINE.mac, w.DSCP_TRIMMED), TRIM_COUNTER={UP: 1})
+    cases = [
+        case("trim_after_sack_departure", "a SACK leaves the port first (high priority): the "
+             "data behind it still sees the data queue's depth and is trimmed", T0A, host, f,
+             expect, {UP: TRIM_DEPTH}),
+        case("trim_after_header_departure", "a trimmed header leaves the port first: the data "
+             "behind it is still trimmed", T0A, host, f, expect, {UP: TRIM_DEPTH}),
+    ]
+    cases[0]["prelude"] = [{"port": host, "frame": sack_frame(CROSS).hex()}]
+    cases[1]["prelude"] = [{"port": host, "frame": header.hex()}]
+    return cases
+
+
 def _inner_version(frame: bytes, version: int) -> bytes:
     at = w.ETH_LEN + w.IPV6_LEN
     return frame[:at] + bytes([version << 4 | frame[at] & 0x0F]) + frame[at + 1:]
 
 
 def build() -> dict[str, Any]:
-    cases = usid_cases() + queue_cases() + baseline_cases() + malformed_cases()
+    cases = (usid_cases() + queue_cases() + sequence_cases() + baseline_cases()
+             + malformed_cases())
     return {"format_version": FORMAT_VERSION,
             "generator": "python -m tests.golden.generate",
             "fabric": {"planes": FABRIC.planes, "t0_per_plane": FABRIC.t0_per_plane,
