@@ -10,6 +10,7 @@ crc16): deterministic per flow, not bit-identical to BMv2's member choice.
 from __future__ import annotations
 
 import struct
+import zlib
 
 from controller import p4names as N
 from host_agent.wire import (
@@ -45,33 +46,12 @@ ECT = frozenset({ECN_ECT0, ECN_ECT1})
 _WORD = struct.Struct("!I")
 _OUTER = struct.Struct("!IHBB")  # ver/tc/flow, payload len, next header, hop limit
 _PORTS = struct.Struct("!HH")
-_FLOW_TAIL = struct.Struct("!Q")  # flow label(20) nh(8) sport(16) dport(16), 4 pad bits
+_FLOW = struct.Struct("!16s16sIBHH")  # ECMP selector fields
 _ETH_IPV6 = ETH_TYPE_IPV6.to_bytes(2, "big")
 OUTER = ETH_LEN
 INNER = ETH_LEN + IPV6_LEN
 L4_AFTER_INNER = INNER + IPV6_LEN
 UDP_LEN_HDR, BTH_LEN_HDR, TCP_LEN_HDR, METH_RETH_LEN = 8, 12, 20, 20
-
-
-def _crc16_table() -> list[int]:
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0xA001 if crc & 1 else crc >> 1
-        table.append(crc)
-    return table
-
-
-_CRC16 = _crc16_table()
-
-
-def crc16_arc(data: bytes) -> int:
-    """CRC-16/ARC (poly 0x8005 reflected, init 0, no final xor): BMv2's `crc16`."""
-    crc = 0
-    for byte in data:
-        crc = (crc >> 8) ^ _CRC16[(crc ^ byte) & 0xFF]
-    return crc
 
 
 class Pipeline:
@@ -225,9 +205,8 @@ class Pipeline:
         group = self.groups.get(ref)
         if group is None or not group.slots:
             return None
-        tail = ((word & 0xFFFFF) << 40 | next_hdr << 32 | sport << 16 | dport) << 4
-        key = frame[38:54] + frame[22:38] + _FLOW_TAIL.pack(tail)
-        return self.members.get(group.slots[crc16_arc(key) % len(group.slots)])
+        key = _FLOW.pack(frame[38:54], frame[22:38], word & 0xFFFFF, next_hdr, sport, dport)
+        return self.members.get(group.slots[zlib.crc32(key) % len(group.slots)])
 
     def egress(self, port: int, priority: int, enq_qdepth: int, deq_qdepth: int) -> None:
         """egress.p4: a data packet leaving the data queue records the depth it leaves behind

@@ -23,16 +23,12 @@ DELETE = p4runtime_pb2.Update.DELETE
 
 
 class Group:
-    """An ECMP group: members expanded by weight so the data plane indexes by hash.
+    """An ECMP group: members expanded by weight so the data plane indexes by hash."""
 
-    Slots follow the members' handles, as BMv2 orders a group (`get_nth(hash % size)` over
-    its member handles in ascending order), so both targets pick the same member."""
-
-    def __init__(self, proto: p4runtime_pb2.ActionProfileGroup, handles: dict[int, int]) -> None:
+    def __init__(self, proto: p4runtime_pb2.ActionProfileGroup) -> None:
         self.proto = proto
         self.member_ids = [m.member_id for m in proto.members]
-        ordered = sorted(proto.members, key=lambda m: handles[m.member_id])
-        self.slots: list[int] = [m.member_id for m in ordered for _ in range(m.weight)]
+        self.slots: list[int] = [m.member_id for m in proto.members for _ in range(m.weight)]
 
 
 class DeviceState:
@@ -47,8 +43,6 @@ class DeviceState:
         self.member_protos: dict[int, dict[int, p4runtime_pb2.ActionProfileMember]] = {
             p: {} for p in index.profiles}
         self.groups: dict[int, dict[int, Group]] = {p: {} for p in index.profiles}
-        # BMv2 gives each new member the lowest free handle; groups are ordered by handle.
-        self.member_handles: dict[int, dict[int, int]] = {p: {} for p in index.profiles}
         self.counters = {cid: [[0, 0] for _ in range(c.size)] for cid, c in index.counters.items()}
         self.registers = {rid: [0] * r.size for rid, r in index.registers.items()}
 
@@ -199,7 +193,6 @@ class DeviceState:
                                 f"member {m.member_id} is still referenced")
             del members[m.member_id]
             del self.member_protos[prof][m.member_id]
-            del self.member_handles[prof][m.member_id]
             return
         if op == INSERT and m.member_id in members:
             raise P4RTError(grpc.StatusCode.ALREADY_EXISTS, f"member {m.member_id} exists")
@@ -208,10 +201,6 @@ class DeviceState:
         tables = self._profile_tables(prof)
         info = tables[0].info if tables else None
         members[m.member_id] = self.compile_action(info, m.action, f"member {m.member_id}")
-        handles = self.member_handles[prof]
-        if m.member_id not in handles:
-            used = set(handles.values())
-            handles[m.member_id] = next(h for h in range(len(used) + 1) if h not in used)
         proto = p4runtime_pb2.ActionProfileMember()
         proto.CopyFrom(m)
         for p in proto.action.params:
@@ -250,7 +239,7 @@ class DeviceState:
                             f"group {g.group_id}: {size} exceeds max size {limit}")
         proto = p4runtime_pb2.ActionProfileGroup()
         proto.CopyFrom(g)
-        groups[g.group_id] = Group(proto, self.member_handles[prof])
+        groups[g.group_id] = Group(proto)
 
     def _cell(self, arrays: dict, obj_id: int, index: int, kind: str) -> list:
         if obj_id not in arrays:

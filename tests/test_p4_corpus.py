@@ -1,7 +1,8 @@
 """The golden corpus is current, well formed, and says what docs/wire-format.md says.
 
 These checks run everywhere; feeding the corpus to a data plane happens in
-tests/test_p4_bmv2.py (BMv2) and in the software switch's tests.
+tests/test_p4_bmv2.py (BMv2) and in the software switch's tests. The prelude cases are also
+replayed here on the software pipeline against wrong egresses, to show they catch them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ import pytest
 from controller import p4names as n
 from controller.topology import shift_usid
 from host_agent import wire
+from softswitch.pipeline import Pipeline
+from softswitch.queues import PortQueues
+from softswitch.store import DeviceState
+from softswitch.testing import committed_index, corpus_updates
 from tests.golden import generate
 from tests.golden.corpus import CASES_PATH, Case, CorpusError, load_cases
 
@@ -106,10 +111,11 @@ def _port_config(case: Case, port: int) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.registers.get(n.QUEUE_DEPTH_REGISTER)
-                                  and c.outputs], ids=lambda c: c.name)
+                                  and c.outputs and not c.prelude], ids=lambda c: c.name)
 def test_queue_outcome_matches_thresholds(case: Case) -> None:
     """Trim iff data at/above the trim threshold; otherwise CE iff ECT on a fabric port at/above
-    the ECN threshold and not a high-priority class."""
+    the ECN threshold and not a high-priority class. (With a prelude the depth the frame sees
+    is what the prelude left, checked by test_prelude_cases_catch_wrong_egresses.)"""
     (output,) = case.outputs
     config = _port_config(case, output.port)
     depth = case.registers[n.QUEUE_DEPTH_REGISTER].get(output.port, 0)
@@ -164,6 +170,13 @@ def _one_case(**changes) -> dict:
     ({"entries": [{"table": n.USID_FWD_TABLE, "match": {},
                    "action": {"action": n.SET_NEXT_HOP, "params": {"port": "0x1"}}}]},
      "takes params"),
+    ({"prelude": {"port": 1, "frame": "00"}}, r"prelude: expected a list"),
+    ({"prelude": ["0011"]}, r"prelude\[0\]: expected an object"),
+    ({"prelude": [{"port": 1}]}, r"prelude\[0\]: expected an object"),
+    ({"prelude": [{"port": 1, "frame": "00", "expect": []}]}, r"prelude\[0\]: expected"),
+    ({"prelude": [{"port": 1, "frame": "zz"}]}, r"prelude\[0\]\.frame"),
+    ({"prelude": [{"port": 1, "frame": ""}]}, r"prelude\[0\]\.frame: empty"),
+    ({"prelude": [{"port": "one", "frame": "00"}]}, r"prelude\[0\]\.port"),
 ])
 def test_loader_rejects_bad_cases(tmp_path: Path, changes: dict, message: str) -> None:
     with pytest.raises(CorpusError, match=message):
@@ -177,6 +190,72 @@ def test_loader_rejects_wrong_version_and_garbage(tmp_path: Path) -> None:
     bad.write_text("{not json")
     with pytest.raises(CorpusError, match="cannot read"):
         load_cases(bad)
+
+
+def test_prelude_is_optional_and_loaded_in_order(tmp_path: Path) -> None:
+    assert load_cases(_write(tmp_path, _one_case()))[0].prelude == ()
+    frames = [{"port": 2, "frame": "0a0b"}, {"port": "0x1", "frame": "0c"}]
+    (case,) = load_cases(_write(tmp_path, _one_case(prelude=frames)))
+    assert [(o.port, o.frame) for o in case.prelude] == [(2, b"\x0a\x0b"), (1, b"\x0c")]
+
+
+# ---- the prelude cases against egress variants, on the software pipeline -------------------
+
+def _real_egress(p: Pipeline, port: int, priority: int, enq: int, deq: int) -> None:
+    p.egress(port, priority, enq, deq)
+
+
+def _every_packet_writes_enq(p: Pipeline, port: int, priority: int, enq: int, deq: int) -> None:
+    """The pre-fix egress.p4: every packet, whatever its queue, wrote its enq_qdepth."""
+    p.qdepth[port] = enq
+
+
+def _never_writes(p: Pipeline, port: int, priority: int, enq: int, deq: int) -> None:
+    """An egress that records nothing: the register keeps whatever was preset."""
+
+
+def _replay(case: Case, egress) -> bool:
+    """Run the case as the corpus runners do (prelude frames through ingress, their queue
+    and `egress`, one at a time); True when the outcome is the expected one."""
+    idx = committed_index()
+    state = DeviceState(idx)
+    ups = corpus_updates(idx, case)
+    assert state.write(ups) == [None] * len(ups)
+    p = Pipeline(state)
+    for pre in case.prelude:
+        forwarded = p.ingress(pre.frame, pre.port)
+        assert forwarded is not None, f"{case.name}: a prelude frame must be forwarded"
+        queues = PortQueues(n.PRIORITY_QUEUES)  # each leaves before the next: an idle queue
+        queues.enqueue(forwarded[1], forwarded[2], None, 0.0)
+        _, _, priority, enq, deq = queues.dequeue(0.0)
+        egress(p, forwarded[0], priority, enq, deq)
+    counters = {name: state.counters[idx.id_of(name)] for name in case.counters}
+    before = {name: {i: counters[name][i][0] for i in cells}
+              for name, cells in case.counters.items()}
+    result = p.ingress(case.frame, case.ingress_port)
+    deltas = {name: {i: counters[name][i][0] - before[name][i] for i in cells}
+              for name, cells in case.counters.items()}
+    got = None if result is None else (result[0], result[2])
+    return got in [(o.port, o.frame) for o in case.outputs] and deltas == case.counters
+
+
+PRELUDE_CASES = [c for c in CASES if c.prelude]
+WRONG_EGRESSES = {"every packet writes enq_qdepth": _every_packet_writes_enq,
+                  "never writes": _never_writes}
+
+
+def test_prelude_cases_catch_wrong_egresses() -> None:
+    """The prelude cases pass with the real egress, and each wrong egress fails at least one
+    of them: the per-queue depth bug (every packet wrote its own queue's enq_qdepth) fails
+    every trim_after_* case, as it did on BMv2 (tests/test_p4_behaviour.py runs them there
+    against the pre-fix program)."""
+    assert len(PRELUDE_CASES) >= 4
+    assert [c.name for c in PRELUDE_CASES if not _replay(c, _real_egress)] == []
+    caught = {name: sorted(c.name for c in PRELUDE_CASES if not _replay(c, egress))
+              for name, egress in WRONG_EGRESSES.items()}
+    assert caught["every packet writes enq_qdepth"] == sorted(
+        c.name for c in PRELUDE_CASES if c.name.startswith("trim_after_")), caught
+    assert caught["never writes"] == ["no_trim_after_data_queue_drained"], caught
 
 
 def test_loader_returns_ints_and_bytes() -> None:

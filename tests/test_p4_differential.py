@@ -43,3 +43,5 @@ def test_bmv2_and_software_switch_agree() -> None:
     trimmed = [s for s in held if s[0] == "out" and len(bytes.fromhex(s[1][0][1])) == 134]
     assert len(trimmed) == 2, held  # the data frame sent while held, and the trimmed header
     assert len(held[5][1]) == 4, held  # the four held data frames drained
+    sack = held[1]  # sent behind three held data frames, it left at once: priority 1 first
+    assert sack[0] == "out" and [len(h) // 2 for _, h in sack[1]] == [150], held

@@ -140,6 +140,24 @@ def _indexed(raw: dict[str, Any], where: str) -> dict[str, dict[int, int]]:
             for name, values in raw.items()}
 
 
+def _prelude(raw: Any, name: str) -> tuple[Output, ...]:
+    """A prelude is a list of {"port", "frame"} objects; anything else is a corpus error
+    (not a crash in a runner half-way through a switch session)."""
+    if not isinstance(raw, list):
+        raise CorpusError(f"{name}.prelude: expected a list of {{port, frame}} objects, "
+                          f"got {type(raw).__name__}")
+    frames = []
+    for i, item in enumerate(raw):
+        where = f"{name}.prelude[{i}]"
+        if not isinstance(item, dict) or set(item) != {"port", "frame"}:
+            raise CorpusError(f"{where}: expected an object with exactly 'port' and 'frame'")
+        frame = _hex_bytes(item["frame"], f"{where}.frame")
+        if not frame:
+            raise CorpusError(f"{where}.frame: empty")
+        frames.append(Output(_int(item["port"], f"{where}.port"), frame))
+    return tuple(frames)
+
+
 def _case(raw: dict[str, Any]) -> Case:
     name = raw.get("name", "?")
     expect = raw.get("expect", {})
@@ -168,9 +186,7 @@ def _case(raw: dict[str, Any]) -> Case:
         one_of=one_of,
         drop_reason=drop,
         counters=_indexed(expect.get("counters", {}), f"{name}.counters"),
-        prelude=tuple(Output(_int(f.get("port"), f"{name}.prelude.port"),
-                             _hex_bytes(f.get("frame"), f"{name}.prelude.frame"))
-                      for f in raw.get("prelude", [])),
+        prelude=_prelude(raw.get("prelude", []), name),
     )
 
 

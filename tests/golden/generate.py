@@ -372,22 +372,44 @@ def _declare_longer(frame: bytes, extra: int) -> bytes:
 
 
 def sequence_cases() -> list[dict[str, Any]]:
-    """Queue state set up by earlier frames (`prelude`): high-priority packets leave their
-    own (empty) queue, so they must not overwrite the data queue's depth in the register.
-    Against an egress that writes every packet's enq_qdepth, the data frame is not trimmed."""
+    """Queue state set up by earlier frames (`prelude`), each of which has left the switch
+    before the next is sent. High-priority packets leave their own (empty) queue, so they
+    must not overwrite the data queue's depth in the register: against an egress that writes
+    every packet's enq_qdepth, the `trim_after_*` data frames are not trimmed. A data packet
+    that leaves the data queue empty must write that depth: against an egress that never
+    writes (or writes only from high priority), `no_trim_after_data_queue_drained` is."""
     host = FABRIC.host_port(0)
     f = data_frame(CROSS)
     header = trimmed(data_frame(CROSS), T0A, SPINE.mac, w.DSCP_TRIMMED, shift=False)
     expect = out(UP, trimmed(f, T0A, SPINE.mac, w.DSCP_TRIMMED), TRIM_COUNTER={UP: 1})
+    untrimmable = data_frame(CROSS, dscp=w.DSCP_NO_TRIM)
+    preludes = {
+        "trim_after_sack_departure": [sack_frame(CROSS)],
+        "trim_after_header_departure": [header],
+        "trim_after_trimmed_departure": [f],
+        "trim_after_many_departures": [sack_frame(CROSS), f, nack_frame(CROSS), header],
+        "no_trim_after_data_queue_drained": [untrimmable],
+    }
     cases = [
         case("trim_after_sack_departure", "a SACK leaves the port first (high priority): the "
              "data behind it still sees the data queue's depth and is trimmed", T0A, host, f,
              expect, {UP: TRIM_DEPTH}),
         case("trim_after_header_departure", "a trimmed header leaves the port first: the data "
              "behind it is still trimmed", T0A, host, f, expect, {UP: TRIM_DEPTH}),
+        case("trim_after_trimmed_departure", "a data frame is trimmed and leaves as a header "
+             "(high priority): the next data frame is trimmed too", T0A, host, f, expect,
+             {UP: TRIM_DEPTH}),
+        case("trim_after_many_departures", "SACK, trimmed data, NACK and a trimmed header "
+             "leave in turn: none of them resets the data queue's depth", T0A, host, f, expect,
+             {UP: TRIM_DEPTH}),
+        case("no_trim_after_data_queue_drained", "an untrimmable data frame leaves the data "
+             "queue empty and writes depth 0: the next data frame is neither trimmed nor "
+             "marked", T0A, host, f,
+             out(UP, edited(f, T0A, SPINE.mac, shift=True), TRIM_COUNTER={UP: 0},
+                 ECN_MARK_COUNTER={UP: 0}), {UP: TRIM_DEPTH}),
     ]
-    cases[0]["prelude"] = [{"port": host, "frame": sack_frame(CROSS).hex()}]
-    cases[1]["prelude"] = [{"port": host, "frame": header.hex()}]
+    for c in cases:
+        c["prelude"] = [{"port": host, "frame": frame.hex()} for frame in preludes[c["name"]]]
     return cases
 
 
