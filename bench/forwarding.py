@@ -30,10 +30,10 @@ from pathlib import Path
 from p4.v1 import p4runtime_pb2
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
-from controller import p4names as N
+import wire as W
 from controller.p4build import ensure_compiled
-from controller.topology import Fabric, usid_prefix
-from host_agent import wire as W
+from fabric.topology import Fabric, usid_prefix
+from p4rt import names as N
 from softswitch.netlab import PACKET_OUTGOING, VethLab
 from softswitch.p4info import COMMITTED_P4INFO
 from softswitch.p4info import load_text as load_p4info

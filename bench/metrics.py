@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from controller.topology import Fabric
+from fabric.topology import Fabric
 
 Timeline = Sequence[tuple[float, int]]
 
@@ -136,9 +136,9 @@ def capacity_pps(fabric: Fabric, port_rate_pps: float, senders: Iterable[int],
     Reuses the simulator's max-flow over the same fabric model, with every port at
     `port_rate_pps` (the unit is whatever the rate is in: here packets/s).
     """
-    from host_agent.sim.engine import EventLoop
-    from host_agent.sim.metrics import capacity_bps
-    from host_agent.sim.network import Network
+    from sim.engine import EventLoop
+    from sim.metrics import capacity_bps
+    from sim.network import Network
 
     net = Network(fabric, EventLoop(), rate_bps=port_rate_pps)
     for a, b in dead_links:

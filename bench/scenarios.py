@@ -26,7 +26,7 @@ from bench.runner import (
     retire_rtts,
     run_contender,
 )
-from controller.topology import Fabric
+from fabric.topology import Fabric
 from topologies.network import MrcNetwork, NetworkConfig
 
 DEFAULT_FABRIC = Fabric(planes=4, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=2)

@@ -22,9 +22,10 @@ import venv_entry
 if __name__ == "__main__":  # before grpc is imported: re-run with .venv if it is missing
     venv_entry.ensure(("grpc", "p4runtime_sh"), "python -m controller", module="controller")
 
-from controller import convergence, hostpaths, install, shell  # noqa: E402
+from controller import convergence, install, shell  # noqa: E402
 from controller.tables import PortThresholds, fabric_tables  # noqa: E402
-from controller.topology import Fabric, TopologyError  # noqa: E402
+from fabric import hostpaths  # noqa: E402
+from fabric.topology import Fabric, TopologyError  # noqa: E402
 
 
 def fabric_args(p: argparse.ArgumentParser) -> None:

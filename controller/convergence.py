@@ -23,7 +23,7 @@ from controller.tables import (
     link_key,
     switch_tables,
 )
-from controller.topology import Fabric, TopologyError
+from fabric.topology import Fabric, TopologyError
 
 log = logging.getLogger("controller.convergence")
 

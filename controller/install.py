@@ -38,7 +38,7 @@ from controller.tables import (
     diff,
     fabric_tables,
 )
-from controller.topology import Fabric, Switch
+from fabric.topology import Fabric, Switch
 
 log = logging.getLogger("controller.install")
 
@@ -120,7 +120,7 @@ class Codec:
             return self.ids[name]
         except KeyError:
             raise InstallError(f"P4Info has no object {name!r}: P4Info and "
-                               "controller/p4names.py disagree") from None
+                               "p4rt/names.py disagree") from None
 
     def _action(self, action: Action, out: p4runtime_pb2.Action) -> None:
         out.action_id = self.id(action.name)

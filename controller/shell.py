@@ -20,7 +20,7 @@ import grpc
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from controller.install import load_p4info
-from controller.topology import Fabric, TopologyError
+from fabric.topology import Fabric, TopologyError
 
 SHELL_ELECTION_ID = (0, 1)
 

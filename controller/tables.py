@@ -16,8 +16,8 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from controller import p4names as n
-from controller.topology import ROLE_T0, Fabric, Switch, TopologyError, usid_prefix
+from fabric.topology import ROLE_T0, Fabric, Switch, TopologyError, usid_prefix
+from p4rt import names as n
 
 DEFAULT_ECN_THRESHOLD = 16  # packets queued at egress before ECT packets get CE
 DEFAULT_TRIM_THRESHOLD = 32  # packets queued before trimmable data is cut to headers

@@ -42,8 +42,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from controller import hostpaths
-from controller.topology import Fabric, TopologyError
+from fabric import hostpaths
+from fabric.topology import Fabric, TopologyError
 from host_agent.control import ControlServer, Reply, RequestError
 from host_agent.core.config import EndpointConfig
 from host_agent.core.endpoint import Endpoint
@@ -382,7 +382,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m host_agent.agent", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", type=int, required=True, help="this host's global index")
-    p.add_argument("--paths", help="path-set JSON (controller.hostpaths.export); "
+    p.add_argument("--paths", help="path-set JSON (fabric.hostpaths.export); "
                    "overrides the fabric parameters")
     p.add_argument("--planes", type=int, default=defaults.planes)
     p.add_argument("--t0", type=int, default=defaults.t0_per_plane, help="T0 switches per plane")

@@ -25,11 +25,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from ipaddress import IPv6Address
 
-from controller.hostpaths import HostPath
+from fabric.hostpaths import HostPath
 from host_agent.core.endpoint import Endpoint
 from host_agent.core.events import Event
 from host_agent.core.types import PathInfo, RxMeta, TxPacket
-from host_agent.wire import (
+from wire import (
     DSCP_TRIMMABLE,
     DSCP_TRIMMABLE_RETX,
     ETH_TYPE_IPV6,
@@ -85,7 +85,7 @@ class NicConfig:
 
 @dataclass(frozen=True)
 class HostConfig:
-    """A host's NICs and, per peer, its paths and NIC addresses (from controller.hostpaths)."""
+    """A host's NICs and, per peer, its paths and NIC addresses (from fabric.hostpaths)."""
 
     host: int
     planes: int
@@ -104,7 +104,7 @@ class HostConfig:
             if nics.setdefault(p.plane, nic) != nic:
                 raise DriverError(f"path set disagrees about host {host}'s NIC on plane "
                                   f"{p.plane}: {nics[p.plane]} vs {nic}; re-export it")
-            routes.setdefault(p.dst_host, []).append(p.path_info())
+            routes.setdefault(p.dst_host, []).append(PathInfo(plane=p.plane, route=p.route))
             peer_address[(p.dst_host, p.plane)] = p.dst_addr
         missing = sorted(set(range(planes)) - set(nics))
         if missing:

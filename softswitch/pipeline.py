@@ -2,7 +2,7 @@
 
 Read p4src/include/{parser,ingress,egress}.p4 alongside: each step below mirrors one
 there, in the same order, with the same drop reasons and counters. Table, action and
-counter ids come from the installed P4Info through the names in controller/p4names.py.
+counter ids come from the installed P4Info through the names in p4rt/names.py.
 The ECMP hash is CRC-32 over the same selector fields the P4 program hashes (BMv2 uses
 crc16): deterministic per flow, not bit-identical to BMv2's member choice.
 """
@@ -12,8 +12,9 @@ from __future__ import annotations
 import struct
 import zlib
 
-from controller import p4names as N
-from host_agent.wire import (
+from p4rt import names as N
+from softswitch.store import DeviceState
+from wire import (
     DATA_OPCODES,
     DSCP_CONTROL,
     DSCP_TRIMMABLE,
@@ -31,7 +32,6 @@ from host_agent.wire import (
     ROCE_UDP_PORT,
     TRIMMED_FRAME_LEN,
 )
-from softswitch.store import DeviceState
 
 IPPROTO_TCP = 6
 DROP_PORT = 511  # v1model: egress_spec 511 drops the packet

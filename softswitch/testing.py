@@ -1,6 +1,6 @@
 """Building P4Runtime updates by P4Info name, for the tests and the benchmark.
 
-Names come from controller/p4names.py; ids and bitwidths from the P4Info, so these
+Names come from p4rt/names.py; ids and bitwidths from the P4Info, so these
 helpers produce exactly what a controller would send (full-width bytestrings).
 """
 
@@ -12,7 +12,7 @@ import time
 
 from p4.v1 import p4runtime_pb2
 
-from controller import p4names as N
+from p4rt import names as N
 from softswitch.p4info import COMMITTED_P4INFO, P4InfoIndex
 from softswitch.p4info import load_text as load_p4info
 

@@ -28,7 +28,7 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from controller import p4build
-from controller import p4names as n
+from p4rt import names as n
 from tests.golden.corpus import ActionCall, Case, TableEntry
 from topologies.bmv2_switch import runtime_cli
 from topologies.procs import stop_process

@@ -33,11 +33,11 @@ from pathlib import Path
 from p4.v1 import p4runtime_pb2
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
+import wire as W
 from controller import p4build
-from controller import p4names as N
 from controller.install import load_p4info
-from controller.topology import shift_usid, usid_address
-from host_agent import wire as W
+from fabric.topology import shift_usid, usid_address
+from p4rt import names as N
 from softswitch.cli import request
 from softswitch.netlab import PACKET_OUTGOING, VethLab
 from softswitch.testing import (

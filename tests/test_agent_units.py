@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from controller import hostpaths
-from controller.topology import Fabric
+from fabric import hostpaths
+from fabric.topology import Fabric
 from host_agent import cli
 from host_agent.agent import Agent, pattern
 from host_agent.control import (

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from controller import hostpaths
-from controller.topology import Fabric
-from host_agent import wire
+import wire
+from fabric import hostpaths
+from fabric.topology import Fabric
 from host_agent.control import ControlClient, ControlError
 from topologies.procs import stop_process
 

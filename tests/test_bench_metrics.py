@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench import metrics, plots, results
-from controller.topology import Fabric
+from fabric.topology import Fabric
 
 # 1000 bytes every 10 ms, nothing between 0.5 s and 1.3 s (an 0.8 s stall), then on to 1.5 s
 STEADY = [(i / 100, (i + 1) * 1000) for i in range(50)]

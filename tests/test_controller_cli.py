@@ -9,13 +9,12 @@ import socket
 import pytest
 from traitlets.config.loader import Config
 
-from controller import hostpaths
 from controller.__main__ import main
 from controller.install import Codec, InstallError, _phases, device_config, load_p4info
 from controller.shell import SHELL_ELECTION_ID, ShellError, check_pipeline, shell_args, without_jedi
 from controller.tables import Update, diff, fabric_tables, link_key
-from controller.topology import Fabric, TopologyError
-from host_agent.core.types import PathInfo
+from fabric import hostpaths
+from fabric.topology import Fabric, TopologyError
 
 
 def test_host_paths_match_fabric_and_round_trip() -> None:
@@ -35,7 +34,6 @@ def test_host_paths_match_fabric_and_round_trip() -> None:
             assert (hp.src_addr, hp.dst_addr) == (path.src.address, path.dst.address)
             assert hp.next_hop_mac == fabric.t0(path.plane, path.src.t0).mac
             assert hp.src_ifname == f"h{src}-eth{path.plane}"
-            assert hp.path_info() == PathInfo(path.plane, path.address)
 
 
 def test_host_path_errors() -> None:

@@ -9,7 +9,7 @@ import pytest
 from controller.convergence import Convergence
 from controller.install import InstallError
 from controller.tables import SwitchTables, diff, fabric_tables
-from controller.topology import Fabric, TopologyError
+from fabric.topology import Fabric, TopologyError
 
 
 class ManualClock:

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from controller import p4names
 from controller.convergence import Convergence
 from controller.install import Controller, InstallError, SwitchSession
 from controller.shell import SHELL_ELECTION_ID, check_pipeline
 from controller.tables import Group
-from controller.topology import Fabric
+from fabric.topology import Fabric
+from p4rt import names as p4names
 from tests.conftest import require_bmv2
 from topologies.procs import stop_process
 
@@ -173,7 +173,7 @@ def test_shell_reads_a_live_switch(switches: Switches, controller: Controller) -
               "te.match['usid_prefix'] = '0xfcbbbbbb0fff'\n"
               "te.insert()\n")
     dims = (FABRIC.planes, FABRIC.t0_per_plane, FABRIC.t1_per_plane, FABRIC.hosts_per_t0)
-    code = ("import sys; from controller.shell import run; from controller.topology import Fabric;"
+    code = ("import sys; from controller.shell import run; from fabric.topology import Fabric;"
             f" sys.exit(run(Fabric{dims}, {name!r}, {switches.addresses[name]!r}))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, input=script,
                           capture_output=True, text=True, timeout=120)

@@ -7,7 +7,6 @@ import random
 
 import pytest
 
-from controller import p4names as n
 from controller.tables import (
     Exact,
     Lpm,
@@ -20,7 +19,8 @@ from controller.tables import (
     mac_int,
     switch_tables,
 )
-from controller.topology import ROLE_T0, Fabric, TopologyError, shift_usid
+from fabric.topology import ROLE_T0, Fabric, TopologyError, shift_usid
+from p4rt import names as n
 
 # (planes, t0 per plane, t1 per plane, hosts per T0): 1..8 planes, 1..4 spines.
 SIZES = [(1, 1, 1, 1), (1, 2, 1, 2), (2, 3, 2, 1), (4, 2, 2, 2), (3, 2, 3, 2), (8, 2, 4, 2),

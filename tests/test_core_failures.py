@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from host_agent import wire
+import wire
 from host_agent.core.cc import FixedWindow
 from host_agent.core.events import (
     EvStateChanged,

@@ -10,7 +10,7 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
-from host_agent import wire
+import wire
 from host_agent.core.config import EndpointConfig
 from host_agent.core.endpoint import Endpoint
 from host_agent.core.events import Event

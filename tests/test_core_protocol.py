@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from host_agent import wire
+import wire
 from host_agent.core.config import ConfigError, EndpointConfig
 from host_agent.core.endpoint import Endpoint
 from host_agent.core.errors import LocalProtocolError

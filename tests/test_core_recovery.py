@@ -6,7 +6,7 @@ import functools
 
 import pytest
 
-from host_agent import wire
+import wire
 from host_agent.core.cc import FixedWindow
 from host_agent.core.config import ConfigError, EndpointConfig
 from host_agent.core.events import EvStateChanged, WriteCompleted, WriteFailed

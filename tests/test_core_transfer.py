@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from host_agent import wire
+import wire
 from host_agent.core.events import MessageReceived, WriteCompleted
 from host_agent.core.types import RxMeta
 from tests.test_core_harness import BASE_RTT, QP_A, QP_B, Harness, pattern, small_config

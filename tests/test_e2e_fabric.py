@@ -20,8 +20,8 @@ from tests.e2e_support import skip_reason, snapshot, tcp_echo
 
 pytest.importorskip("mininet.net", reason="Mininet is not importable (apt install mininet)")
 
-from controller import p4names  # noqa: E402
-from controller.topology import Fabric  # noqa: E402
+from fabric.topology import Fabric  # noqa: E402
+from p4rt import names as p4names  # noqa: E402
 from topologies.demo import routes_through  # noqa: E402
 from topologies.network import (  # noqa: E402
     NO_TRIM_THRESHOLD,

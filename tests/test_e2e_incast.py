@@ -25,7 +25,7 @@ from tests.e2e_support import fabric_drops, loss_report, skip_reason, snapshot
 
 pytest.importorskip("mininet.net", reason="Mininet is not importable (apt install mininet)")
 
-from controller.topology import Fabric  # noqa: E402
+from fabric.topology import Fabric  # noqa: E402
 from topologies.network import MrcNetwork, NetworkConfig  # noqa: E402
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(240),

@@ -12,8 +12,20 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet as ScapyPacket
 from scapy.packet import Padding, Raw
 
-from host_agent import wire
-from host_agent.layers import (
+import wire
+from tests.test_wire import GOLDEN_PACKETS, GOLDEN_TRIMMED_FRAME, IDS, TRIMMED_ENV
+from wire import (
+    DSCP_TRIMMED,
+    EXT_CC_STATE,
+    EXT_NACK,
+    EXT_PORT_STATUS,
+    EXT_PROBE,
+    EXT_SACK,
+    OP_WRITE_ONLY,
+    ROCE_UDP_PORT,
+    encode_frame,
+)
+from wire.layers import (
     MrcBTH,
     MrcCcState,
     MrcImmDt,
@@ -25,18 +37,6 @@ from host_agent.layers import (
     MrcSack,
     mrc_frame,
 )
-from host_agent.wire import (
-    DSCP_TRIMMED,
-    EXT_CC_STATE,
-    EXT_NACK,
-    EXT_PORT_STATUS,
-    EXT_PROBE,
-    EXT_SACK,
-    OP_WRITE_ONLY,
-    ROCE_UDP_PORT,
-    encode_frame,
-)
-from tests.test_wire import GOLDEN_PACKETS, GOLDEN_TRIMMED_FRAME, IDS, TRIMMED_ENV
 
 HEADER_LAYERS: dict[type, type[ScapyPacket]] = {
     wire.Bth: MrcBTH, wire.Meth: MrcMETH, wire.Reth: MrcRETH, wire.SackExt: MrcSack,

@@ -32,9 +32,9 @@ from pathlib import Path
 import pytest
 from p4.v1 import p4runtime_pb2
 
+import wire as W
 from controller import p4build
-from controller import p4names as N
-from host_agent import wire as W
+from p4rt import names as N
 from softswitch.cli import request
 from softswitch.netlab import VethLab
 from tests import bmv2_runner

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.p4names import PRIORITY_QUEUES
-from controller.topology import GRPC_BASE_PORT, THRIFT_BASE_PORT, Fabric
+from fabric.topology import GRPC_BASE_PORT, THRIFT_BASE_PORT, Fabric
+from p4rt.names import PRIORITY_QUEUES
 from tests.conftest import require_bmv2, require_root
 from topologies import bmv2_switch
 from topologies.bmv2_switch import (

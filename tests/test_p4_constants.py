@@ -1,10 +1,10 @@
 """The P4 source agrees with the Python side without needing p4c.
 
-- every `const` in p4src/include/defines.p4 equals its Python counterpart (host_agent.wire,
-  controller.topology, controller.p4names) or the spec formula it stands for;
+- every `const` in p4src/include/defines.p4 equals its Python counterpart (wire,
+  fabric.topology, p4rt.names) or the spec formula it stands for;
 - the control blocks contain no bare numbers other than 0 and 1 (every magic number is a
   named constant);
-- every P4Info name in controller/p4names.py is declared in the P4 source.
+- every P4Info name in p4rt/names.py is declared in the P4 source.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from controller import p4names as n
-from controller import topology
-from host_agent import wire
+import wire
+from fabric import topology
+from p4rt import names as n
 
 P4SRC = Path(__file__).resolve().parents[1] / "p4src"
 DEFINES = P4SRC / "include" / "defines.p4"
@@ -51,7 +51,7 @@ def _python_value(name: str) -> int:
         if hasattr(module, name):
             return getattr(module, name)
     raise AssertionError(f"P4 constant {name} has no Python counterpart: add it to "
-                         "host_agent.wire, controller.topology or controller.p4names")
+                         "wire, fabric.topology or p4rt.names")
 
 
 def test_defines_parse() -> None:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from controller import p4names as n
-from controller.topology import shift_usid
-from host_agent import wire
+import wire
+from fabric.topology import shift_usid
+from p4rt import names as n
 from softswitch.pipeline import Pipeline
 from softswitch.queues import PortQueues
 from softswitch.store import DeviceState

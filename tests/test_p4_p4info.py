@@ -1,4 +1,4 @@
-"""The committed P4Info parses and holds every name controller/p4names.py promises.
+"""The committed P4Info parses and holds every name p4rt/names.py promises.
 
 The controller and the software switch find tables, fields, actions and counters by these
 names. The file itself is p4c's output (tests/test_p4_bmv2.py compiles and compares it byte
@@ -13,7 +13,7 @@ import pytest
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
-from controller import p4names as n
+from p4rt import names as n
 
 ROOT = Path(__file__).resolve().parents[1]
 P4INFO = ROOT / "p4src" / "mrc.p4info.txtpb"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from controller import p4build
-from controller import p4names as N
+from p4rt import names as N
 from softswitch.netlab import VethLab
 from tests import differential as D
 from tests.conftest import require_bmv2, require_root

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from controller import p4names as N
+from p4rt import names as N
 from softswitch.netlab import VethLab
 from tests import differential as D
 from tests.conftest import require_bmv2, require_root

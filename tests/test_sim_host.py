@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from ipaddress import IPv6Address
 
-from controller.topology import Fabric
+from fabric.topology import Fabric
 from host_agent.core.endpoint import Endpoint
-from host_agent.sim.engine import EventLoop
-from host_agent.sim.host import HostAdapter
-from host_agent.sim.network import Network
-from host_agent.wire import DSCP_CONTROL, Envelope, decode_frame, encode_frame
+from sim.engine import EventLoop
+from sim.host import HostAdapter
+from sim.network import Network
+from wire import DSCP_CONTROL, Envelope, decode_frame, encode_frame
 
 FABRIC = Fabric(planes=2, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=1)
 

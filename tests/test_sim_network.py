@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from controller.topology import Fabric, shift_usid, usid_address
-from host_agent.sim.engine import EventLoop, SimulationError
-from host_agent.sim.network import Network, NetworkConfigError, QueueConfig
-from host_agent.wire import (
+from fabric.topology import Fabric, shift_usid, usid_address
+from sim.engine import EventLoop, SimulationError
+from sim.network import Network, NetworkConfigError, QueueConfig
+from wire import (
     DATA_HEADERS_LEN,
     DSCP_CONTROL,
     DSCP_NO_TRIM,

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from host_agent.sim.__main__ import main
-from host_agent.sim.harness import SimSettings
-from host_agent.sim.scenarios import SCENARIOS, ScenarioError, run_scenario
+from sim.__main__ import main
+from sim.harness import SimSettings
+from sim.scenarios import SCENARIOS, ScenarioError, run_scenario
 
 SIZE = 2 * 1024 * 1024  # smaller than the CLI default to keep the suite quick
 _cache: dict[tuple[str, int], dict[str, Any]] = {}

@@ -21,8 +21,8 @@ import pytest
 from p4.v1 import p4runtime_pb2
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
-from controller import p4names as N
-from host_agent import wire as W
+import wire as W
+from p4rt import names as N
 from softswitch.cli import parse_command, request
 from softswitch.netlab import VethLab, receive
 from softswitch.testing import (

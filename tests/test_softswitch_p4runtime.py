@@ -8,7 +8,7 @@ from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
-from controller import p4names as N
+from p4rt import names as N
 from softswitch.p4info import COMMITTED_P4INFO
 from softswitch.p4info import load_text as load_p4info
 from softswitch.server import Device, serve

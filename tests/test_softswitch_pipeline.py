@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from controller import p4names as N
-from controller.topology import Fabric, shift_usid, usid_prefix
-from host_agent import wire as W
+import wire as W
+from fabric.topology import Fabric, shift_usid, usid_prefix
+from p4rt import names as N
 from softswitch.pipeline import Pipeline
 from softswitch.queues import PortQueues
 from softswitch.store import DeviceState

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from controller.topology import (
+from fabric.topology import (
     EPHEMERAL_PORT_START,
     GRPC_BASE_PORT,
     MAX_INDEX,

@@ -1,4 +1,4 @@
-"""Golden-byte tests for host_agent.wire, written field by field from docs/wire-format.md.
+"""Golden-byte tests for wire, written field by field from docs/wire-format.md.
 
 The vectors (GOLDEN_PACKETS, GOLDEN_TRIMMED_FRAME) are shared with test_layers.py and
 test_wire_malformed.py so the codec and the scapy layers are held to the same bytes.
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from scapy.contrib.roce import BTH as ScapyBTH
 
-from host_agent import wire
-from host_agent.wire import (
+import wire
+from wire import (
     DSCP_TRIMMED,
     ECN_ECT0,
     M_ALWAYS_SKIP,
@@ -318,7 +318,7 @@ def test_psn_arithmetic_wraps() -> None:
 
 def test_codec_does_not_import_scapy() -> None:
     """The per-packet codec must stay light; scapy is only for layers.py."""
-    code = "import sys, host_agent.wire; print('scapy' in sys.modules)"
+    code = "import sys, wire; print('scapy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[1],
                          capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "False"

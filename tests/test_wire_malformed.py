@@ -8,8 +8,9 @@ from ipaddress import IPv6Address
 
 import pytest
 
-from host_agent import wire
-from host_agent.wire import (
+import wire
+from tests.test_wire import GOLDEN_PACKETS, GOLDEN_TRIMMED_FRAME, IDS, TRIMMED_ENV
+from wire import (
     IMM_OPCODES,
     OP_ACK,
     OP_EP_REQ,
@@ -29,7 +30,6 @@ from host_agent.wire import (
     encode_frame,
     encode_packet,
 )
-from tests.test_wire import GOLDEN_PACKETS, GOLDEN_TRIMMED_FRAME, IDS, TRIMMED_ENV
 
 DATA_MIN = wire.BTH_LEN + wire.METH_LEN + wire.RETH_LEN
 

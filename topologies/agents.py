@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.topology import Fabric
+from fabric.topology import Fabric
 from host_agent.control import ControlClient, ControlError
 from topologies.procs import stop_process
 

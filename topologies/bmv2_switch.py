@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from controller.p4names import PRIORITY_QUEUES
+from p4rt.names import PRIORITY_QUEUES
 from topologies.p4switch import P4RuntimeSwitch, SwitchProcessError, check_switch_args
 
 SWITCH_BINARY = "simple_switch_grpc"

@@ -1,4 +1,4 @@
-"""The MRC fabrics for `mn --custom`: same names, ports and MACs as controller.topology.
+"""The MRC fabrics for `mn --custom`: same names, ports and MACs as fabric.topology.
 
     sudo .venv/bin/python /usr/bin/mn --custom topologies/custom.py \\
         --topo mrc,4,2,2,2 --switch mrcsoft --controller none
@@ -33,7 +33,7 @@ if str(_REPO) not in sys.path:
 
 from mininet.topo import Topo  # noqa: E402
 
-from controller.topology import Fabric  # noqa: E402
+from fabric.topology import Fabric  # noqa: E402
 from topologies.bmv2_switch import Bmv2Switch  # noqa: E402
 from topologies.network import acquire_fabric_lock, wait_interfaces_gone  # noqa: E402
 from topologies.softswitch_node import SoftSwitch  # noqa: E402

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any
 
-from controller.topology import Fabric
+from fabric.topology import Fabric
 from topologies.network import MrcNetwork
 
 MTU = 1024  # payload bytes per data packet (docs/wire-format.md §6)

@@ -54,7 +54,6 @@ from mininet.node import Host
 
 from controller.convergence import DEFAULT_DELAY, Convergence
 from controller.install import Controller
-from controller.p4names import PRIORITY_HIGH, QDEPTH_BITS
 from controller.tables import (
     DEFAULT_ECN_THRESHOLD,
     DEFAULT_TRIM_THRESHOLD,
@@ -62,7 +61,8 @@ from controller.tables import (
     check_links,
     link_key,
 )
-from controller.topology import Fabric, TopologyError
+from fabric.topology import Fabric, TopologyError
+from p4rt.names import PRIORITY_HIGH, QDEPTH_BITS
 from topologies.agents import AgentError, AgentProcess, AgentProxy, TransferHandle
 from topologies.p4switch import P4RuntimeSwitch
 from topologies.targets import resolve, switch_class

@@ -14,8 +14,8 @@ import time
 
 from mininet.node import Switch
 
-from controller.p4names import PRIORITY_QUEUES
-from controller.topology import GRPC_BASE_PORT, THRIFT_BASE_PORT
+from fabric.topology import GRPC_BASE_PORT, THRIFT_BASE_PORT
+from p4rt.names import PRIORITY_QUEUES
 from topologies.procs import stop_process
 
 MAX_PRIORITY_QUEUES = 8  # standard_metadata.priority is 3 bits
@@ -43,10 +43,10 @@ class P4RuntimeSwitch(Switch):
     """Base Mininet node: subclasses say how to build the command line and talk to the CLI.
 
     Constructor keyword arguments (besides Mininet's name/params):
-      device_id (int, required, unique per switch: controller.topology.Switch.device_id)
+      device_id (int, required, unique per switch: fabric.topology.Switch.device_id)
       grpc_port (int, default GRPC_BASE_PORT + device_id), bound to 127.0.0.1
       thrift_port (int, default THRIFT_BASE_PORT + device_id): runtime control
-      priority_queues (int, default controller.p4names.PRIORITY_QUEUES)
+      priority_queues (int, default p4rt.names.PRIORITY_QUEUES)
       log_path (str | None): file for the switch's stdout/stderr (default: discarded)
       start_timeout (float seconds, default 30): how long start() waits for gRPC
     Public interface:

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from controller.p4names import PRIORITY_QUEUES
+from p4rt.names import PRIORITY_QUEUES
 from softswitch.cli import ControlError, parse_command, request
 from topologies.p4switch import P4RuntimeSwitch, SwitchProcessError, check_switch_args
 

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     _bootstrap()
     from mininet.log import setLogLevel
 
-    from controller.topology import Fabric, TopologyError
+    from fabric.topology import Fabric, TopologyError
     from topologies.cli_commands import MrcCLI
     from topologies.demo import format_report, run_demo
     from topologies.network import MrcNetwork, NetworkConfig, NetworkError

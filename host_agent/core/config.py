@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from host_agent.core.cc import DEFAULT_BASE_RTT, DEFAULT_MTU, CongestionControl, Nscc, NsccConfig
 from host_agent.core.errors import LocalProtocolError
 from host_agent.core.evs import EvConfig
-from host_agent.wire import PSN_MOD
+from wire import PSN_MOD
 
 RECOVERY_MODES = ("selective", "go_back_n")
 

@@ -6,7 +6,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 
-from host_agent import wire
+import wire
 from host_agent.core.config import EndpointConfig
 from host_agent.core.errors import RemoteProtocolError
 from host_agent.core.events import Event, EvStateChanged

@@ -11,7 +11,7 @@ import random
 from collections import Counter, deque
 from collections.abc import Hashable, Sequence
 
-from host_agent import wire
+import wire
 from host_agent.core.config import EndpointConfig
 from host_agent.core.connection import Connection
 from host_agent.core.errors import LocalProtocolError, RemoteProtocolError

@@ -402,7 +402,7 @@ class EvSet:
         reverse of its path when the EV layout tells it, else on a path of that plane with no
         ASSUMED_BAD EV of ours. The layout rule [choice]: both ends build their EV sets with
         the same EvConfig and first_ev, and list each plane's paths in the same spine order
-        (controller.topology does), so the peer's EV n uses the spine our EV n uses. A peer
+        (fabric.topology does), so the peer's EV n uses the spine our EV n uses. A peer
         with another layout is caught only when our EV n is on another plane; then (and
         when our EVs on that path are failing) the plane rule alone applies."""
         entries = self._plane_entries[plane]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 
-from host_agent import wire
+import wire
 from host_agent.core.errors import RemoteProtocolError
 from host_agent.core.events import Event, MessageReceived
 from host_agent.core.memory import BoundsViolation, MemoryTable, RkeyViolation

@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
-from host_agent import wire
+import wire
 from host_agent.core.cc import CongestionControl
 from host_agent.core.config import EndpointConfig
 from host_agent.core.errors import RemoteProtocolError

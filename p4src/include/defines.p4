@@ -1,5 +1,5 @@
 /* Constants of the MRC switch program. Every value matches docs/wire-format.md and is checked
- * against host_agent/wire.py, controller/topology.py and controller/p4names.py by
+ * against wire/codec.py, fabric/topology.py and p4rt/names.py by
  * tests/test_p4_constants.py, which parses the `const` lines below: keep one per line. */
 #ifndef MRC_DEFINES_P4
 #define MRC_DEFINES_P4
@@ -60,7 +60,7 @@ const bit<3> PRIORITY_DATA = 0;
 const bit<3> PRIORITY_HIGH = 1;
 const bit<32> PRIORITY_QUEUES = 2;
 
-/* drop_counter indices (controller/p4names.py DROP_*). */
+/* drop_counter indices (p4rt/names.py DROP_*). */
 const bit<32> DROP_UNKNOWN_USID = 0;
 const bit<32> DROP_HOP_LIMIT = 1;
 const bit<32> DROP_MALFORMED = 2;

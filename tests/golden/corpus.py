@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controller import p4names
+from p4rt import names as p4names
 
 CASES_PATH = Path(__file__).resolve().parent / "cases.json"
 FORMAT_VERSION = 2  # 2: optional `prelude`

@@ -1,10 +1,10 @@
 """Write tests/golden/cases.json: the golden packet corpus for every MRC data plane.
 
 Run: .venv/bin/python -m tests.golden.generate   (tests/test_p4_corpus.py checks the
-committed JSON equals a fresh run). Input frames come from the codec (host_agent.wire) and
+committed JSON equals a fresh run). Input frames come from the codec (wire) and
 scapy; each expected frame is the input with exactly the edits docs/wire-format.md
 prescribes, applied field by field with scapy, so the corpus states the spec, not any
-switch's implementation. Table entries are derived from controller.topology.
+switch's implementation. Table entries are derived from fabric.topology.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from scapy.layers.inet import TCP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import ARP, Ether
 
-from controller import p4names as n
-from controller.topology import Fabric, Switch, shift_usid, usid_address, usid_prefix
-from host_agent import wire as w
+import wire as w
+from fabric.topology import Fabric, Switch, shift_usid, usid_address, usid_prefix
+from p4rt import names as n
 from tests.golden.corpus import CASES_PATH, FORMAT_VERSION
 
 FABRIC = Fabric(planes=2, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=2)

@@ -1,4 +1,4 @@
-"""The named scenarios of `python -m host_agent.sim` and the figures each one reports.
+"""The named scenarios of `python -m sim` and the figures each one reports.
 
 Every scenario moves `size` bytes of seeded random data with RDMA WRITEs and checks them
 byte for byte (see harness.py for duration, goodput, capacity and base RTT). Failure
@@ -15,13 +15,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from controller.topology import Fabric
+from fabric.topology import Fabric
 from host_agent.core.config import EndpointConfig
 from host_agent.core.events import Event, PeerPlaneChanged
-from host_agent.sim.harness import Harness, SimSettings
-from host_agent.sim.host import HostAdapter
-from host_agent.sim.traffic import ConstantRateSource, CountingSink
-from host_agent.wire import (
+from sim.harness import Harness, SimSettings
+from sim.host import HostAdapter
+from sim.traffic import ConstantRateSource, CountingSink
+from wire import (
     DSCP_TRIMMABLE,
     DSCP_TRIMMABLE_RETX,
     DSCP_TRIMMED,

@@ -1,4 +1,4 @@
-"""`python -m host_agent.sim SCENARIO [--json] [--seed N] [--size BYTES] ...`"""
+"""`python -m sim SCENARIO [--json] [--seed N] [--size BYTES] ...`"""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import json
 import sys
 from typing import Any
 
-from host_agent.sim.harness import SimSettings
-from host_agent.sim.network import NetworkConfigError, QueueConfig
-from host_agent.sim.scenarios import SCENARIOS, ScenarioError, run_scenario
+from sim.harness import SimSettings
+from sim.network import NetworkConfigError, QueueConfig
+from sim.scenarios import SCENARIOS, ScenarioError, run_scenario
 
 DEFAULT_SIZE = 32 * 1024 * 1024
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m host_agent.sim",
+    p = argparse.ArgumentParser(prog="python -m sim",
                                 description="Run an MRC scenario on the simulated fabric.")
     p.add_argument("scenario", choices=sorted(SCENARIOS),
                    help="; ".join(f"{s.name}: {s.summary}" for s in SCENARIOS.values())

@@ -18,46 +18,13 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from host_agent.wire_frame import (
-    DEFAULT_HOP_LIMIT,
-    ETH_LEN,
-    ETH_TYPE_IPV6,
+from wire.frame import (
     FRAME_HEADERS_LEN,
-    IPPROTO_IPV6,
-    IPPROTO_UDP,
-    IPV6_LEN,
-    ROCE_UDP_PORT,
-    UDP_LEN,
     BadField,
-    Envelope,
     TruncatedPacket,
     UnknownOpcode,
-    WireError,
     check_bits,
-    decode_frame,
-    encode_frame,
-    ev_from_fields,
-    ev_to_fields,
 )
-
-__all__ = [  # the public wire API, including names re-exported from wire_frame
-    "OP_WRITE_FIRST", "OP_WRITE_MIDDLE", "OP_WRITE_LAST", "OP_WRITE_LAST_IMM", "OP_WRITE_ONLY",
-    "OP_WRITE_ONLY_IMM", "OP_ACK", "OP_EP_REQ", "OP_EP_RSP", "OP_SACK", "OP_NACK", "OP_PROBE",
-    "DATA_OPCODES", "IMM_OPCODES", "EXT_SACK", "EXT_NACK", "EXT_CC_STATE", "EXT_PROBE",
-    "EXT_PORT_STATUS", "NACK_TRIMMED", "NACK_TRIMMED_LASTHOP", "NACK_NO_BITMAP",
-    "NACK_PSN_OOR_WINDOW", "NACK_RKEY_VIOLATION", "NACK_BOUNDS_VIOLATION", "M_NONE",
-    "M_SKIP_ONCE", "M_ALWAYS_SKIP", "DSCP_NO_TRIM", "DSCP_TRIMMABLE", "DSCP_TRIMMABLE_RETX",
-    "DSCP_TRIMMED", "DSCP_TRIMMED_LASTHOP", "DSCP_CONTROL", "ECN_NOT_ECT", "ECN_ECT1",
-    "ECN_ECT0", "ECN_CE", "QPN_ENDPOINT", "PSN_BITS", "PSN_MOD", "BTH_LEN", "METH_LEN",
-    "RETH_LEN", "IMM_LEN", "SACK_LEN", "CC_STATE_LEN", "NACK_LEN", "PROBE_LEN",
-    "PORT_STATUS_LEN", "DATA_HEADERS_LEN", "TRIMMED_FRAME_LEN", "Bth", "Meth", "Reth",
-    "SackExt", "CcState", "NackExt", "ProbeExt", "PortStatusExt", "DataPacket", "SackPacket",
-    "NackPacket", "ProbePacket", "PortStatusPacket", "Packet", "encode_packet",
-    "decode_packet", "psn_add", "psn_diff", "BadField", "DEFAULT_HOP_LIMIT", "ETH_LEN",
-    "ETH_TYPE_IPV6", "FRAME_HEADERS_LEN", "IPPROTO_IPV6", "IPPROTO_UDP", "IPV6_LEN",
-    "ROCE_UDP_PORT", "UDP_LEN", "Envelope", "TruncatedPacket", "UnknownOpcode", "WireError",
-    "decode_frame", "encode_frame", "ev_from_fields", "ev_to_fields",
-]
 
 OP_WRITE_FIRST = 0xC6
 OP_WRITE_MIDDLE = 0xC7

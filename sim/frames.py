@@ -1,12 +1,12 @@
 """In-place edits a switch makes to a frame (bytearray), reading only the bytes it needs.
 
-Offsets follow docs/wire-format.md §1; sizes come from host_agent.wire. Switches never
+Offsets follow docs/wire-format.md §1; sizes come from wire. Switches never
 decode the whole frame: per-hop work must stay O(1), not O(bytes).
 """
 
 from __future__ import annotations
 
-from host_agent.wire import (
+from wire import (
     DATA_HEADERS_LEN,
     DSCP_TRIMMABLE,
     DSCP_TRIMMABLE_RETX,

@@ -1,4 +1,4 @@
-"""Links, egress ports and uSID switches of a controller.topology.Fabric, as discrete events.
+"""Links, egress ports and uSID switches of a fabric.topology.Fabric, as discrete events.
 
 Model (documented here because tests and scenario figures depend on it):
 - Every link is full duplex; each direction is an egress Port with its own rate (bits/s),
@@ -21,10 +21,10 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Protocol
 
-from controller.topology import Fabric, Switch, shift_usid, usid_prefix
-from host_agent.sim import frames
-from host_agent.sim.engine import EventLoop
-from host_agent.wire import (
+from fabric.topology import Fabric, Switch, shift_usid, usid_prefix
+from sim import frames
+from sim.engine import EventLoop
+from wire import (
     DATA_HEADERS_LEN,
     DSCP_CONTROL,
     DSCP_TRIMMED,

@@ -1,7 +1,7 @@
 """Host agents' path sets, derived from the fabric model so addresses have one source of truth.
 
 Every record holds what the host I/O layer needs to build the envelope of docs/wire-format.md
-§1 for one source route: the outer DA (uSID carrier, the PathInfo `route`), both NIC addresses
+§1 for one source route: the outer DA (uSID carrier, a path's `route`), both NIC addresses
 (outer/inner source and inner destination), the source NIC MAC and the next-hop MAC (the T0).
 The EV is not part of a path: the host's EV set picks EV values and maps each one to a path;
 its bit layout (UDP source port / flow label) is defined once in docs/wire-format.md §1.3.
@@ -14,8 +14,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
-from controller.topology import Fabric, TopologyError
-from host_agent.core.types import PathInfo
+from fabric.topology import Fabric, TopologyError
 
 FORMAT_VERSION = 1
 
@@ -34,9 +33,6 @@ class HostPath:
     dst_addr: ipaddress.IPv6Address
     src_mac: str
     next_hop_mac: str  # the source T0's MAC: the frame's destination MAC
-
-    def path_info(self) -> PathInfo:
-        return PathInfo(plane=self.plane, route=self.route)
 
     def to_json(self) -> dict:
         out = asdict(self)

@@ -1,6 +1,6 @@
 """Scapy layers for the MRC headers of docs/wire-format.md, for tests, pcaps and debugging.
 
-The codec (host_agent.wire) is what runs per packet; these layers are a second,
+The codec (wire) is what runs per packet; these layers are a second,
 declarative reading of the same spec, and tests hold both to the same bytes.
 Field names equal the codec dataclass field names so the two can be compared
 field by field.
@@ -34,8 +34,8 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, bind_bottom_up, bind_layers, bind_top_down, split_layers
 
-from host_agent import wire
-from host_agent.wire import (
+import wire
+from wire import (
     DATA_OPCODES,
     DEFAULT_HOP_LIMIT,
     EXT_CC_STATE,

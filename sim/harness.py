@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.topology import Fabric
+from fabric.topology import Fabric
 from host_agent.core.cc import DEFAULT_MTU, Nscc, NsccConfig
 from host_agent.core.config import EndpointConfig
 from host_agent.core.endpoint import MIN_QPN, Endpoint
@@ -31,11 +31,11 @@ from host_agent.core.events import (
     WriteCompleted,
     WriteFailed,
 )
-from host_agent.sim import metrics
-from host_agent.sim.engine import EventLoop
-from host_agent.sim.host import HostAdapter
-from host_agent.sim.network import Network, QueueConfig
-from host_agent.wire import BTH_LEN, CC_STATE_LEN, DATA_HEADERS_LEN, FRAME_HEADERS_LEN, SACK_LEN
+from sim import metrics
+from sim.engine import EventLoop
+from sim.host import HostAdapter
+from sim.network import Network, QueueConfig
+from wire import BTH_LEN, CC_STATE_LEN, DATA_HEADERS_LEN, FRAME_HEADERS_LEN, SACK_LEN
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from ipaddress import IPv6Address
 from host_agent.core.endpoint import Endpoint
 from host_agent.core.events import Event
 from host_agent.core.types import PathInfo, RxMeta, TxPacket
-from host_agent.sim.engine import SimulationError
-from host_agent.sim.frames import TRIMMABLE_DSCPS
-from host_agent.sim.network import Network
-from host_agent.wire import Envelope, WireError, decode_frame, encode_frame
+from sim.engine import SimulationError
+from sim.frames import TRIMMABLE_DSCPS
+from sim.network import Network
+from wire import Envelope, WireError, decode_frame, encode_frame
 
 # An endpoint that asks to be woken at the same instant this many times in a row is stuck.
 _MAX_TIMER_SPINS = 10_000

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from host_agent.sim.network import Network
-from host_agent.wire import DSCP_NO_TRIM, ECN_NOT_ECT, Envelope, encode_frame
+from sim.network import Network
+from wire import DSCP_NO_TRIM, ECN_NOT_ECT, Envelope, encode_frame
 
 
 class CountingSink:

@@ -1,6 +1,6 @@
 """Frame half of the MRC wire codec: errors, encapsulation constants, Envelope, EV.
 
-Import everything from `host_agent.wire`, which re-exports these names; this
+Import everything from `wire`, which re-exports these names; this
 module exists only to keep each file short and has no dependency on the
 transport-header half.
 """

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from controller.topology import Path
-from host_agent.sim.network import HostNode, Network, SwitchNode
+from fabric.topology import Path
+from sim.network import HostNode, Network, SwitchNode
 
 _SOURCE = "__source__"
 _SINK = "__sink__"
