@@ -34,9 +34,9 @@ import wire as W
 from controller.p4build import ensure_compiled
 from fabric.topology import Fabric, usid_prefix
 from p4rt import names as N
+from p4rt.p4info import COMMITTED_P4INFO
+from p4rt.p4info import load_text as load_p4info
 from softswitch.netlab import PACKET_OUTGOING, VethLab
-from softswitch.p4info import COMMITTED_P4INFO
-from softswitch.p4info import load_text as load_p4info
 from softswitch.testing import committed_index, port_config, update, usid_entries
 from topologies.bmv2_switch import LOG_LEVEL
 from topologies.procs import stop_process

@@ -8,7 +8,6 @@ and report it by name. Every RPC carries a deadline; a switch that is down costs
 
 from __future__ import annotations
 
-import itertools
 import logging
 import queue
 import threading
@@ -18,32 +17,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from google.protobuf import text_format
 from google.rpc import status_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from controller import p4build
 from controller.tables import (
-    Action,
-    Entity,
-    Exact,
-    Group,
-    Lpm,
-    Member,
     PortThresholds,
     SwitchTables,
-    TableEntry,
-    Update,
     diff,
     fabric_tables,
 )
 from fabric.topology import Fabric, Switch
+from p4rt.codec import Codec, write_phases
+from p4rt.entities import Entity, Update
+from p4rt.p4info import P4InfoIndex, load_committed
 
 log = logging.getLogger("controller.install")
 
 REPO = Path(__file__).resolve().parent.parent
-P4INFO_PATH = REPO / "p4src" / "mrc.p4info.txtpb"
 TARGETS = ("soft", "bmv2")
 CONTROLLER_ELECTION_ID = (0, 100)  # p4runtime-sh backups use a lower one (controller.shell)
 BATCH_SIZE = 500
@@ -72,10 +64,6 @@ def rpc_error_text(err: grpc.RpcError) -> str:
     return text
 
 
-def load_p4info(path: Path = P4INFO_PATH) -> p4info_pb2.P4Info:
-    msg = p4info_pb2.P4Info()
-    text_format.Merge(path.read_text(), msg)
-    return msg
 
 
 def device_config(target: str) -> bytes:
@@ -89,115 +77,6 @@ def device_config(target: str) -> bytes:
     except p4build.CompileError as exc:
         raise InstallError(f"cannot build the BMv2 pipeline: {exc}") from exc
     return json_path.read_bytes()
-
-
-def _bytes(value: int, bitwidth: int) -> bytes:
-    """Canonical P4Runtime bytestring (shortest big-endian, at least one byte)."""
-    if value < 0 or value >> bitwidth:
-        raise ValueError(f"{value:#x} does not fit in {bitwidth} bits")
-    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
-
-
-class Codec:
-    """Name <-> id translation between the plain entries of controller.tables and protobuf."""
-
-    def __init__(self, p4info: p4info_pb2.P4Info) -> None:
-        self.ids: dict[str, int] = {}
-        self.names: dict[int, str] = {}
-        for group in (p4info.tables, p4info.actions, p4info.action_profiles):
-            for obj in group:
-                self.ids[obj.preamble.name] = obj.preamble.id
-                self.names[obj.preamble.id] = obj.preamble.name
-        self.fields = {t.preamble.id: {m.name: (m.id, m.bitwidth) for m in t.match_fields}
-                       for t in p4info.tables}
-        self.params = {a.preamble.id: {p.name: (p.id, p.bitwidth) for p in a.params}
-                       for a in p4info.actions}
-        self.table_ids = [t.preamble.id for t in p4info.tables]
-        self.profile_ids = [p.preamble.id for p in p4info.action_profiles]
-
-    def id(self, name: str) -> int:
-        try:
-            return self.ids[name]
-        except KeyError:
-            raise InstallError(f"P4Info has no object {name!r}: P4Info and "
-                               "p4rt/names.py disagree") from None
-
-    def _action(self, action: Action, out: p4runtime_pb2.Action) -> None:
-        out.action_id = self.id(action.name)
-        params = self.params[out.action_id]
-        for name, value in action.params:
-            pid, width = params[name]
-            out.params.add(param_id=pid, value=_bytes(value, width))
-
-    def encode(self, entity: Entity) -> p4runtime_pb2.Entity:
-        out = p4runtime_pb2.Entity()
-        if isinstance(entity, Member):
-            m = out.action_profile_member
-            m.action_profile_id, m.member_id = self.id(entity.profile), entity.member_id
-            self._action(entity.action, m.action)
-        elif isinstance(entity, Group):
-            g = out.action_profile_group
-            g.action_profile_id, g.group_id = self.id(entity.profile), entity.group_id
-            for mid in entity.member_ids:
-                g.members.add(member_id=mid, weight=1)
-        else:
-            t = out.table_entry
-            t.table_id = self.id(entity.table)
-            fields = self.fields[t.table_id]
-            for name, value in entity.match:
-                fid, width = fields[name]
-                if isinstance(value, Exact):
-                    t.match.add(field_id=fid).exact.value = _bytes(value.value, width)
-                elif value.prefix_len:  # a /0 LPM is expressed by omitting the field
-                    lpm = t.match.add(field_id=fid).lpm
-                    lpm.value, lpm.prefix_len = _bytes(value.value, width), value.prefix_len
-            if entity.action is not None:
-                self._action(entity.action, t.action.action)
-            elif entity.member_id is not None:
-                t.action.action_profile_member_id = entity.member_id
-            else:
-                t.action.action_profile_group_id = entity.group_id
-        return out
-
-    def _decode_action(self, action: p4runtime_pb2.Action) -> Action:
-        names = {pid: name for name, (pid, _) in self.params[action.action_id].items()}
-        return Action(self.names[action.action_id],
-                      tuple((names[p.param_id], int.from_bytes(p.value, "big"))
-                            for p in sorted(action.params, key=lambda p: p.param_id)))
-
-    def decode(self, entity: p4runtime_pb2.Entity) -> Entity:
-        kind = entity.WhichOneof("entity")
-        if kind == "action_profile_member":
-            m = entity.action_profile_member
-            return Member(self.names[m.action_profile_id], m.member_id,
-                          self._decode_action(m.action))
-        if kind == "action_profile_group":
-            g = entity.action_profile_group
-            return Group(self.names[g.action_profile_id], g.group_id,
-                         tuple(sorted(m.member_id for m in g.members)))
-        t = entity.table_entry
-        fields = {fid: name for name, (fid, _) in self.fields[t.table_id].items()}
-        match = []
-        for m in sorted(t.match, key=lambda m: m.field_id):
-            if m.WhichOneof("field_match_type") == "exact":
-                match.append((fields[m.field_id], Exact(int.from_bytes(m.exact.value, "big"))))
-            else:
-                match.append((fields[m.field_id],
-                              Lpm(int.from_bytes(m.lpm.value, "big"), m.lpm.prefix_len)))
-        which = t.action.WhichOneof("type")
-        return TableEntry(
-            self.names[t.table_id], tuple(match),
-            action=self._decode_action(t.action.action) if which == "action" else None,
-            member_id=t.action.action_profile_member_id if which == "action_profile_member_id"
-            else None,
-            group_id=t.action.action_profile_group_id if which == "action_profile_group_id"
-            else None)
-
-
-def _phases(updates: list[Update]) -> list[list[Update]]:
-    """Split into runs that may share a WriteRequest: P4Runtime does not order a batch."""
-    return [list(run) for _, run in itertools.groupby(
-        updates, key=lambda u: (u.kind == "DELETE", type(u.entity)))]
 
 
 class SwitchSession:
@@ -273,7 +152,7 @@ class SwitchSession:
         self._call("SetForwardingPipelineConfig", self.stub.SetForwardingPipelineConfig, req)
 
     def write(self, codec: Codec, updates: list[Update]) -> None:
-        for phase in _phases(updates):
+        for phase in write_phases(updates):
             for start in range(0, len(phase), BATCH_SIZE):
                 req = p4runtime_pb2.WriteRequest()
                 self._fill(req)
@@ -336,8 +215,8 @@ class Controller:
         self.fabric, self.timeout, self.election_id = fabric, timeout, election_id
         self.thresholds = thresholds
         self.blob = device_config(target)
-        self.p4info = load_p4info()
-        self.codec = Codec(self.p4info)
+        self.p4info = load_committed()
+        self.codec = Codec(P4InfoIndex.build(self.p4info))
         self.current: dict[str, SwitchTables] = fabric_tables(fabric, thresholds=thresholds)
         self.sessions: dict[str, SwitchSession] = {}
         self._locks = {name: threading.Lock() for name in self.current}

@@ -19,8 +19,8 @@ from collections.abc import Callable
 import grpc
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-from controller.install import load_p4info
 from fabric.topology import Fabric, TopologyError
+from p4rt.p4info import load_committed
 
 SHELL_ELECTION_ID = (0, 1)
 
@@ -57,7 +57,7 @@ def check_pipeline(address: str, device_id: int, timeout: float = 3.0) -> str:
                          f"{err.details()}") from None
     finally:
         channel.close()
-    if reply.config.p4info != load_p4info():
+    if reply.config.p4info != load_committed():
         return ("warning: the switch runs a P4Info that differs from p4src/mrc.p4info.txtpb; "
                 "the shell uses the switch's")
     return ""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from fabric.topology import ROLE_T0, Fabric, Switch, TopologyError, usid_prefix
 from p4rt import names as n
+from p4rt.entities import Action, Entity, Exact, Group, Lpm, Member, TableEntry, Update
 
 DEFAULT_ECN_THRESHOLD = 16  # packets queued at egress before ECT packets get CE
 DEFAULT_TRIM_THRESHOLD = 32  # packets queued before trimmable data is cut to headers
@@ -40,80 +41,6 @@ class PortThresholds:
         if self.ecn > self.trim:
             raise TopologyError(f"ecn threshold ({self.ecn}) must not exceed the trim threshold "
                                 f"({self.trim}): senders need the ECN signal before trimming")
-
-
-@dataclass(frozen=True)
-class Exact:
-    value: int
-
-
-@dataclass(frozen=True)
-class Lpm:
-    value: int
-    prefix_len: int
-
-
-MatchValue = Exact | Lpm
-
-
-@dataclass(frozen=True)
-class Action:
-    name: str
-    params: tuple[tuple[str, int], ...] = ()
-
-    @property
-    def param_dict(self) -> dict[str, int]:
-        return dict(self.params)
-
-
-@dataclass(frozen=True)
-class TableEntry:
-    """One entry; exactly one of `action`, `member_id`, `group_id` is set."""
-
-    table: str
-    match: tuple[tuple[str, MatchValue], ...]
-    action: Action | None = None
-    member_id: int | None = None
-    group_id: int | None = None
-
-    @property
-    def key(self) -> tuple:
-        return ("entry", self.table, self.match)
-
-    @property
-    def match_dict(self) -> dict[str, MatchValue]:
-        return dict(self.match)
-
-
-@dataclass(frozen=True)
-class Member:
-    profile: str
-    member_id: int
-    action: Action
-
-    @property
-    def key(self) -> tuple:
-        return ("member", self.profile, self.member_id)
-
-
-@dataclass(frozen=True)
-class Group:
-    profile: str
-    group_id: int
-    member_ids: tuple[int, ...]  # sorted
-
-    @property
-    def key(self) -> tuple:
-        return ("group", self.profile, self.group_id)
-
-
-Entity = TableEntry | Member | Group
-
-
-@dataclass(frozen=True)
-class Update:
-    kind: str  # "INSERT" | "MODIFY" | "DELETE" (P4Runtime Update.Type names)
-    entity: Entity
 
 
 @dataclass(frozen=True)

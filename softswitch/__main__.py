@@ -20,9 +20,9 @@ from pathlib import Path
 
 from p4.v1 import p4runtime_pb2
 
+from p4rt.p4info import load_text as load_p4info
 from softswitch.dataplane import Dataplane
 from softswitch.errors import P4RTError
-from softswitch.p4info import load_text as load_p4info
 from softswitch.server import Device, serve
 
 LOG_LEVELS = {"trace": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO,

@@ -14,44 +14,59 @@ import zlib
 
 from p4rt import names as N
 from softswitch.store import DeviceState
-from wire import (
-    DATA_OPCODES,
-    DSCP_CONTROL,
-    DSCP_TRIMMABLE,
-    DSCP_TRIMMABLE_RETX,
+from wire import DATA_OPCODES, trim_frame
+from wire.layout import (
+    BTH_LEN,
     DSCP_TRIMMED,
     DSCP_TRIMMED_LASTHOP,
     ECN_CE,
-    ECN_ECT0,
-    ECN_ECT1,
+    ECT_CODES,
+    ETH_DST,
     ETH_LEN,
+    ETH_SRC,
+    ETH_TYPE,
     ETH_TYPE_IPV6,
+    FLOW_LABEL_MASK,
+    HIGH_PRIORITY_DSCPS,
+    INNER,
+    INNER_NEXT_HEADER,
     IPPROTO_IPV6,
+    IPPROTO_TCP,
     IPPROTO_UDP,
+    IPV6_ADDR_LEN,
     IPV6_LEN,
+    MAC_LEN,
+    METH_LEN,
+    MIN_HOP_LIMIT,
+    OUTER,
+    OUTER_DST,
+    OUTER_HOP_LIMIT,
+    OUTER_SRC,
+    RETH_LEN,
     ROCE_UDP_PORT,
+    TC_SHIFT,
+    TCP_LEN,
+    TRIMMABLE_DSCPS,
     TRIMMED_FRAME_LEN,
+    UDP_LEN,
+    USID_LEN,
+    USID_MATCH,
+    USID_MATCH_LEN,
 )
 
-IPPROTO_TCP = 6
 DROP_PORT = 511  # v1model: egress_spec 511 drops the packet
-MIN_HOP_LIMIT = 2
-TRIMMED_OUTER_PAYLOAD_LEN = TRIMMED_FRAME_LEN - ETH_LEN - IPV6_LEN
-TRIMMED_INNER_PAYLOAD_LEN = TRIMMED_OUTER_PAYLOAD_LEN - IPV6_LEN
-TRIMMED_UDP_LEN = TRIMMED_INNER_PAYLOAD_LEN
-HIGH_DSCPS = frozenset({DSCP_CONTROL, DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP})
-TRIMMABLE_DSCPS = frozenset({DSCP_TRIMMABLE, DSCP_TRIMMABLE_RETX})
-ECT = frozenset({ECN_ECT0, ECN_ECT1})
 
 _WORD = struct.Struct("!I")
 _OUTER = struct.Struct("!IHBB")  # ver/tc/flow, payload len, next header, hop limit
 _PORTS = struct.Struct("!HH")
 _FLOW = struct.Struct("!16s16sIBHH")  # ECMP selector fields
 _ETH_IPV6 = ETH_TYPE_IPV6.to_bytes(2, "big")
-OUTER = ETH_LEN
-INNER = ETH_LEN + IPV6_LEN
-L4_AFTER_INNER = INNER + IPV6_LEN
-UDP_LEN_HDR, BTH_LEN_HDR, TCP_LEN_HDR, METH_RETH_LEN = 8, 12, 20, 20
+_L4_AFTER_INNER = INNER + IPV6_LEN
+_DST_END = OUTER_DST + IPV6_ADDR_LEN
+_SRC_END = OUTER_SRC + IPV6_ADDR_LEN
+_USID_END = USID_MATCH + USID_MATCH_LEN
+_SHIFT_FROM = _USID_END  # bytes after the active uSID move up by one uSID
+_SHIFT_TO = _USID_END - USID_LEN
 
 
 class Pipeline:
@@ -90,7 +105,7 @@ class Pipeline:
         # ---- parser (parser.p4); a frame ending inside a header is a parser error
         if n < ETH_LEN:
             return self._drop(N.DROP_MALFORMED)
-        if frame[12:14] != _ETH_IPV6:
+        if frame[ETH_TYPE:ETH_TYPE + 2] != _ETH_IPV6:
             return self._drop(N.DROP_NOT_IPV6)
         if n < INNER:
             return self._drop(N.DROP_MALFORMED)
@@ -98,29 +113,29 @@ class Pipeline:
         inner_ok = True
         l4 = INNER
         if next_hdr == IPPROTO_IPV6:
-            if n < L4_AFTER_INNER:
+            if n < _L4_AFTER_INNER:
                 return self._drop(N.DROP_MALFORMED)
             inner_ok = frame[INNER] >> 4 == 6
-            l4_proto = frame[INNER + 6]
-            l4 = L4_AFTER_INNER
+            l4_proto = frame[INNER_NEXT_HEADER]
+            l4 = _L4_AFTER_INNER
         else:
             l4_proto = next_hdr
         sport = dport = 0
         reth = False
         if l4_proto == IPPROTO_UDP:
-            if n < l4 + UDP_LEN_HDR:
+            if n < l4 + UDP_LEN:
                 return self._drop(N.DROP_MALFORMED)
             sport, dport = _PORTS.unpack_from(frame, l4)
             if dport == ROCE_UDP_PORT:
-                bth = l4 + UDP_LEN_HDR
-                if n < bth + BTH_LEN_HDR:
+                bth = l4 + UDP_LEN
+                if n < bth + BTH_LEN:
                     return self._drop(N.DROP_MALFORMED)
                 if frame[bth] in DATA_OPCODES:
-                    if n < bth + BTH_LEN_HDR + METH_RETH_LEN:
+                    if n < bth + BTH_LEN + METH_LEN + RETH_LEN:
                         return self._drop(N.DROP_MALFORMED)
                     reth = True
         elif l4_proto == IPPROTO_TCP:
-            if n < l4 + TCP_LEN_HDR:
+            if n < l4 + TCP_LEN:
                 return self._drop(N.DROP_MALFORMED)
             sport, dport = _PORTS.unpack_from(frame, l4)
         # ---- ingress validity checks (ingress.p4 apply, first if-chain)
@@ -129,14 +144,14 @@ class Pipeline:
         if hop_limit < MIN_HOP_LIMIT:
             return self._drop(N.DROP_HOP_LIMIT)
         out = bytearray(frame)
-        prefix = int.from_bytes(frame[38:44], "big")
+        prefix = int.from_bytes(frame[USID_MATCH:_USID_END], "big")
         entry = self.my_usid.exact.get((prefix,))
         if entry is not None:
             entry.packets += 1
             entry.bytes += n
             if entry.action[0] == self.shift_usid:
-                out[42:54] = frame[44:54] + b"\0\0"
-                prefix = int.from_bytes(out[38:44], "big")
+                out[_SHIFT_TO:_DST_END] = frame[_SHIFT_FROM:_DST_END] + bytes(USID_LEN)
+                prefix = int.from_bytes(out[USID_MATCH:_USID_END], "big")
             hop = self.usid_fwd.exact.get((prefix,))
             if hop is None:
                 return self._drop(N.DROP_UNKNOWN_USID)
@@ -144,7 +159,7 @@ class Pipeline:
             hop.bytes += n
             action = hop.action
         else:
-            dst = int.from_bytes(frame[38:54], "big")
+            dst = int.from_bytes(frame[OUTER_DST:_DST_END], "big")
             hop = self.routing.lookup((dst,))
             if hop is None:
                 return self._drop(N.DROP_NO_ROUTE)
@@ -157,9 +172,9 @@ class Pipeline:
         port = 0
         if action[0] == self.set_next_hop:
             port, dmac = action[1]
-            out[0:6] = dmac.to_bytes(6, "big")
+            out[ETH_DST:ETH_DST + MAC_LEN] = dmac.to_bytes(MAC_LEN, "big")
         # ---- forward: hop limit, port config, trimming / ECN, priority
-        out[21] = hop_limit - 1
+        out[OUTER_HOP_LIMIT] = hop_limit - 1
         configured = False
         cfg = self.port_config.exact.get((port,))
         if cfg is not None:
@@ -168,22 +183,19 @@ class Pipeline:
             if cfg.action[0] == self.set_port_config:
                 configured = True
                 host_facing, ecn_enabled, trim_threshold, ecn_threshold, smac = cfg.action[1]
-                out[6:12] = smac.to_bytes(6, "big")
+                out[ETH_SRC:ETH_SRC + MAC_LEN] = smac.to_bytes(MAC_LEN, "big")
         depth = self.qdepth[port] if port < len(self.qdepth) else 0
-        tc = (word >> 20) & 0xFF
+        tc = (word >> TC_SHIFT) & 0xFF
         dscp, ecn = tc >> 2, tc & 3
-        high = dscp in HIGH_DSCPS
+        high = dscp in HIGH_PRIORITY_DSCPS
         trimmable = next_hdr == IPPROTO_IPV6 and reth and dscp in TRIMMABLE_DSCPS
         if configured and trimmable and n > TRIMMED_FRAME_LEN and depth >= trim_threshold:
-            del out[TRIMMED_FRAME_LEN:]
-            out[18:20] = TRIMMED_OUTER_PAYLOAD_LEN.to_bytes(2, "big")
-            out[INNER + 4:INNER + 6] = TRIMMED_INNER_PAYLOAD_LEN.to_bytes(2, "big")
-            out[L4_AFTER_INNER + 4:L4_AFTER_INNER + 6] = TRIMMED_UDP_LEN.to_bytes(2, "big")
+            trim_frame(out)
             dscp = DSCP_TRIMMED_LASTHOP if host_facing else DSCP_TRIMMED
             self._set_tc(out, word, dscp, ecn)
             self.trims[port][0] += 1
             high = True
-        elif (not high and configured and ecn_enabled and not host_facing and ecn in ECT
+        elif (not high and configured and ecn_enabled and not host_facing and ecn in ECT_CODES
               and depth >= ecn_threshold):
             self._set_tc(out, word, dscp, ECN_CE)
             self.ecn_marks[port][0] += 1
@@ -193,7 +205,7 @@ class Pipeline:
 
     @staticmethod
     def _set_tc(out: bytearray, word: int, dscp: int, ecn: int) -> None:
-        word = (word & 0xF00FFFFF) | ((dscp << 2 | ecn) << 20)
+        word = (word & ~(0xFF << TC_SHIFT)) | ((dscp << 2 | ecn) << TC_SHIFT)
         out[OUTER:OUTER + 4] = _WORD.pack(word)
 
     def _select(self, action: tuple, frame: bytes, word: int, next_hdr: int, sport: int,
@@ -205,7 +217,8 @@ class Pipeline:
         group = self.groups.get(ref)
         if group is None or not group.slots:
             return None
-        key = _FLOW.pack(frame[38:54], frame[22:38], word & 0xFFFFF, next_hdr, sport, dport)
+        key = _FLOW.pack(frame[OUTER_DST:_DST_END], frame[OUTER_SRC:_SRC_END],
+                         word & FLOW_LABEL_MASK, next_hdr, sport, dport)
         return self.members.get(group.slots[zlib.crc32(key) % len(group.slots)])
 
     def egress(self, port: int, priority: int, enq_qdepth: int, deq_qdepth: int) -> None:

@@ -19,9 +19,9 @@ import grpc
 from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from p4rt.p4info import COMMITTED_P4INFO, P4InfoIndex, PipelineMismatch, check_compatible
+from p4rt.p4info import load_text as load_p4info
 from softswitch.errors import P4RTError
-from softswitch.p4info import COMMITTED_P4INFO, P4InfoIndex, PipelineMismatch, check_compatible
-from softswitch.p4info import load_text as load_p4info
 from softswitch.reader import read_entity
 from softswitch.store import DeviceState
 

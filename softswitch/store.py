@@ -13,8 +13,8 @@ import threading
 import grpc
 from p4.v1 import p4runtime_pb2
 
+from p4rt.p4info import P4InfoIndex, TableInfo
 from softswitch.errors import P4RTError, invalid
-from softswitch.p4info import P4InfoIndex, TableInfo
 from softswitch.tables import Entry, TableRuntime, canonical, canonical_entry, not_found, to_int
 
 INSERT = p4runtime_pb2.Update.INSERT

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 import grpc
 from p4.v1 import p4runtime_pb2
 
-from softswitch.errors import P4RTError, invalid
-from softswitch.p4info import (
+from p4rt.p4info import (
     MATCH_EXACT,
     MATCH_LPM,
     MATCH_OPTIONAL,
@@ -22,6 +21,7 @@ from softswitch.p4info import (
     MATCH_TERNARY,
     TableInfo,
 )
+from softswitch.errors import P4RTError, invalid
 
 
 def to_int(value: bytes, bitwidth: int, what: str) -> int:

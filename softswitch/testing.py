@@ -13,8 +13,8 @@ import time
 from p4.v1 import p4runtime_pb2
 
 from p4rt import names as N
-from softswitch.p4info import COMMITTED_P4INFO, P4InfoIndex
-from softswitch.p4info import load_text as load_p4info
+from p4rt.p4info import COMMITTED_P4INFO, P4InfoIndex
+from p4rt.p4info import load_text as load_p4info
 
 
 def committed_index() -> P4InfoIndex:

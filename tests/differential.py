@@ -35,9 +35,9 @@ from p4runtime_sh.p4runtime import P4RuntimeClient
 
 import wire as W
 from controller import p4build
-from controller.install import load_p4info
 from fabric.topology import shift_usid, usid_address
 from p4rt import names as N
+from p4rt.p4info import load_committed
 from softswitch.cli import request
 from softswitch.netlab import PACKET_OUTGOING, VethLab
 from softswitch.testing import (
@@ -259,7 +259,7 @@ class LiveTarget:
             req = p4runtime_pb2.SetForwardingPipelineConfigRequest(
                 device_id=DEVICE_ID, election_id=p4runtime_pb2.Uint128(low=1),
                 action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
-            req.config.p4info.CopyFrom(load_p4info())
+            req.config.p4info.CopyFrom(load_committed())
             req.config.p4_device_config = self.device_config()
             self.client.stub.SetForwardingPipelineConfig(req)
             self.write(corpus_updates(IDX, setup()))

@@ -10,11 +10,13 @@ import pytest
 from traitlets.config.loader import Config
 
 from controller.__main__ import main
-from controller.install import Codec, InstallError, _phases, device_config, load_p4info
+from controller.install import InstallError, device_config
 from controller.shell import SHELL_ELECTION_ID, ShellError, check_pipeline, shell_args, without_jedi
-from controller.tables import Update, diff, fabric_tables, link_key
+from controller.tables import diff, fabric_tables, link_key
 from fabric import hostpaths
 from fabric.topology import Fabric, TopologyError
+from p4rt.codec import Codec, write_phases
+from p4rt.entities import Update
 
 
 def test_host_paths_match_fabric_and_round_trip() -> None:
@@ -49,7 +51,7 @@ def test_host_path_errors() -> None:
 
 
 def test_codec_round_trips_every_entity() -> None:
-    codec = Codec(load_p4info())
+    codec = Codec.committed()
     fabric = Fabric(planes=2, t0_per_plane=3, t1_per_plane=2, hosts_per_t0=2)
     for tables in fabric_tables(fabric).values():
         for entity in tables.entities():
@@ -65,7 +67,7 @@ def test_phases_never_mix_kinds_or_types() -> None:
     full = fabric_tables(fabric)["p0l0"]
     cut = fabric_tables(fabric, {link_key("p0l0", "p0s0"), link_key("p0l0", "p0s1")})["p0l0"]
     updates = [Update("INSERT", e) for e in full.entities()] + diff(full, cut)
-    phases = _phases(updates)
+    phases = write_phases(updates)
     assert [len(p) for p in phases] == [len(full.members), len(full.groups), len(full.entries),
                                         2, 2]
     for phase in phases:

@@ -21,9 +21,9 @@ import pytest
 from controller.convergence import Convergence
 from controller.install import Controller, InstallError, SwitchSession
 from controller.shell import SHELL_ELECTION_ID, check_pipeline
-from controller.tables import Group
 from fabric.topology import Fabric
 from p4rt import names as p4names
+from p4rt.entities import Group
 from tests.conftest import require_bmv2
 from topologies.procs import stop_process
 

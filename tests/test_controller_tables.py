@@ -8,11 +8,8 @@ import random
 import pytest
 
 from controller.tables import (
-    Exact,
-    Lpm,
     PortThresholds,
     SwitchTables,
-    Update,
     diff,
     fabric_tables,
     link_key,
@@ -21,6 +18,7 @@ from controller.tables import (
 )
 from fabric.topology import ROLE_T0, Fabric, TopologyError, shift_usid
 from p4rt import names as n
+from p4rt.entities import Exact, Lpm, Update
 
 # (planes, t0 per plane, t1 per plane, hosts per T0): 1..8 planes, 1..4 spines.
 SIZES = [(1, 1, 1, 1), (1, 2, 1, 2), (2, 3, 2, 1), (4, 2, 2, 2), (3, 2, 3, 2), (8, 2, 4, 2),

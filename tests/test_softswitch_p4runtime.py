@@ -9,8 +9,8 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
 from p4rt import names as N
-from softswitch.p4info import COMMITTED_P4INFO
-from softswitch.p4info import load_text as load_p4info
+from p4rt.p4info import COMMITTED_P4INFO
+from p4rt.p4info import load_text as load_p4info
 from softswitch.server import Device, serve
 from softswitch.tables import canonical_entry
 from softswitch.testing import (

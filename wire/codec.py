@@ -19,11 +19,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from wire.frame import (
-    FRAME_HEADERS_LEN,
     BadField,
     TruncatedPacket,
     UnknownOpcode,
     check_bits,
+)
+from wire.layout import (
+    BTH_LEN,
+    IMM_LEN,
+    METH_LEN,
+    RETH_LEN,
 )
 
 OP_WRITE_FIRST = 0xC6
@@ -58,33 +63,12 @@ M_NONE = 0
 M_SKIP_ONCE = 1
 M_ALWAYS_SKIP = 2
 
-DSCP_NO_TRIM = 0
-DSCP_TRIMMABLE = 4
-DSCP_TRIMMABLE_RETX = 8
-DSCP_TRIMMED = 12
-DSCP_TRIMMED_LASTHOP = 16
-DSCP_CONTROL = 46
 
-ECN_NOT_ECT = 0
-ECN_ECT1 = 1
-ECN_ECT0 = 2
-ECN_CE = 3
 
 QPN_ENDPOINT = 0x2
 PSN_BITS = 24
 PSN_MOD = 1 << PSN_BITS
 
-BTH_LEN = 12
-METH_LEN = 4
-RETH_LEN = 16
-IMM_LEN = 4
-SACK_LEN = 28
-CC_STATE_LEN = 8
-NACK_LEN = 20
-PROBE_LEN = 8
-PORT_STATUS_LEN = 8
-DATA_HEADERS_LEN = FRAME_HEADERS_LEN + BTH_LEN + METH_LEN + RETH_LEN  # 134
-TRIMMED_FRAME_LEN = DATA_HEADERS_LEN
 
 _PSN_MASK = PSN_MOD - 1
 _PSN_HALF = PSN_MOD >> 1

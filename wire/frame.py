@@ -12,15 +12,24 @@ from dataclasses import dataclass
 from functools import lru_cache
 from ipaddress import IPv6Address
 
-ROCE_UDP_PORT = 4791
-ETH_TYPE_IPV6 = 0x86DD
-IPPROTO_IPV6 = 41
-IPPROTO_UDP = 17
-ETH_LEN = 14
-IPV6_LEN = 40
-UDP_LEN = 8
-FRAME_HEADERS_LEN = ETH_LEN + 2 * IPV6_LEN + UDP_LEN  # 102: bytes before the UDP payload
-DEFAULT_HOP_LIMIT = 64
+from wire.layout import (
+    DEFAULT_HOP_LIMIT,
+    ETH_LEN,
+    ETH_TYPE_IPV6,
+    FRAME_HEADERS_LEN,
+    INNER_PAYLOAD_LEN,
+    IPPROTO_IPV6,
+    IPPROTO_UDP,
+    IPV6_LEN,
+    OUTER_PAYLOAD_LEN,
+    ROCE_UDP_PORT,
+    TRIMMED_FRAME_LEN,
+    TRIMMED_INNER_PAYLOAD_LEN,
+    TRIMMED_OUTER_PAYLOAD_LEN,
+    TRIMMED_UDP_LEN,
+    UDP_LEN,
+    UDP_LENGTH_FIELD,
+)
 
 
 class WireError(ValueError):
@@ -152,3 +161,12 @@ def decode_frame(frame: bytes) -> tuple[Envelope, bytes]:
     return env, bytes(frame[FRAME_HEADERS_LEN:end])
 
 
+
+
+def trim_frame(frame: bytearray) -> None:
+    """Cut a data frame to its headers and fix the outer, inner and UDP lengths (§5), in place;
+    the DSCP is the caller's to set (it depends on the port)."""
+    del frame[TRIMMED_FRAME_LEN:]
+    frame[OUTER_PAYLOAD_LEN:OUTER_PAYLOAD_LEN + 2] = TRIMMED_OUTER_PAYLOAD_LEN.to_bytes(2, "big")
+    frame[INNER_PAYLOAD_LEN:INNER_PAYLOAD_LEN + 2] = TRIMMED_INNER_PAYLOAD_LEN.to_bytes(2, "big")
+    frame[UDP_LENGTH_FIELD:UDP_LENGTH_FIELD + 2] = TRIMMED_UDP_LEN.to_bytes(2, "big")

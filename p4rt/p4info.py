@@ -1,7 +1,8 @@
-"""An index over a P4Info message, and the check that a P4Info is one this switch can run.
+"""An index over a P4Info message, and the check that a P4Info is one the software switch can run.
 
-The switch never hard-codes ids: everything is looked up by name in the P4Info the
-controller pushed, so a recompiled program with renumbered ids still works.
+Nothing hard-codes ids: the controller, the software switch and the tests look everything
+up by name (p4rt.names) in the P4Info in use, so a recompiled program with renumbered ids
+still works.
 """
 
 from __future__ import annotations
@@ -149,9 +150,6 @@ class P4InfoIndex:
     def action(self, name: str) -> ActionInfo:
         return self.actions[self.id_of(name)]
 
-    def param_ids(self, action_name: str) -> dict[str, int]:
-        return {pname: pid for pid, (pname, _) in self.action(action_name).params.items()}
-
 
 def load_text(path: Path) -> p4info_pb2.P4Info:
     msg = p4info_pb2.P4Info()
@@ -189,3 +187,8 @@ def check_compatible(offered: P4InfoIndex, reference: P4InfoIndex) -> None:
             problems.append(f"{key} differs (need {value}, got {have[key]})")
     if problems:
         raise PipelineMismatch("P4Info cannot run on the software switch: " + "; ".join(problems))
+
+
+def load_committed() -> p4info_pb2.P4Info:
+    """The committed P4Info: what p4c emits for p4src/ (checked byte for byte by a test)."""
+    return load_text(COMMITTED_P4INFO)
