@@ -156,9 +156,8 @@ class SwitchSession:
             for start in range(0, len(phase), BATCH_SIZE):
                 req = p4runtime_pb2.WriteRequest()
                 self._fill(req)
-                for u in phase[start:start + BATCH_SIZE]:
-                    req.updates.add(type=p4runtime_pb2.Update.Type.Value(u.kind),
-                                    entity=codec.encode(u.entity))
+                req.updates.extend(codec.update(u.kind, u.entity)
+                                   for u in phase[start:start + BATCH_SIZE])
                 self._call("Write", self.stub.Write, req)
 
     def read(self, codec: Codec) -> set[Entity]:

@@ -63,6 +63,11 @@ class Codec:
             pid, width = params[name]
             out.params.add(param_id=pid, value=encode_value(value, width))
 
+    def update(self, kind: str, entity: Entity) -> p4runtime_pb2.Update:
+        """A P4Runtime update; `kind` is an Update.Type name (INSERT, MODIFY, DELETE)."""
+        return p4runtime_pb2.Update(type=p4runtime_pb2.Update.Type.Value(kind),
+                                    entity=self.encode(entity))
+
     def encode(self, entity: Entity) -> p4runtime_pb2.Entity:
         out = p4runtime_pb2.Entity()
         if isinstance(entity, Member):

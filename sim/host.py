@@ -17,9 +17,9 @@ from host_agent.core.endpoint import Endpoint
 from host_agent.core.events import Event
 from host_agent.core.types import PathInfo, RxMeta, TxPacket
 from sim.engine import SimulationError
-from sim.frames import TRIMMABLE_DSCPS
 from sim.network import Network
 from wire import Envelope, WireError, decode_frame, encode_frame
+from wire.layout import TRIMMABLE_DSCPS
 
 # An endpoint that asks to be woken at the same instant this many times in a row is stuck.
 _MAX_TIMER_SPINS = 10_000

@@ -1,37 +1,42 @@
-"""Links, egress ports and uSID switches of a fabric.topology.Fabric, as discrete events.
+"""Links, egress ports and switches of a fabric.topology.Fabric, as discrete events.
 
 Model (documented here because tests and scenario figures depend on it):
+- Every switch runs the software switch's pipeline (softswitch.pipeline, the P4 program in
+  Python) on the tables the controller computes for it (controller.tables.switch_tables),
+  written through p4rt.codec into an in-process device state: the simulator, the software
+  switch and BMv2 are held to the same golden corpus. Trimming and ECN marking therefore
+  follow the P4 program, including its one-queueing-delay-stale depth register.
 - Every link is full duplex; each direction is an egress Port with its own rate (bits/s),
   propagation delay and queues. Serialization takes len(frame) * 8 / rate.
-- A switch port has a strict-priority queue (DSCP CONTROL, TRIMMED, TRIMMED_LASTHOP) and a
-  data queue (everything else). Queue occupancy is the number of packets *waiting*, not
-  counting the one on the wire. A TRIMMABLE(_RETX) frame longer than the data headers that
-  would join a data queue holding >= trim_threshold packets is trimmed (wire-format §5) and
-  goes to the priority queue; any other data frame meeting a full data queue is tail-dropped.
-  An ECT frame joining a data queue holding >= ecn_threshold packets is marked CE, except on
-  host-facing ports. Host NIC ports have the same two queues, unbounded, and never trim/mark.
+- A switch port has the two priority FIFOs the P4 program selects between (high: control and
+  trimmed; data: everything else), served strictly by priority. Queue depth counts packets
+  *waiting*, not the one on the wire; a frame meeting a full FIFO is tail-dropped. The
+  pipeline's egress step runs when a frame starts serialization, with the depth it leaves.
+  Host NIC ports have the same two queues, unbounded, and never trim or mark.
 - A down link drops whatever is queued, on the wire or offered to it, silently. Random loss
   drops a frame when it is put on the wire, with the link's probability, in both directions.
+- A switch that goes down loses its queues and its table state; when it comes back the
+  controller's tables are written again (a reinstall), with fresh registers and counters.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from fabric.topology import Fabric, Switch, shift_usid, usid_prefix
-from sim import frames
+from controller.tables import PortThresholds, switch_tables
+from fabric.topology import Fabric, Switch, TopologyError
+from p4rt import names as N
+from p4rt.codec import Codec
 from sim.engine import EventLoop
-from wire import (
-    DATA_HEADERS_LEN,
-    DSCP_CONTROL,
-    DSCP_TRIMMED,
-    DSCP_TRIMMED_LASTHOP,
-)
+from softswitch.pipeline import Pipeline
+from softswitch.store import DeviceState
+from wire.layout import HIGH_PRIORITY_DSCPS, OUTER, TC_SHIFT, TRIMMABLE_DSCPS
 
-PRIORITY_DSCPS = frozenset({DSCP_CONTROL, DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP})
+_TC_BYTE_SHIFT = TC_SHIFT - 16  # traffic class inside the first 16 bits of the IPv6 header
 
 
 class NetworkConfigError(ValueError):
@@ -40,7 +45,7 @@ class NetworkConfigError(ValueError):
 
 @dataclass(frozen=True)
 class QueueConfig:
-    """Per switch egress port, in packets."""
+    """Per switch egress port, in packets; thresholds go into the switches' port_config_table."""
 
     capacity: int = 64
     ecn_threshold: int = 8
@@ -50,16 +55,20 @@ class QueueConfig:
     def __post_init__(self) -> None:
         if self.capacity < 1 or self.priority_capacity < 1:
             raise NetworkConfigError("queue capacities must be at least 1 packet")
-        if not 0 <= self.ecn_threshold <= self.capacity:
-            raise NetworkConfigError(f"ecn_threshold must be 0..capacity ({self.capacity})")
-        if not 0 <= self.trim_threshold <= self.capacity:
-            raise NetworkConfigError(f"trim_threshold must be 0..capacity ({self.capacity})")
+        if not 1 <= self.trim_threshold <= self.capacity:
+            raise NetworkConfigError(f"trim_threshold must be 1..capacity ({self.capacity})")
+        if not 1 <= self.ecn_threshold <= self.trim_threshold:
+            raise NetworkConfigError(f"ecn_threshold must be 1..trim_threshold "
+                                     f"({self.trim_threshold}): ECN comes before trimming")
+
+    def thresholds(self) -> PortThresholds:
+        return PortThresholds(ecn=self.ecn_threshold, trim=self.trim_threshold)
 
 
 class HostHandler(Protocol):
     """Receives a host's frames and NIC port state (the endpoint adapter, or a test sink)."""
 
-    def on_frame(self, plane: int, frame: bytearray) -> None: ...
+    def on_frame(self, plane: int, frame: bytes) -> None: ...
 
     def on_nic_state(self, plane: int, up: bool) -> None: ...
 
@@ -77,18 +86,28 @@ class LinkState:
         self.ports: list[Port] = []
 
 
+def frame_priority(frame: bytes) -> int:
+    """The queue a host NIC puts a frame in: the DSCP classes the switches use."""
+    dscp = ((frame[OUTER] << 8 | frame[OUTER + 1]) >> _TC_BYTE_SHIFT & 0xFF) >> 2
+    return N.PRIORITY_HIGH if dscp in HIGH_PRIORITY_DSCPS else N.PRIORITY_DATA
+
+
+def frame_dscp(frame: bytes) -> int:
+    return ((frame[OUTER] << 8 | frame[OUTER + 1]) >> _TC_BYTE_SHIFT & 0xFF) >> 2
+
+
 class Port:
-    """One direction of a link: queues, serializer and the counters tests look at."""
+    """One direction of a link: two priority FIFOs of (frame, enq_qdepth), a serializer and the
+    counters tests look at."""
 
     def __init__(self, net: Network, node: Node, number: int, link: LinkState, *,
-                 switch_port: bool, host_facing: bool) -> None:
+                 switch_port: bool) -> None:
         self.net, self.node, self.number, self.link = net, node, number, link
-        self.switch_port, self.host_facing = switch_port, host_facing
+        self.switch_port = switch_port
         self.rate_bps = net.rate_bps
         self.delay_s = net.delay_s
         self.peer: Port | None = None
-        self.data: deque[bytearray] = deque()
-        self.prio: deque[bytearray] = deque()
+        self.fifos: tuple[deque, deque] = (deque(), deque())  # indexed by priority
         self.busy_until = 0.0
         self.wake_pending = False
         self.tx_packets = 0
@@ -96,44 +115,30 @@ class Port:
         self.data_enqueued = 0  # trimmable (MRC data) frames accepted into the data queue
         self.max_data_queue = 0
 
-    def send(self, frame: bytearray) -> None:
+    def send(self, frame: bytes, priority: int | None = None) -> None:
+        """Queue a frame; a switch passes the pipeline's priority, a host NIC derives it."""
         net = self.net
         if not self.link.up:
-            net.drops["link_down"] += 1
+            net.sim_drops["link_down"] += 1
             return
-        q = net.queues
-        tos = frames.traffic_class(frame)
-        dscp = tos >> 2
-        if dscp in PRIORITY_DSCPS:
-            if self.switch_port and len(self.prio) >= q.priority_capacity:
-                net.drops["priority_full"] += 1
-                return
-            self.prio.append(frame)
-        elif not self.switch_port:
-            self.data.append(frame)
-        else:
-            depth = len(self.data)
-            trimmable = dscp in frames.TRIMMABLE_DSCPS
-            if trimmable and depth >= q.trim_threshold and len(frame) > DATA_HEADERS_LEN:
-                if len(self.prio) >= q.priority_capacity:
-                    net.drops["priority_full"] += 1
+        if priority is None:
+            priority = frame_priority(frame)
+        fifo = self.fifos[priority]
+        depth = len(fifo)
+        if self.switch_port:
+            q = net.queues
+            if priority == N.PRIORITY_DATA:
+                if depth >= q.capacity:
+                    net.sim_drops["tail_drop"] += 1
                     return
-                new = DSCP_TRIMMED_LASTHOP if self.host_facing else DSCP_TRIMMED
-                self.prio.append(frames.trim(frame, new))
-                net.trims += 1
-            elif depth >= q.capacity:
-                net.drops["tail_drop"] += 1
-                return
-            else:
-                ect = (tos & 3) in frames.ECT_CODES
-                if ect and not self.host_facing and depth >= q.ecn_threshold:
-                    frames.mark_ce(frame)
-                    net.ecn_marks += 1
-                self.data.append(frame)
-                if trimmable:
+                if frame_dscp(frame) in TRIMMABLE_DSCPS:
                     self.data_enqueued += 1
                 if depth + 1 > self.max_data_queue:
                     self.max_data_queue = depth + 1
+            elif depth >= q.priority_capacity:
+                net.sim_drops["priority_full"] += 1
+                return
+        fifo.append((frame, depth))
         loop = net.loop
         if loop.now >= self.busy_until and not self.wake_pending:
             self._wake()
@@ -144,9 +149,17 @@ class Port:
     def _wake(self) -> None:
         """Start the next frame (priority first); re-arm for when the wire frees up."""
         self.wake_pending = False
-        frame = self.prio.popleft() if self.prio else (self.data.popleft() if self.data else None)
-        if frame is None:
+        high, data = self.fifos[N.PRIORITY_HIGH], self.fifos[N.PRIORITY_DATA]
+        if high:
+            priority, fifo = N.PRIORITY_HIGH, high
+        elif data:
+            priority, fifo = N.PRIORITY_DATA, data
+        else:
             return
+        frame, enq_qdepth = fifo.popleft()
+        if self.switch_port:
+            self.node.pipeline.egress(  # type: ignore[attr-defined]
+                self.number, priority, enq_qdepth, len(fifo))
         net = self.net
         loop = net.loop
         end = loop.now + len(frame) * 8 / self.rate_bps
@@ -155,24 +168,24 @@ class Port:
         self.tx_bytes += len(frame)
         link = self.link
         if link.loss and net.rng.random() < link.loss:
-            net.drops["random_loss"] += 1
+            net.sim_drops["random_loss"] += 1
         else:
             loop.at(end + self.delay_s, self.peer._arrive, frame, link.epoch)  # type: ignore[union-attr]
-        if self.prio or self.data:
+        if high or data:
             self.wake_pending = True
             loop.at(end, self._wake)
 
-    def _arrive(self, frame: bytearray, epoch: int) -> None:
+    def _arrive(self, frame: bytes, epoch: int) -> None:
         link = self.link
         if not link.up or link.epoch != epoch:
-            self.net.drops["link_down"] += 1
+            self.net.sim_drops["link_down"] += 1
             return
         self.node.receive(frame, self)
 
     def flush(self) -> int:
-        lost = len(self.data) + len(self.prio)
-        self.data.clear()
-        self.prio.clear()
+        lost = sum(len(f) for f in self.fifos)
+        for fifo in self.fifos:
+            fifo.clear()
         return lost
 
 
@@ -181,46 +194,40 @@ class Node:
         self.net, self.name = net, name
         self.ports: dict[int, Port] = {}
 
-    def receive(self, frame: bytearray, port: Port) -> None:
+    def receive(self, frame: bytes, port: Port) -> None:
         raise NotImplementedError
 
 
 class SwitchNode(Node):
-    """F3216 uN: match block:own-uSID, shift, look the next uSID up in a static neighbour table."""
+    """A switch running the P4 program's Python pipeline on the controller's tables."""
 
     def __init__(self, net: Network, switch: Switch) -> None:
         super().__init__(net, switch.name)
         self.switch = switch
         self.up = True
-        self.my_prefix = usid_prefix(switch.usid)
-        self.fwd: dict[int, Port] = {}
+        self.state = net.program(switch)
+        self.pipeline = Pipeline(self.state)
         self.forwarded = 0
 
-    def receive(self, frame: bytearray, port: Port) -> None:
-        net = self.net
+    def receive(self, frame: bytes, port: Port) -> None:
         if not self.up:
-            net.drops["switch_down"] += 1
+            self.net.sim_drops["switch_down"] += 1
             return
-        if len(frame) < frames.MIN_FRAME:
-            net.drops["malformed"] += 1
-            return
-        hlim = frame[frames.OUTER_HLIM]
-        if hlim <= 1:
-            net.drops["hop_limit"] += 1
-            return
-        frame[frames.OUTER_HLIM] = hlim - 1
-        dst = frames.outer_dst(frame)
-        if dst >> 80 != self.my_prefix:
-            net.drops["no_route"] += 1
-            return
-        dst = shift_usid(dst)
-        egress = self.fwd.get(dst >> 80)
+        result = self.pipeline.ingress(frame, port.number)
+        if result is None:
+            return  # counted by the pipeline's drop counter
+        out_port, priority, out = result
+        egress = self.ports.get(out_port)
         if egress is None:
-            net.drops["no_route"] += 1
+            self.net.sim_drops["no_port"] += 1
             return
-        frames.set_outer_dst(frame, dst)
         self.forwarded += 1
-        egress.send(frame)
+        egress.send(out, priority)
+
+    def reboot(self) -> None:
+        """A switch back from a reboot: empty state, then the controller's reinstall."""
+        self.state = self.net.program(self.switch)
+        self.pipeline = Pipeline(self.state)
 
 
 class HostNode(Node):
@@ -231,13 +238,13 @@ class HostNode(Node):
         self.index = index
         self.handler: HostHandler | None = None
 
-    def receive(self, frame: bytearray, port: Port) -> None:
+    def receive(self, frame: bytes, port: Port) -> None:
         if self.handler is None:
-            self.net.drops["no_handler"] += 1
+            self.net.sim_drops["no_handler"] += 1
             return
         self.handler.on_frame(port.number, frame)
 
-    def send(self, plane: int, frame: bytearray) -> None:
+    def send(self, plane: int, frame: bytes) -> None:
         self.ports[plane].send(frame)
 
 
@@ -245,16 +252,18 @@ class Network:
     """The fabric as nodes and ports; also the failure-injection surface."""
 
     def __init__(self, fabric: Fabric, loop: EventLoop, *, rate_bps: float = 10e9,
-                 delay_s: float = 1e-6, queues: QueueConfig | None = None, seed: int = 0) -> None:
+                 delay_s: float = 1e-6, queues: QueueConfig | None = None, seed: int = 0,
+                 program: Callable[[Switch], DeviceState] | None = None) -> None:
+        """`program` replaces the controller's tables (the golden corpus runs its own)."""
         if rate_bps <= 0 or delay_s < 0:
             raise NetworkConfigError("rate_bps must be > 0 and delay_s >= 0")
         self.fabric, self.loop = fabric, loop
         self.rate_bps, self.delay_s = rate_bps, delay_s
         self.queues = queues or QueueConfig()
         self.rng = random.Random(seed)
-        self.drops: Counter[str] = Counter()
-        self.trims = 0
-        self.ecn_marks = 0
+        self.sim_drops: Counter[str] = Counter()
+        self.codec = Codec.committed()
+        self.program = program or self.controller_tables
         self.switches = {s.name: SwitchNode(self, s) for s in fabric.switches}
         self.hosts = [HostNode(self, fabric.host_name(h), h) for h in range(fabric.hosts)]
         self.nodes: dict[str, Node] = {**self.switches, **{h.name: h for h in self.hosts}}
@@ -262,28 +271,30 @@ class Network:
         for cable in fabric.links:
             self._wire(cable.a, cable.a_port, cable.b, cable.b_port)
 
+    def controller_tables(self, switch: Switch) -> DeviceState:
+        """A fresh device state holding the controller's tables for `switch`."""
+        try:
+            tables = switch_tables(self.fabric, switch, thresholds=self.queues.thresholds())
+        except TopologyError as exc:
+            raise NetworkConfigError(str(exc)) from None
+        state = DeviceState(self.codec.index)
+        updates = [self.codec.update("INSERT", e) for e in tables.entities()]
+        errors = [e for e in state.write(updates) if e is not None]
+        if errors:
+            raise NetworkConfigError(f"{switch.name}: tables rejected: {errors[0]}")
+        return state
+
     def _wire(self, a: str, a_port: int, b: str, b_port: int) -> None:
         state = LinkState(a, b)
         self.links[frozenset((a, b))] = state
         ends = []
-        for name, number, other in ((a, a_port, b), (b, b_port, a)):
+        for name, number in ((a, a_port), (b, b_port)):
             node = self.nodes[name]
-            is_switch = isinstance(node, SwitchNode)
-            port = Port(self, node, number, state, switch_port=is_switch,
-                        host_facing=is_switch and isinstance(self.nodes[other], HostNode))
+            port = Port(self, node, number, state, switch_port=isinstance(node, SwitchNode))
             node.ports[number] = port
             ends.append(port)
         ends[0].peer, ends[1].peer = ends[1], ends[0]
         state.ports = ends
-        for near, far in ((ends[0], ends[1]), (ends[1], ends[0])):
-            if isinstance(near.node, SwitchNode):
-                near.node.fwd[usid_prefix(self._usid_of(far.node, far.number))] = near
-
-    def _usid_of(self, node: Node, port_number: int) -> int:
-        """The uSID that names `node` to its neighbour: a switch's own, or the host NIC's."""
-        if isinstance(node, SwitchNode):
-            return node.switch.usid
-        return self.fabric.nic(node.index, port_number).usid  # type: ignore[attr-defined]
 
     # --- lookup -----------------------------------------------------------------------------
     def link(self, a: str, b: str) -> LinkState:
@@ -318,7 +329,7 @@ class Network:
         if not up:
             link.epoch += 1
             for port in link.ports:
-                self.drops["link_down"] += port.flush()
+                self.sim_drops["link_down"] += port.flush()
         for port in link.ports:
             node = port.node
             if isinstance(node, HostNode) and node.handler is not None:
@@ -333,9 +344,30 @@ class Network:
     def set_switch_up(self, name: str, up: bool) -> None:
         """A dead switch loses its queues and takes its cables down (hosts see loss of signal)."""
         node = self.switches[name]
+        if up and not node.up:
+            node.reboot()
         node.up = up
         for port in node.ports.values():
             self.set_link_up(port.link, up)
+
+    @property
+    def trims(self) -> int:
+        return sum(sum(cell[0] for cell in sw.pipeline.trims) for sw in self.switches.values())
+
+    @property
+    def ecn_marks(self) -> int:
+        return sum(sum(cell[0] for cell in sw.pipeline.ecn_marks)
+                   for sw in self.switches.values())
+
+    @property
+    def drops(self) -> Counter[str]:
+        """Losses by cause: the simulator's (links, queues) and the pipelines' drop reasons."""
+        out = Counter(self.sim_drops)
+        for sw in self.switches.values():
+            for reason, count in sw.pipeline.drop_stats().items():
+                if count:
+                    out[reason.lower()] += count
+        return out
 
     def counters(self) -> dict[str, object]:
         return {"trims": self.trims, "ecn_marks": self.ecn_marks,

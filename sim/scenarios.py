@@ -22,10 +22,7 @@ from sim.harness import Harness, SimSettings
 from sim.host import HostAdapter
 from sim.traffic import ConstantRateSource, CountingSink
 from wire import (
-    DSCP_TRIMMABLE,
-    DSCP_TRIMMABLE_RETX,
-    DSCP_TRIMMED,
-    DSCP_TRIMMED_LASTHOP,
+    DATA_DSCPS,
     decode_frame,
 )
 
@@ -35,7 +32,7 @@ FAILURE_AT = 0.3  # fraction of the ideal transfer time at which failures strike
 CONGESTION_AT = 0.25  # ecn: background load starts here
 BACKGROUND_SHARE = 0.8  # ecn: background rate as a fraction of the link rate
 LOSS_PROBABILITY = 0.01  # loss: on every link, both directions
-DATA_DSCPS = frozenset({DSCP_TRIMMABLE, DSCP_TRIMMABLE_RETX, DSCP_TRIMMED, DSCP_TRIMMED_LASTHOP})
+
 TIME_LIMIT_FACTOR = 50  # give up after this many ideal transfer times (+ 50 ms)
 
 Finisher = Callable[[dict[str, Any]], None]

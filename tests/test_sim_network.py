@@ -133,29 +133,43 @@ def _congest(net: Network, a: str, b: str, factor: float = 100.0) -> None:
     net.set_link_rate(net.link(a, b), RATE / factor)
 
 
+def _send_two_bursts(net: Network, loop: EventLoop, frames: list[bytes], src: int = 0,
+                     plane: int = 0) -> None:
+    """Half the frames now, half after the congested port's first departure has finished:
+    the P4 program decides on the depth recorded by the last data departure (p4src/README.md
+    "Queue depth"), so only the second burst can see a standing queue."""
+    half = len(frames) // 2
+    for f in frames[:half]:
+        net.hosts[src].send(plane, bytearray(f))
+    first = len(frames[0]) * 8 / (RATE / 100)
+    for f in frames[half:]:
+        loop.at(first * 1.5, net.hosts[src].send, plane, bytearray(f))
+
+
 def test_trim_exact_bytes_in_fabric() -> None:
-    q = QueueConfig(capacity=8, ecn_threshold=8, trim_threshold=2)
+    q = QueueConfig(capacity=16, ecn_threshold=2, trim_threshold=2)
     loop, net, sinks = make(q)
     _congest(net, "p0l0", "p0s0")  # the uplink from the sender's T0 is the bottleneck
-    frames = [data_frame(0, 2, 0, 0, psn=i) for i in range(6)]
-    for f in frames:
-        net.hosts[0].send(0, bytearray(f))
+    frames = [data_frame(0, 2, 0, 0, psn=i) for i in range(12)]
+    _send_two_bursts(net, loop, frames)
     loop.run(until=1.0)
     got = {decode_packet(decode_frame(f)[1]).bth.psn: f for _, _, f in sinks[2].frames}
-    assert len(got) == 6 and net.trims == 3
-    trimmed = [psn for psn, f in got.items() if len(f) == DATA_HEADERS_LEN]
-    # psn 0 goes straight to the wire, 1 and 2 wait; 3, 4, 5 meet two waiting packets.
-    assert trimmed == [3, 4, 5]
-    original_env, original_payload = decode_frame(frames[3])
-    env = decode_frame(got[3])[0]
-    expected_env = Envelope(original_env.src_mac, original_env.dst_mac, original_env.outer_src,
+    assert len(got) == 12 and net.trims == 6
+    trimmed = sorted(psn for psn, f in got.items() if len(f) == DATA_HEADERS_LEN)
+    # psn 0 leaves at once (depth 0 recorded), 1-5 queue; psn 1 leaves 4 behind, so the
+    # second burst (6-11) meets a recorded depth of 4 >= 2 and is trimmed.
+    assert trimmed == list(range(6, 12))
+    original_env, original_payload = decode_frame(frames[6])
+    env = decode_frame(got[6])[0]
+    last_t0 = FABRIC.t0(0, FABRIC.nic(2, 0).t0)
+    expected_env = Envelope(last_t0.mac, FABRIC.nic(2, 0).mac, original_env.outer_src,
                             env.outer_dst, original_env.inner_src, original_env.inner_dst,
                             original_env.ev, DSCP_TRIMMED, original_env.ecn,
                             original_env.hop_limit - 3)
     expected = bytearray(encode_frame(expected_env, original_payload[:DATA_HEADERS_LEN - 102]))
-    expected[54:56] = frames[3][54:56]  # the inner traffic class is the sender's, never rewritten
-    assert got[3] == bytes(expected)
-    raw = got[3]
+    expected[54:56] = frames[6][54:56]  # the inner traffic class is the sender's, never rewritten
+    assert got[6] == bytes(expected)
+    raw = got[6]
     assert int.from_bytes(raw[18:20], "big") == 80  # outer payload length
     assert int.from_bytes(raw[58:60], "big") == 40  # inner payload length
     assert int.from_bytes(raw[98:100], "big") == 40  # UDP length
@@ -163,18 +177,18 @@ def test_trim_exact_bytes_in_fabric() -> None:
     assert pkt.trimmed and pkt.imm is None and pkt.reth.dma_len == 1024
     # Trimmed headers overtake the waiting data packets (priority queue).
     order = [decode_packet(decode_frame(f)[1]).bth.psn for _, _, f in sinks[2].frames]
-    assert order == [0, 3, 4, 5, 1, 2]
+    assert order == [0, 1] + list(range(6, 12)) + [2, 3, 4, 5]
 
 
 def test_trim_at_host_facing_port_is_lasthop() -> None:
-    q = QueueConfig(capacity=8, ecn_threshold=1, trim_threshold=3)
+    q = QueueConfig(capacity=16, ecn_threshold=1, trim_threshold=3)
     loop, net, sinks = make(q)
     _congest(net, "p0l1", "h2")
-    for i in range(6):
-        net.hosts[0].send(0, bytearray(data_frame(0, 2, 0, i % 2, psn=i)))
+    frames = [data_frame(0, 2, 0, i % 2, psn=i) for i in range(12)]
+    _send_two_bursts(net, loop, frames)
     loop.run(until=1.0)
     envs = [decode_frame(f)[0] for _, _, f in sinks[2].frames]
-    assert sorted(e.dscp for e in envs) == [DSCP_TRIMMABLE] * 4 + [DSCP_TRIMMED_LASTHOP] * 2
+    assert sorted(e.dscp for e in envs) == [DSCP_TRIMMABLE] * 6 + [DSCP_TRIMMED_LASTHOP] * 6
     # The host-facing queue passed the ECN threshold, but the last hop never marks.
     assert all(e.ecn == ECN_ECT0 for e in envs) and net.ecn_marks == 0
 
@@ -183,15 +197,16 @@ def test_ecn_marks_ect_only_above_threshold() -> None:
     q = QueueConfig(capacity=16, ecn_threshold=2, trim_threshold=16)
     loop, net, sinks = make(q)
     _congest(net, "p0l0", "p0s0")
-    sent = [data_frame(0, 2, 0, 0, psn=i, ecn=ECN_NOT_ECT if i == 4 else ECN_ECT0)
-            for i in range(6)]
-    for f in sent:
-        net.hosts[0].send(0, bytearray(f))
+    sent = [data_frame(0, 2, 0, 0, psn=i, ecn=ECN_NOT_ECT if i == 8 else ECN_ECT0)
+            for i in range(12)]
+    _send_two_bursts(net, loop, sent)
     loop.run(until=1.0)
     ecn = {psn_of(f): decode_frame(f)[0].ecn for _, _, f in sinks[2].frames}
-    # psn 0 on the wire, 1 and 2 queue below the threshold, 3 and 5 join a queue of >= 2.
-    assert ecn == {0: ECN_ECT0, 1: ECN_ECT0, 2: ECN_ECT0, 3: ECN_CE, 4: ECN_NOT_ECT, 5: ECN_CE}
-    assert net.ecn_marks == 2
+    # The first burst meets a recorded depth of 0; the second one of 4 >= 2: ECT frames get
+    # CE, the one Not-ECT frame passes unmarked.
+    assert ecn == {i: ECN_ECT0 for i in range(6)} | {
+        i: ECN_NOT_ECT if i == 8 else ECN_CE for i in range(6, 12)}
+    assert net.ecn_marks == 5 and net.trims == 0
 
 
 def test_control_overtakes_data_and_non_trimmable_tail_drops() -> None:
