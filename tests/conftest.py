@@ -1,34 +1,19 @@
-"""Shared test policy: BMv2 tests skip with a reason where the P4 toolchain is absent (users'
-machines), but fail where the toolchain is required (CI: `.ci/run` installs it and sets
-MRC_REQUIRE_BMV2=1), so a broken install can never pass as a row of skips."""
+"""Test-suite policy, by layer: tests/unit (contracts, controller, agent and tool units),
+tests/core (the sans-IO transport core, tests/core/harness.py), tests/sim (the simulated
+fabric), tests/switch (P4 program, BMv2, software switch), tests/e2e (Mininet fabrics and live
+agents). Everything under tests/e2e and every BMv2 test is marked `slow`, so
+`./testbed test -m "not slow"` is the quick loop (about a minute)."""
 
 from __future__ import annotations
 
-import os
-import shutil
+from pathlib import Path
 
 import pytest
 
-REQUIRE_ENV = "MRC_REQUIRE_BMV2"
-BMV2_TOOLS = ("p4c-bm2-ss", "simple_switch_grpc", "simple_switch_CLI")
-INSTALL_HINT = "install the P4 toolchain with scripts/install-p4lang.sh (README, 'BMv2')"
+E2E = Path(__file__).resolve().parent / "e2e"
 
 
-def bmv2_required() -> bool:
-    return os.environ.get(REQUIRE_ENV, "") == "1"
-
-
-def require_bmv2(tools: tuple[str, ...] = BMV2_TOOLS) -> None:
-    """Skip (or, with MRC_REQUIRE_BMV2=1, fail) unless every tool is on PATH."""
-    missing = [t for t in tools if shutil.which(t) is None]
-    if not missing:
-        return
-    reason = f"{', '.join(missing)} not on PATH: {INSTALL_HINT}"
-    if bmv2_required():
-        pytest.fail(f"{REQUIRE_ENV}=1 but {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
-def require_root(what: str) -> None:
-    if os.geteuid() != 0:
-        pytest.skip(f"{what} needs root")
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if E2E in Path(str(item.fspath)).parents or item.get_closest_marker("bmv2"):
+            item.add_marker(pytest.mark.slow)

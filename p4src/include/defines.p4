@@ -1,6 +1,6 @@
 /* Constants of the MRC switch program. Every value matches docs/wire-format.md and is checked
  * against wire/codec.py, fabric/topology.py and p4rt/names.py by
- * tests/test_p4_constants.py, which parses the `const` lines below: keep one per line. */
+ * tests/switch/test_p4_constants.py, which parses the `const` lines below: keep one per line. */
 #ifndef MRC_DEFINES_P4
 #define MRC_DEFINES_P4
 

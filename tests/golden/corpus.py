@@ -1,6 +1,6 @@
 """Loader for the golden packet corpus (tests/golden/cases.json, format in README.md).
 
-One truth for every data plane: the BMv2 runner (tests/bmv2_runner.py) and the software
+One truth for every data plane: the BMv2 runner (tests/switch/bmv2_runner.py) and the software
 switch's tests both feed these cases to their pipeline and compare. API:
 
     load_cases(path=CASES_PATH) -> list[Case]

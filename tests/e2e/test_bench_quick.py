@@ -1,0 +1,133 @@
+"""`python -m bench all --quick` on each switch target (the software switch and BMv2, same
+fabric and rates): the results file is complete and sane.
+
+Runs every scenario once (a few minutes on 2 cores) and checks structure, not performance:
+every key present, numbers finite and non-negative, every MRC run and every clean run
+verified, figures in their ranges, plots written. The performance targets are reported by
+the bench, never asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import results
+from bench.scenarios import SCENARIOS
+from tests.support import require_bmv2
+from topologies.network import NO_TRIM_THRESHOLD
+
+REPO = Path(__file__).resolve().parents[2]
+RUN_TIMEOUT_S = 1200  # about 3 minutes alone; the rest is waiting for other fabrics to stop
+
+pytestmark = [pytest.mark.root, pytest.mark.timeout(RUN_TIMEOUT_S + 300),
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root (Mininet)"),
+              pytest.mark.skipif(shutil.which("mnexec") is None, reason="needs Mininet")]
+
+
+@pytest.fixture(scope="module", params=["soft", pytest.param("bmv2", marks=pytest.mark.bmv2)])
+def run(request: pytest.FixtureRequest,
+        tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    if request.param == "bmv2":
+        require_bmv2()
+    out = tmp_path_factory.mktemp(f"bench-{request.param}")
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "all", "--quick", "--target",
+                             request.param,
+                             "--out", str(out), "--no-progress"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        # SIGTERM, not SIGKILL: the bench then stops its fabric (switches, agents, veths);
+        # a killed bench would leave them behind for every later user of the machine.
+        if proc.poll() is None:
+            proc.terminate()
+            proc.communicate(timeout=120)
+    path = out / "results.json"
+    assert path.exists(), err[-3000:]
+    return json.loads(path.read_text()), out
+
+
+def test_every_scenario_ran_and_validates(run: tuple[dict, Path]) -> None:
+    data, _ = run
+    assert set(data["scenarios"]) == set(SCENARIOS)
+    assert results.validate(data) == []
+    for key in ("git_commit", "python", "kernel", "nproc", "memory_bytes"):
+        assert data["environment"][key]
+
+
+def test_fabric_parameters_recorded(run: tuple[dict, Path]) -> None:
+    data, _ = run
+    for sc in data["scenarios"].values():
+        assert sc["fabric"]["planes"] >= 2
+        assert sc["network"]["port_rate_pps"] > 0 and sc["network"]["base_rtt_s"] > 0
+        assert sc["capacity_pps"] >= sc["network"]["port_rate_pps"]
+
+
+def test_contenders_present(run: tuple[dict, Path]) -> None:
+    data, _ = run
+    for name, sc in data["scenarios"].items():
+        expected = {"mrc", "single_path"} if name == "allreduce" else \
+            {"mrc", "single_path", "tcp", "mptcp"}
+        assert expected <= set(sc["contenders"]), name
+    assert "mrc_no_trim" in data["scenarios"]["incast"]["contenders"]
+
+
+def test_no_trim_variant_never_trims(run: tuple[dict, Path]) -> None:
+    incast = run[0]["scenarios"]["incast"]
+    assert incast["no_trim_threshold"] == NO_TRIM_THRESHOLD
+    assert incast["contenders"]["mrc_no_trim"]["summary"]["trims"] == 0
+
+
+def test_kernel_flows_work_after_nic_failures(run: tuple[dict, Path]) -> None:
+    """The agents' NIC-failure runs come first: nic_up must have restored the NICs' IPv6."""
+    contenders = run[0]["scenarios"]["plane-failure"]["contenders"]
+    for name in ("tcp", "mptcp"):
+        if "skipped" not in contenders[name]:
+            assert contenders[name]["clean"]["summary"]["ok"], name
+
+
+def test_figures_in_range(run: tuple[dict, Path]) -> None:
+    data, _ = run
+    sc = data["scenarios"]
+    perm = sc["permutation"]
+    for c in perm["contenders"].values():
+        if "skipped" not in c:
+            assert 0 < c["summary"]["aggregate_over_capacity"] <= 1.5
+    assert perm["figures"]["slowest_speedup_mrc_vs_single_path"] > 0
+    for name in ("link-failure", "plane-failure", "switch-reboot"):
+        mrc = sc[name]["contenders"]["mrc"]
+        assert 0 <= mrc["failure_at_s"] < mrc["completion_failed_s"]
+        assert mrc["stall_s"] >= 0 and mrc["completion_ratio"] > 0
+    assert sc["link-failure"]["contenders"]["mrc"]["retire_rtts"] is not None
+    assert 0 < sc["plane-failure"]["contenders"]["mrc"]["goodput_after_over_clean"] <= 1.5
+    inc = sc["incast"]["figures"]["mrc"]
+    assert inc["completion_over_ideal"] >= 0.8 and 0 <= inc["spurious_timeouts"] <= inc["timeouts"]
+    for c in sc["allreduce"]["contenders"].values():
+        d = c["step_time_s"]
+        assert c["ok"] and c["completed_steps"] == c["steps"]
+        assert 0 < d["min"] <= d["p50"] <= d["p99"] <= d["max"]
+
+
+def test_targets_reported_not_asserted(run: tuple[dict, Path]) -> None:
+    data, _ = run
+    targets = [t for sc in data["scenarios"].values() for t in sc["targets"]]
+    assert len(targets) >= 8
+    for t in targets:
+        assert t["met"] in (True, False) and t["measured"] is not None, t
+
+
+def test_summary_and_plots_written(run: tuple[dict, Path]) -> None:
+    _, out = run
+    text = (out / "summary.md").read_text()
+    for name in SCENARIOS:
+        assert f"## {name}" in text
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert "permutation-flows.png" in pngs and "allreduce-steps.png" in pngs
+    assert "link-failure-goodput.png" in pngs and "incast-flows.png" in pngs

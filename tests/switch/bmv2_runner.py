@@ -1,0 +1,309 @@
+"""Run golden corpus cases (tests/golden) on a real simple_switch_grpc.
+
+The harness compiles p4src/mrc.p4, creates veth pairs named after this process, starts
+simple_switch_grpc on the switch ends (gRPC on 127.0.0.1, Thrift for register writes),
+pushes the pipeline over P4Runtime and, per case: installs the entries, presets the
+queue-depth register, sends the frame on the host end of the ingress port, collects what
+arrives on every host end, reads counters, removes the entries. Everything it creates is
+removed by name/PID in close(), also on failure. Used by tests/switch/test_p4_bmv2.py.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import select
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from google.protobuf import text_format
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+from controller import p4build
+from p4rt import names as n
+from tests.golden.corpus import ActionCall, Case, TableEntry
+from topologies.bmv2_switch import runtime_cli
+from topologies.procs import stop_process
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = ("p4c-bm2-ss", "simple_switch_grpc", "simple_switch_CLI")
+ETH_P_ALL = 0x0003
+DEVICE_ID = 1
+ELECTION_ID = p4runtime_pb2.Uint128(high=0, low=1)
+QUIET_S = 0.4  # how long to keep listening after the last frame arrived
+START_TIMEOUT_S = 20.0
+
+
+def missing_tools() -> list[str]:
+    return [t for t in TOOLS if shutil.which(t) is None]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class P4InfoIndex:
+    """Name -> id lookups over a P4Info message."""
+
+    def __init__(self, info: p4info_pb2.P4Info) -> None:
+        self.info = info
+        self.tables = {t.preamble.name: t for t in info.tables}
+        self.actions = {a.preamble.name: a for a in info.actions}
+        self.profiles = {p.preamble.name: p for p in info.action_profiles}
+        self.counters = {c.preamble.name: c for c in info.counters}
+
+    def action(self, call: ActionCall) -> p4runtime_pb2.Action:
+        spec = self.actions[call.action]
+        params = [p4runtime_pb2.Action.Param(
+            param_id=p.id, value=call.params[p.name].to_bytes((p.bitwidth + 7) // 8, "big"))
+            for p in spec.params]
+        return p4runtime_pb2.Action(action_id=spec.preamble.id, params=params)
+
+    def matches(self, entry: TableEntry) -> list[p4runtime_pb2.FieldMatch]:
+        fields = {f.name: f for f in self.tables[entry.table].match_fields}
+        out = []
+        for m in entry.match:
+            f = fields[m.field]
+            value = m.value.to_bytes((f.bitwidth + 7) // 8, "big")
+            if m.prefix_len is None:
+                out.append(p4runtime_pb2.FieldMatch(
+                    field_id=f.id, exact=p4runtime_pb2.FieldMatch.Exact(value=value)))
+            else:
+                out.append(p4runtime_pb2.FieldMatch(
+                    field_id=f.id,
+                    lpm=p4runtime_pb2.FieldMatch.LPM(value=value, prefix_len=m.prefix_len)))
+        return out
+
+
+@dataclass
+class Observed:
+    outputs: list[tuple[int, bytes]]
+    counter_deltas: dict[str, dict[int, int]]
+
+
+class Bmv2Harness:
+    """One switch process and its veths; use as a context manager."""
+
+    def __init__(self, ports: int = 4) -> None:
+        self.tag = f"p4t{os.getpid() % 100000}"
+        self.ports = list(range(1, ports + 1))
+        self.links: list[str] = []
+        self.proc: subprocess.Popen | None = None
+        self.channel = None
+        self._stream_q: queue.Queue = queue.Queue()
+        self._stream = None
+        self.socks: dict[int, socket.socket] = {}
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"{self.tag}-"))
+        self.grpc_port = _free_port()
+        self.thrift_port = _free_port()
+
+    # ---- set-up and tear-down -------------------------------------------------------------
+    def __enter__(self) -> Bmv2Harness:
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _sw(self, port: int) -> str:
+        return f"{self.tag}s{port}"
+
+    def _host(self, port: int) -> str:
+        return f"{self.tag}h{port}"
+
+    def _start(self) -> None:
+        json_path, p4info_path = p4build.ensure_compiled()
+        self.p4info = P4InfoIndex(text_format.Parse(p4info_path.read_text(),
+                                                    p4info_pb2.P4Info()))
+        for p in self.ports:
+            subprocess.run(["ip", "link", "add", self._sw(p), "type", "veth", "peer", "name",
+                            self._host(p)], check=True)
+            self.links.append(self._sw(p))
+            for ifname in (self._sw(p), self._host(p)):
+                # No IPv6 autoconfiguration: router solicitations would hit the drop counters.
+                subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{ifname}.disable_ipv6=1"],
+                               check=True)
+                subprocess.run(["ip", "link", "set", ifname, "up"], check=True)
+            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+            sock.bind((self._host(p), 0))
+            self.socks[p] = sock
+        cmd = ["simple_switch_grpc", "--device-id", str(DEVICE_ID), "--no-p4",
+               "--thrift-port", str(self.thrift_port)]
+        for p in self.ports:
+            cmd += ["-i", f"{p}@{self._sw(p)}"]
+        cmd += ["--", "--grpc-server-addr", f"127.0.0.1:{self.grpc_port}",
+                "--priority-queues", str(n.PRIORITY_QUEUES)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._connect(json_path)
+
+    def _connect(self, json_path: Path) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.grpc_port}")
+        grpc.channel_ready_future(self.channel).result(timeout=max(1.0, deadline -
+                                                                   time.monotonic()))
+        self.stub = p4runtime_pb2_grpc.P4RuntimeStub(self.channel)
+        self._stream = self.stub.StreamChannel(self._requests())
+        self._stream_q.put(p4runtime_pb2.StreamMessageRequest(
+            arbitration=p4runtime_pb2.MasterArbitrationUpdate(device_id=DEVICE_ID,
+                                                              election_id=ELECTION_ID)))
+        reply = next(self._stream)
+        if reply.arbitration.status.code != 0:
+            raise RuntimeError(f"not primary controller: {reply.arbitration.status}")
+        config = p4runtime_pb2.ForwardingPipelineConfig(p4info=self.p4info.info,
+                                                        p4_device_config=json_path.read_bytes())
+        self.stub.SetForwardingPipelineConfig(p4runtime_pb2.SetForwardingPipelineConfigRequest(
+            device_id=DEVICE_ID, election_id=ELECTION_ID, config=config,
+            action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT))
+
+    def _requests(self) -> Iterator[p4runtime_pb2.StreamMessageRequest]:
+        while True:
+            item = self._stream_q.get()
+            if item is None:
+                return
+            yield item
+
+    def close(self) -> None:
+        """Remove exactly what this harness created: its sockets, process and veths."""
+        for sock in self.socks.values():
+            sock.close()
+        self.socks.clear()
+        self._stream_q.put(None)
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+        if self.proc is not None:
+            stop_process(self.proc, 5)
+        self.proc = None
+        for link in self.links:
+            subprocess.run(["ip", "link", "del", link], check=False, capture_output=True)
+        self.links.clear()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # ---- per case ---------------------------------------------------------------------------
+    def _write(self, kind: int, entities: list[p4runtime_pb2.Entity]) -> None:
+        if entities:
+            self.stub.Write(p4runtime_pb2.WriteRequest(
+                device_id=DEVICE_ID, election_id=ELECTION_ID,
+                updates=[p4runtime_pb2.Update(type=kind, entity=e) for e in entities]))
+
+    def _entities(self, case: Case) -> tuple[list, list]:
+        """(members and groups, table entries) for the case's entries."""
+        profile = self.p4info.profiles[n.ECMP_SELECTOR].preamble.id
+        profile_entities, table_entities = [], []
+        next_id = 1
+        for i, entry in enumerate(case.entries):
+            te = p4runtime_pb2.TableEntry(table_id=self.p4info.tables[entry.table].preamble.id,
+                                          match=self.p4info.matches(entry))
+            if entry.action is not None:
+                te.action.action.CopyFrom(self.p4info.action(entry.action))
+            else:
+                members = []
+                for call in entry.group:
+                    profile_entities.append(p4runtime_pb2.Entity(
+                        action_profile_member=p4runtime_pb2.ActionProfileMember(
+                            action_profile_id=profile, member_id=next_id,
+                            action=self.p4info.action(call))))
+                    members.append(p4runtime_pb2.ActionProfileGroup.Member(member_id=next_id,
+                                                                           weight=1))
+                    next_id += 1
+                profile_entities.append(p4runtime_pb2.Entity(
+                    action_profile_group=p4runtime_pb2.ActionProfileGroup(
+                        action_profile_id=profile, group_id=i + 1, members=members,
+                        max_size=len(members))))
+                te.action.action_profile_group_id = i + 1
+            table_entities.append(p4runtime_pb2.Entity(table_entry=te))
+        return profile_entities, table_entities
+
+    def _preset_registers(self, case: Case) -> None:
+        lines = [f"register_reset {n.QUEUE_DEPTH_REGISTER}"]
+        for name, values in case.registers.items():
+            lines += [f"register_write {name} {i} {v}" for i, v in sorted(values.items())]
+        runtime_cli(self.thrift_port, lines, "golden corpus")
+
+    def _counter(self, name: str, index: int) -> int:
+        entry = p4runtime_pb2.CounterEntry(counter_id=self.p4info.counters[name].preamble.id,
+                                           index=p4runtime_pb2.Index(index=index))
+        request = p4runtime_pb2.ReadRequest(device_id=DEVICE_ID,
+                                            entities=[p4runtime_pb2.Entity(counter_entry=entry)])
+        for response in self.stub.Read(request):
+            for entity in response.entities:
+                return entity.counter_entry.data.packet_count
+        raise RuntimeError(f"no counter entry {name}[{index}]")
+
+    def _collect(self, expected: int) -> list[tuple[int, bytes]]:
+        """Frames arriving on the host ends (outgoing copies of our own sends are skipped)."""
+        got: list[tuple[int, bytes]] = []
+        by_fd = {s.fileno(): (p, s) for p, s in self.socks.items()}
+        deadline = time.monotonic() + 2.0
+        while True:
+            wait = (deadline if len(got) < expected else time.monotonic() + QUIET_S)
+            timeout = wait - time.monotonic()
+            if timeout <= 0:
+                return got
+            ready, _, _ = select.select(list(by_fd), [], [], timeout)
+            if not ready:
+                return got
+            for fd in ready:
+                port, sock = by_fd[fd]
+                data, addr = sock.recvfrom(65535)
+                if addr[2] != socket.PACKET_OUTGOING:
+                    got.append((port, data))
+
+    def _drain(self) -> None:
+        for sock in self.socks.values():
+            while select.select([sock], [], [], 0)[0]:
+                sock.recv(65535)
+
+    def run(self, case: Case) -> Observed:
+        profiles, tables = self._entities(case)
+        self._write(p4runtime_pb2.Update.INSERT, profiles)
+        self._write(p4runtime_pb2.Update.INSERT, tables)
+        try:
+            self._preset_registers(case)
+            self._drain()
+            for pre in case.prelude:  # each must leave before the next: it sets queue state
+                self.socks[pre.port].send(pre.frame)
+                self._collect(1)
+            wanted = {(name, i) for name, v in case.counters.items() for i in v}
+            before = {k: self._counter(*k) for k in wanted}
+            self._drain()
+            self.socks[case.ingress_port].send(case.frame)
+            outputs = self._collect(0 if case.drop_reason else 1)
+            deltas: dict[str, dict[int, int]] = {}
+            for name, i in wanted:
+                deltas.setdefault(name, {})[i] = self._counter(name, i) - before[(name, i)]
+        finally:
+            self._write(p4runtime_pb2.Update.DELETE, tables[::-1])
+            self._write(p4runtime_pb2.Update.DELETE, profiles[::-1])
+        return Observed(outputs, deltas)
+
+
+def check(case: Case, seen: Observed) -> list[str]:
+    """Differences between what the case expects and what the switch did (empty = pass)."""
+    problems = []
+    expected = [(o.port, o.frame) for o in case.outputs]
+    if case.drop_reason and seen.outputs:
+        problems.append(f"expected a drop ({case.drop_reason}), got {len(seen.outputs)} frame(s)")
+    elif case.one_of and (len(seen.outputs) != 1 or seen.outputs[0] not in expected):
+        problems.append(f"expected one of ports {[p for p, _ in expected]}, got "
+                        f"{[(p, f.hex()) for p, f in seen.outputs]}")
+    elif not case.drop_reason and not case.one_of and sorted(seen.outputs) != sorted(expected):
+        problems.append(f"expected {[(p, f.hex()) for p, f in expected]}, got "
+                        f"{[(p, f.hex()) for p, f in seen.outputs]}")
+    if seen.counter_deltas != case.counters:
+        problems.append(f"counters: expected {case.counters}, got {seen.counter_deltas}")
+    return problems

@@ -1,0 +1,106 @@
+"""Regression, on both targets: a standing data queue is trimmed on every data packet while
+SACKs and trimmed headers flow through the same port.
+
+BMv2 1.15.1 reports queue depths per priority queue. When egress wrote every packet's
+enq_qdepth into queue_depth_register, each SACK or trimmed header leaving the (empty)
+high-priority queue wrote ~0 and the data packet behind it was not trimmed: trimming
+alternated on and off under a standing queue. The old egress is compiled from a patched
+copy of p4src/ and must fail the same check, so the test is known to catch the bug.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from controller import p4build
+from p4rt import names as N
+from softswitch.netlab import VethLab
+from tests.support import require_bmv2, require_root
+from tests.switch import differential as D
+
+pytestmark = [pytest.mark.root, pytest.mark.timeout(300)]
+
+STANDING_PPS = 20  # data queue of the uplink: 28 packets take 1.4 s to leave
+BUILD_UP, MIXED = 30, 16  # data frames that build the queue; data frames mixed with control
+OLD_EGRESS = """        queue_depth_register.write((bit<32>)standard_metadata.egress_port,
+                                   standard_metadata.enq_qdepth);"""
+
+
+def _old_program(tmp: Path) -> bytes:
+    """The egress before the fix (every packet writes its own queue's enq_qdepth)."""
+    src = tmp / "p4src"
+    shutil.copytree(p4build.P4SRC, src, ignore=shutil.ignore_patterns("build"))
+    egress = src / "include" / "egress.p4"
+    text = egress.read_text()
+    start, end = text.index("    apply {"), text.index("#endif")
+    egress.write_text(text[:start] + "    apply {\n" + OLD_EGRESS + "\n    }\n}\n\n"
+                      + text[end:])
+    subprocess.run([str(src / "build.sh"), str(tmp / "build")], check=True,
+                   capture_output=True, text=True)
+    return (tmp / "build" / "mrc.json").read_bytes()
+
+
+def standing_queue(target: D.LiveTarget, wire: D.Wire) -> tuple[int, int, int]:
+    """(data frames sent while the queue stood, of them trimmed, trim_counter delta)."""
+    rng = random.Random(5)
+    target.set_queue_rate(STANDING_PPS, D.UPLINK, N.PRIORITY_DATA)
+    time.sleep(1.0 / STANDING_PPS * 2)
+    for _ in range(BUILD_UP):
+        wire.send(D.HOST_PORT, D._flow(D.W.DSCP_TRIMMABLE, rng))
+    time.sleep(3.0 / STANDING_PPS)  # departures write the standing depth (>= 25)
+    wire.until_quiet(0.01)
+    trims_before = target.counter(N.TRIM_COUNTER)[D.UPLINK]
+    seen: list[tuple[int, str]] = []
+    headers = 0
+    for i in range(MIXED):
+        extra = D._sack(rng) if i % 2 else D._trimmed_header(rng)
+        headers += not i % 2
+        for frame in (D._flow(D.W.DSCP_TRIMMABLE, rng), extra):
+            step = D.exchange(target, wire, D.HOST_PORT, frame)
+            seen += step[1] if step[0] == "out" else []
+    seen += wire.until_quiet(0.05)
+    short = sum(len(h) // 2 == D.W.TRIMMED_FRAME_LEN for _, h in seen)
+    trimmed = short - headers  # every 134-byte frame is a trimmed data frame or our header
+    trims = target.counter(N.TRIM_COUNTER)[D.UPLINK] - trims_before
+    target.set_queue_rate(D.UNLIMITED_PPS, D.UPLINK, N.PRIORITY_DATA)
+    return MIXED, trimmed, trims
+
+
+def _run(cls: type[D.LiveTarget]) -> tuple[int, int, int]:
+    with VethLab(f"qd{cls.name[:4]}", len(D.PORTS)) as lab, cls(lab) as target:
+        wire = D.Wire(lab)
+        try:
+            return standing_queue(target, wire)
+        finally:
+            wire.close()
+
+
+@pytest.mark.parametrize("target", ["soft", pytest.param("bmv2", marks=pytest.mark.bmv2)])
+def test_standing_queue_trims_every_data_packet(target: str) -> None:
+    require_root("veth pairs and namespaces")
+    if target == "bmv2":
+        require_bmv2(("simple_switch_grpc", "p4c-bm2-ss"))
+    sent, trimmed, counted = _run(D.SoftTarget if target == "soft" else D.Bmv2Target)
+    assert (trimmed, counted) == (sent, sent), (sent, trimmed, counted)
+
+
+@pytest.mark.bmv2
+def test_the_old_egress_fails_this_check(tmp_path: Path) -> None:
+    require_root("veth pairs and namespaces")
+    require_bmv2(("simple_switch_grpc", "p4c-bm2-ss"))
+    blob = _old_program(tmp_path)
+
+    class OldBmv2(D.Bmv2Target):
+        name = "old"
+
+        def device_config(self) -> bytes:
+            return blob
+
+    sent, trimmed, _ = _run(OldBmv2)
+    assert trimmed < sent, "the pre-fix program trimmed every packet: the check is blind"
