@@ -34,12 +34,13 @@ import wire as W
 from controller.p4build import ensure_compiled
 from fabric.topology import Fabric, usid_prefix
 from p4rt import names as N
+from p4rt import program as P
+from p4rt.codec import Codec
 from p4rt.p4info import COMMITTED_P4INFO
 from p4rt.p4info import load_text as load_p4info
-from softswitch.netlab import PACKET_OUTGOING, VethLab
-from softswitch.testing import committed_index, port_config, update, usid_entries
 from topologies.bmv2_switch import LOG_LEVEL
 from topologies.procs import stop_process
+from topologies.vethlab import PACKET_OUTGOING, VethLab
 
 REPO = Path(__file__).resolve().parent.parent
 FRAME_LEN = 1500
@@ -63,7 +64,7 @@ def mrc_frame() -> bytes:
 
 
 def program(client: P4RuntimeClient, device_config: bytes) -> None:
-    idx = committed_index()
+    codec = Codec.committed()
     fabric = Fabric()
     t0, spine = fabric.t0(0, 0), fabric.t1(0, 0)
     req = p4runtime_pb2.SetForwardingPipelineConfigRequest(
@@ -74,10 +75,10 @@ def program(client: P4RuntimeClient, device_config: bytes) -> None:
     req.config.p4_device_config = device_config
     client.stub.SetForwardingPipelineConfig(req)
     write = p4runtime_pb2.WriteRequest()
-    write.updates.extend(usid_entries(idx, usid_prefix(t0.usid),
-                                      {usid_prefix(spine.usid): (2, 0x020000000200)}))
-    write.updates.append(update("table_entry", port_config(idx, 2, False, False, NO_TRIM,
-                                                           NO_TRIM, 0x020000000100)))
+    write.updates.extend(codec.inserts(P.usid_entries(
+        usid_prefix(t0.usid), {usid_prefix(spine.usid): (2, 0x020000000200)}) + [
+        P.port_config(2, host_facing=False, ecn_enabled=False, trim_threshold=NO_TRIM,
+                      ecn_threshold=NO_TRIM, smac=0x020000000100)]))
     client.write(write)
 
 

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 from fabric.topology import ROLE_T0, Fabric, Switch, TopologyError, usid_prefix
 from p4rt import names as n
-from p4rt.entities import Action, Entity, Exact, Group, Lpm, Member, TableEntry, Update
+from p4rt import program
+from p4rt.entities import Entity, Group, Member, TableEntry, Update
+from p4rt.program import mac_int
 
 DEFAULT_ECN_THRESHOLD = 16  # packets queued at egress before ECT packets get CE
 DEFAULT_TRIM_THRESHOLD = 32  # packets queued before trimmable data is cut to headers
@@ -82,33 +84,17 @@ def nic_subnet(fabric: Fabric, plane: int, t0: int) -> ipaddress.IPv6Network:
     return ipaddress.IPv6Network(f"{nic.address}/64", strict=False)
 
 
-def _next_hop(port: int, dmac: str) -> Action:
-    return Action(n.SET_NEXT_HOP, ((n.PARAM_PORT, port), (n.PARAM_DMAC, mac_int(dmac))))
-
-
-def mac_int(mac: str) -> int:
-    return int(mac.replace(":", ""), 16)
-
-
-def _usid_entry(table: str, u: int, action: Action) -> TableEntry:
-    return TableEntry(table, ((n.USID_PREFIX, Exact(usid_prefix(u))),), action)
-
-
 def _route(net: ipaddress.IPv6Network, *, member: int | None = None,
            group: int | None = None) -> TableEntry:
-    match = ((n.DST_ADDR, Lpm(int(net.network_address), net.prefixlen)),)
-    return TableEntry(n.ROUTING_V6_TABLE, match, member_id=member, group_id=group)
+    return program.route(int(net.network_address), net.prefixlen, member=member, group=group)
 
 
 def _port_config(switch: Switch, port: int, host_facing: bool,
                  thresholds: PortThresholds) -> TableEntry:
-    params = ((n.PARAM_HOST_FACING, int(host_facing)),
-              (n.PARAM_ECN_ENABLED, int(not host_facing)),  # no CE marks towards hosts [paper]
-              (n.PARAM_TRIM_THRESHOLD, thresholds.trim),
-              (n.PARAM_ECN_THRESHOLD, thresholds.ecn),
-              (n.PARAM_SMAC, mac_int(switch.mac)))
-    return TableEntry(n.PORT_CONFIG_TABLE, ((n.EGRESS_PORT, Exact(port)),),
-                      Action(n.SET_PORT_CONFIG, params))
+    return program.port_config(port, host_facing=host_facing,
+                               ecn_enabled=not host_facing,  # no CE marks towards hosts [paper]
+                               trim_threshold=thresholds.trim, ecn_threshold=thresholds.ecn,
+                               smac=mac_int(switch.mac))
 
 
 def switch_tables(fabric: Fabric, switch: Switch, dead_links: Iterable[LinkKey] = (),
@@ -121,7 +107,7 @@ def switch_tables(fabric: Fabric, switch: Switch, dead_links: Iterable[LinkKey] 
     dead = check_links(fabric, dead_links)
     thresholds = thresholds or PortThresholds()
     p = switch.plane
-    entries = [_usid_entry(n.MY_USID_TABLE, switch.usid, Action(n.SHIFT_USID))]
+    entries = [program.my_usid(usid_prefix(switch.usid))]
     neighbours: list[tuple[int, str, str, int]] = []  # (port, node name, mac, uSID)
     if switch.role == ROLE_T0:
         for g in range(switch.index * fabric.hosts_per_t0,
@@ -138,12 +124,12 @@ def switch_tables(fabric: Fabric, switch: Switch, dead_links: Iterable[LinkKey] 
             neighbours.append((fabric.downlink_port(k), leaf.name, leaf.mac, leaf.usid))
     live = {port for port, name, _, _ in neighbours if link_key(switch.name, name) not in dead}
 
-    entries += [_usid_entry(n.USID_FWD_TABLE, u, _next_hop(port, mac))
+    entries += [program.usid_fwd(usid_prefix(u), port, mac_int(mac))
                 for port, _, mac, u in neighbours]
     host_ports = set(range(1, fabric.hosts_per_t0 + 1)) if switch.role == ROLE_T0 else set()
     entries += [_port_config(switch, port, port in host_ports, thresholds)
                 for port, _, _, _ in neighbours]
-    members = tuple(Member(n.ECMP_SELECTOR, port, _next_hop(port, mac))
+    members = tuple(program.ecmp_member(port, port, mac_int(mac))
                     for port, _, mac, _ in neighbours)
 
     groups: list[Group] = []
@@ -162,7 +148,7 @@ def switch_tables(fabric: Fabric, switch: Switch, dead_links: Iterable[LinkKey] 
                         if fabric.uplink_port(j) in live
                         and link_key(fabric.t1(p, j).name, remote) not in dead)
             if via:
-                groups.append(Group(n.ECMP_SELECTOR, k + 1, via))
+                groups.append(program.ecmp_group(k + 1, via))
                 entries.append(_route(nic_subnet(fabric, p, k), group=k + 1))
     else:
         for k in range(fabric.t0_per_plane):

@@ -10,7 +10,17 @@ import itertools
 
 from p4.v1 import p4runtime_pb2
 
-from p4rt.entities import Action, Entity, Exact, Group, Lpm, Member, TableEntry, Update
+from p4rt.entities import (
+    Action,
+    Entity,
+    Exact,
+    Group,
+    Lpm,
+    Member,
+    RegisterCell,
+    TableEntry,
+    Update,
+)
 from p4rt.p4info import COMMITTED_P4INFO, P4InfoIndex, load_text
 
 
@@ -63,14 +73,24 @@ class Codec:
             pid, width = params[name]
             out.params.add(param_id=pid, value=encode_value(value, width))
 
-    def update(self, kind: str, entity: Entity) -> p4runtime_pb2.Update:
+    def update(self, kind: str, entity: Entity | RegisterCell) -> p4runtime_pb2.Update:
         """A P4Runtime update; `kind` is an Update.Type name (INSERT, MODIFY, DELETE)."""
         return p4runtime_pb2.Update(type=p4runtime_pb2.Update.Type.Value(kind),
                                     entity=self.encode(entity))
 
-    def encode(self, entity: Entity) -> p4runtime_pb2.Entity:
+    def inserts(self, entities: list | tuple) -> list[p4runtime_pb2.Update]:
+        """INSERT every entity (MODIFY for register cells), in the order given."""
+        return [self.update("MODIFY" if isinstance(e, RegisterCell) else "INSERT", e)
+                for e in entities]
+
+    def encode(self, entity: Entity | RegisterCell) -> p4runtime_pb2.Entity:
         out = p4runtime_pb2.Entity()
-        if isinstance(entity, Member):
+        if isinstance(entity, RegisterCell):
+            info = self.index.registers[self.id(entity.register)]
+            r = out.register_entry
+            r.register_id, r.index.index = info.id, entity.index
+            r.data.bitstring = encode_value(entity.value, info.bitwidth)
+        elif isinstance(entity, Member):
             m = out.action_profile_member
             m.action_profile_id, m.member_id = self.id(entity.profile), entity.member_id
             self._action(entity.action, m.action)

@@ -75,6 +75,19 @@ class Group:
         return ("group", self.profile, self.group_id)
 
 
+@dataclass(frozen=True)
+class RegisterCell:
+    """One cell of a register array, written with MODIFY (registers have no INSERT)."""
+
+    register: str
+    index: int
+    value: int
+
+    @property
+    def key(self) -> tuple:
+        return ("register", self.register, self.index)
+
+
 Entity = TableEntry | Member | Group
 
 

@@ -7,9 +7,10 @@ from collections.abc import Iterator
 import grpc
 from p4.v1 import p4runtime_pb2
 
+from p4rt.codec import canonical
 from softswitch.errors import P4RTError, invalid
 from softswitch.store import DeviceState
-from softswitch.tables import TableRuntime, canonical, not_found
+from softswitch.tables import TableRuntime, not_found
 
 
 def read_entity(state: DeviceState, entity: p4runtime_pb2.Entity) -> list[p4runtime_pb2.Entity]:

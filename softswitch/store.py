@@ -13,9 +13,10 @@ import threading
 import grpc
 from p4.v1 import p4runtime_pb2
 
+from p4rt.codec import canonical
 from p4rt.p4info import P4InfoIndex, TableInfo
 from softswitch.errors import P4RTError, invalid
-from softswitch.tables import Entry, TableRuntime, canonical, canonical_entry, not_found, to_int
+from softswitch.tables import Entry, TableRuntime, canonical_entry, not_found, to_int
 
 INSERT = p4runtime_pb2.Update.INSERT
 MODIFY = p4runtime_pb2.Update.MODIFY

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import grpc
 from p4.v1 import p4runtime_pb2
 
+from p4rt.codec import canonical
 from p4rt.p4info import (
     MATCH_EXACT,
     MATCH_LPM,
@@ -32,11 +33,6 @@ def to_int(value: bytes, bitwidth: int, what: str) -> int:
     if number >> bitwidth:
         raise invalid(f"{what}: value 0x{value.hex()} does not fit in {bitwidth} bits")
     return number
-
-
-def canonical(number: int) -> bytes:
-    """The shortest big-endian encoding (P4Runtime canonical bytestring)."""
-    return number.to_bytes(max(1, (number.bit_length() + 7) // 8), "big")
 
 
 @dataclass

@@ -12,11 +12,14 @@ JSON and plain ints here; frames are bytes.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from p4rt import names as p4names
+from p4rt.codec import Codec
+from p4rt.entities import Action, Entity, Exact, Lpm, RegisterCell, TableEntry
+from p4rt.program import ecmp_group, ecmp_member
 
 CASES_PATH = Path(__file__).resolve().parent / "cases.json"
 FORMAT_VERSION = 2  # 2: optional `prelude`
@@ -24,31 +27,6 @@ FORMAT_VERSION = 2  # 2: optional `prelude`
 
 class CorpusError(ValueError):
     """The corpus file does not follow README.md; the message names the case and field."""
-
-
-@dataclass(frozen=True)
-class Match:
-    """One match field; prefix_len is None for exact fields and set for lpm fields."""
-
-    field: str
-    value: int
-    prefix_len: int | None = None
-
-
-@dataclass(frozen=True)
-class ActionCall:
-    action: str
-    params: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class TableEntry:
-    """An entry of a direct table (one action) or of an ECMP table (group = members)."""
-
-    table: str
-    match: tuple[Match, ...]
-    action: ActionCall | None = None
-    group: tuple[ActionCall, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,13 +57,27 @@ class Case:
     switch: str
     ingress_port: int
     frame: bytes
-    entries: tuple[TableEntry, ...]
+    entities: tuple[Entity, ...]  # p4rt entities in write order (members, group, entry)
     registers: dict[str, dict[int, int]]
     outputs: tuple[Output, ...]
     one_of: bool
     drop_reason: str | None
     counters: dict[str, dict[int, int]]
     prelude: tuple[Output, ...] = ()
+
+    @property
+    def entries(self) -> list[TableEntry]:
+        return [e for e in self.entities if isinstance(e, TableEntry)]
+
+    @property
+    def register_cells(self) -> tuple[RegisterCell, ...]:
+        return tuple(RegisterCell(name, index, value) for name, cells in self.registers.items()
+                     for index, value in sorted(cells.items()))
+
+
+def case_updates(codec: Codec, case: Case) -> list:
+    """P4Runtime updates that program a case: its entities, then its register presets."""
+    return codec.inserts(case.entities + case.register_cells)
 
 
 def _int(value: Any, where: str) -> int:
@@ -108,7 +100,7 @@ def _hex_bytes(value: Any, where: str) -> bytes:
         raise CorpusError(f"{where}: expected a hex string of bytes ({exc})") from exc
 
 
-def _action(raw: dict[str, Any], where: str) -> ActionCall:
+def _action(raw: dict[str, Any], where: str) -> Action:
     name = raw.get("action")
     if name not in p4names.ACTION_PARAMS:
         raise CorpusError(f"{where}: unknown action {name!r}")
@@ -116,22 +108,41 @@ def _action(raw: dict[str, Any], where: str) -> ActionCall:
     expected = [p for p, _ in p4names.ACTION_PARAMS[name]]
     if sorted(params) != sorted(expected):
         raise CorpusError(f"{where}: {name} takes params {expected}, got {sorted(params)}")
-    return ActionCall(name, params)
+    return Action(name, tuple((p, params[p]) for p in expected))
 
 
-def _entry(raw: dict[str, Any], where: str) -> TableEntry:
-    matches = []
-    for fname, spec in raw.get("match", {}).items():
-        if isinstance(spec, dict):
-            matches.append(Match(fname, _int(spec.get("value"), f"{where}.match.{fname}"),
-                                 _int(spec.get("prefix_len"), f"{where}.match.{fname}")))
-        else:
-            matches.append(Match(fname, _int(spec, f"{where}.match.{fname}")))
-    action = _action(raw["action"], f"{where}.action") if "action" in raw else None
-    group = tuple(_action(m, f"{where}.group[{i}]") for i, m in enumerate(raw.get("group", [])))
-    if (action is None) == (not group):
-        raise CorpusError(f"{where}: give exactly one of 'action' and 'group'")
-    return TableEntry(str(raw.get("table")), tuple(matches), action, group)
+def parse_entities(raws: list[dict[str, Any]], name: str) -> tuple[Entity, ...]:
+    """The case's entries as p4rt entities; an ECMP entry becomes its members (ids 1.. across
+    the case), one group (ids 1..) and the table entry pointing at the group."""
+    out: list[Entity] = []
+    next_member = next_group = 1
+    for i, raw in enumerate(raws):
+        where = f"{name}.entries[{i}]"
+        match = []
+        for fname, spec in raw.get("match", {}).items():
+            if isinstance(spec, dict):
+                match.append((fname, Lpm(_int(spec.get("value"), f"{where}.match.{fname}"),
+                                         _int(spec.get("prefix_len"), f"{where}.match.{fname}"))))
+            else:
+                match.append((fname, Exact(_int(spec, f"{where}.match.{fname}"))))
+        action = _action(raw["action"], f"{where}.action") if "action" in raw else None
+        calls = [_action(m, f"{where}.group[{j}]") for j, m in enumerate(raw.get("group", []))]
+        if (action is None) == (not calls):
+            raise CorpusError(f"{where}: give exactly one of 'action' and 'group'")
+        table = str(raw.get("table"))
+        if action is not None:
+            out.append(TableEntry(table, tuple(match), action))
+            continue
+        ids = list(range(next_member, next_member + len(calls)))
+        for member_id, call in zip(ids, calls, strict=True):
+            params = call.param_dict
+            out.append(ecmp_member(member_id, params[p4names.PARAM_PORT],
+                                   params[p4names.PARAM_DMAC]))
+        out.append(ecmp_group(next_group, ids))
+        out.append(TableEntry(table, tuple(match), group_id=next_group))
+        next_member += len(calls)
+        next_group += 1
+    return tuple(out)
 
 
 def _indexed(raw: dict[str, Any], where: str) -> dict[str, dict[int, int]]:
@@ -177,8 +188,7 @@ def _case(raw: dict[str, Any]) -> Case:
         switch=raw.get("switch", ""),
         ingress_port=_int(raw.get("ingress_port"), f"{name}.ingress_port"),
         frame=_hex_bytes(raw.get("frame"), f"{name}.frame"),
-        entries=tuple(_entry(e, f"{name}.entries[{i}]")
-                      for i, e in enumerate(raw.get("entries", []))),
+        entities=parse_entities(raw.get("entries", []), name),
         registers=_indexed(raw.get("registers", {}), f"{name}.registers"),
         outputs=tuple(Output(_int(o.get("port"), f"{name}.port"),
                              _hex_bytes(o.get("frame"), f"{name}.output"))

@@ -10,13 +10,12 @@ from p4rt import names as N
 from sim.engine import EventLoop
 from sim.network import Network, SwitchNode
 from softswitch.store import DeviceState
-from softswitch.testing import committed_index, corpus_updates
-from tests.golden.corpus import Case, load_cases
+from tests.golden.corpus import Case, case_updates, load_cases
+from tests.switch.p4rt_support import CODEC, IDX
 
 CASES = load_cases()
 # p0l0/p0l1: hosts on ports 1-2, spines on 3-4; p0s0/p0s1: leaves on ports 1-2 (as the corpus)
 FABRIC = Fabric(planes=1, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=2)
-IDX = committed_index()
 
 
 def _packets(node: SwitchNode) -> dict[int, list[int]]:
@@ -30,7 +29,7 @@ def run_case(case: Case) -> tuple[list[tuple[int, bytes]], dict[str, list[int]]]
 
     def program(switch) -> DeviceState:
         state = DeviceState(IDX)
-        updates = corpus_updates(IDX, case) if switch.name == case.switch else []
+        updates = case_updates(CODEC, case) if switch.name == case.switch else []
         assert [e for e in state.write(updates) if e is not None] == []
         return state
 

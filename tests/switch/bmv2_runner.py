@@ -29,7 +29,10 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from controller import p4build
 from p4rt import names as n
-from tests.golden.corpus import ActionCall, Case, TableEntry
+from p4rt.codec import Codec
+from p4rt.entities import TableEntry
+from p4rt.p4info import P4InfoIndex
+from tests.golden.corpus import Case
 from topologies.bmv2_switch import runtime_cli
 from topologies.procs import stop_process
 
@@ -50,39 +53,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-class P4InfoIndex:
-    """Name -> id lookups over a P4Info message."""
-
-    def __init__(self, info: p4info_pb2.P4Info) -> None:
-        self.info = info
-        self.tables = {t.preamble.name: t for t in info.tables}
-        self.actions = {a.preamble.name: a for a in info.actions}
-        self.profiles = {p.preamble.name: p for p in info.action_profiles}
-        self.counters = {c.preamble.name: c for c in info.counters}
-
-    def action(self, call: ActionCall) -> p4runtime_pb2.Action:
-        spec = self.actions[call.action]
-        params = [p4runtime_pb2.Action.Param(
-            param_id=p.id, value=call.params[p.name].to_bytes((p.bitwidth + 7) // 8, "big"))
-            for p in spec.params]
-        return p4runtime_pb2.Action(action_id=spec.preamble.id, params=params)
-
-    def matches(self, entry: TableEntry) -> list[p4runtime_pb2.FieldMatch]:
-        fields = {f.name: f for f in self.tables[entry.table].match_fields}
-        out = []
-        for m in entry.match:
-            f = fields[m.field]
-            value = m.value.to_bytes((f.bitwidth + 7) // 8, "big")
-            if m.prefix_len is None:
-                out.append(p4runtime_pb2.FieldMatch(
-                    field_id=f.id, exact=p4runtime_pb2.FieldMatch.Exact(value=value)))
-            else:
-                out.append(p4runtime_pb2.FieldMatch(
-                    field_id=f.id,
-                    lpm=p4runtime_pb2.FieldMatch.LPM(value=value, prefix_len=m.prefix_len)))
-        return out
 
 
 @dataclass
@@ -127,8 +97,8 @@ class Bmv2Harness:
 
     def _start(self) -> None:
         json_path, p4info_path = p4build.ensure_compiled()
-        self.p4info = P4InfoIndex(text_format.Parse(p4info_path.read_text(),
-                                                    p4info_pb2.P4Info()))
+        self.p4info = text_format.Parse(p4info_path.read_text(), p4info_pb2.P4Info())
+        self.codec = Codec(P4InfoIndex.build(self.p4info))
         for p in self.ports:
             subprocess.run(["ip", "link", "add", self._sw(p), "type", "veth", "peer", "name",
                             self._host(p)], check=True)
@@ -163,7 +133,7 @@ class Bmv2Harness:
         reply = next(self._stream)
         if reply.arbitration.status.code != 0:
             raise RuntimeError(f"not primary controller: {reply.arbitration.status}")
-        config = p4runtime_pb2.ForwardingPipelineConfig(p4info=self.p4info.info,
+        config = p4runtime_pb2.ForwardingPipelineConfig(p4info=self.p4info,
                                                         p4_device_config=json_path.read_bytes())
         self.stub.SetForwardingPipelineConfig(p4runtime_pb2.SetForwardingPipelineConfigRequest(
             device_id=DEVICE_ID, election_id=ELECTION_ID, config=config,
@@ -201,32 +171,10 @@ class Bmv2Harness:
                 updates=[p4runtime_pb2.Update(type=kind, entity=e) for e in entities]))
 
     def _entities(self, case: Case) -> tuple[list, list]:
-        """(members and groups, table entries) for the case's entries."""
-        profile = self.p4info.profiles[n.ECMP_SELECTOR].preamble.id
-        profile_entities, table_entities = [], []
-        next_id = 1
-        for i, entry in enumerate(case.entries):
-            te = p4runtime_pb2.TableEntry(table_id=self.p4info.tables[entry.table].preamble.id,
-                                          match=self.p4info.matches(entry))
-            if entry.action is not None:
-                te.action.action.CopyFrom(self.p4info.action(entry.action))
-            else:
-                members = []
-                for call in entry.group:
-                    profile_entities.append(p4runtime_pb2.Entity(
-                        action_profile_member=p4runtime_pb2.ActionProfileMember(
-                            action_profile_id=profile, member_id=next_id,
-                            action=self.p4info.action(call))))
-                    members.append(p4runtime_pb2.ActionProfileGroup.Member(member_id=next_id,
-                                                                           weight=1))
-                    next_id += 1
-                profile_entities.append(p4runtime_pb2.Entity(
-                    action_profile_group=p4runtime_pb2.ActionProfileGroup(
-                        action_profile_id=profile, group_id=i + 1, members=members,
-                        max_size=len(members))))
-                te.action.action_profile_group_id = i + 1
-            table_entities.append(p4runtime_pb2.Entity(table_entry=te))
-        return profile_entities, table_entities
+        """(members and groups, table entries) of the case, encoded by the p4rt codec."""
+        profile = [self.codec.encode(e) for e in case.entities if not isinstance(e, TableEntry)]
+        tables = [self.codec.encode(e) for e in case.entities if isinstance(e, TableEntry)]
+        return profile, tables
 
     def _preset_registers(self, case: Case) -> None:
         lines = [f"register_reset {n.QUEUE_DEPTH_REGISTER}"]
@@ -235,7 +183,7 @@ class Bmv2Harness:
         runtime_cli(self.thrift_port, lines, "golden corpus")
 
     def _counter(self, name: str, index: int) -> int:
-        entry = p4runtime_pb2.CounterEntry(counter_id=self.p4info.counters[name].preamble.id,
+        entry = p4runtime_pb2.CounterEntry(counter_id=self.codec.id(name),
                                            index=p4runtime_pb2.Index(index=index))
         request = p4runtime_pb2.ReadRequest(device_id=DEVICE_ID,
                                             entities=[p4runtime_pb2.Entity(counter_entry=entry)])

@@ -39,18 +39,13 @@ from fabric.topology import shift_usid, usid_address
 from p4rt import names as N
 from p4rt.p4info import load_committed
 from softswitch.cli import request
-from softswitch.netlab import PACKET_OUTGOING, VethLab
-from softswitch.testing import (
-    committed_index,
-    corpus_updates,
-    free_port,
-    register_update,
-    wait_listening,
-)
 from tests.golden import corpus
 from tests.golden import generate as G
+from tests.golden.corpus import case_updates
+from tests.switch.p4rt_support import CODEC, IDX, free_port, register_update, wait_listening
 from topologies.bmv2_switch import LOG_LEVEL
 from topologies.procs import stop_process
+from topologies.vethlab import PACKET_OUTGOING, VethLab
 
 REPO = Path(__file__).resolve().parents[2]
 DEVICE_ID = 3
@@ -70,14 +65,12 @@ CUTS = (14, 20, 53, 54, 60, 93, 94, 101, 102, 113, 114, 133, 134)  # header boun
 class Setup:
     """What a corpus runner installs: p0l0's entries, no register presets."""
 
-    entries: tuple
-    registers: dict
+    entities: tuple
+    register_cells: tuple = ()
 
 
 def setup() -> Setup:
-    entries = tuple(corpus._entry(e, f"p0l0[{i}]")
-                    for i, e in enumerate(G.switch_entries(SWITCH)))
-    return Setup(entries, {})
+    return Setup(corpus.parse_entities(G.switch_entries(SWITCH), SWITCH.name))
 
 
 # ---- frames -------------------------------------------------------------------------------
@@ -262,7 +255,7 @@ class LiveTarget:
             req.config.p4info.CopyFrom(load_committed())
             req.config.p4_device_config = self.device_config()
             self.client.stub.SetForwardingPipelineConfig(req)
-            self.write(corpus_updates(IDX, setup()))
+            self.write(case_updates(CODEC, setup()))
         except BaseException:
             self.close()
             raise
@@ -289,10 +282,10 @@ class LiveTarget:
         self.client.write(req)
 
     def set_depth(self, port: int, depth: int) -> None:
-        self.write([register_update(IDX, N.QUEUE_DEPTH_REGISTER, port, depth)])
+        self.write([register_update(N.QUEUE_DEPTH_REGISTER, port, depth)])
 
     def set_depths(self, depths: dict[int, int]) -> None:
-        self.write([register_update(IDX, N.QUEUE_DEPTH_REGISTER, p, d)
+        self.write([register_update(N.QUEUE_DEPTH_REGISTER, p, d)
                     for p, d in depths.items()])
 
     def counter(self, name: str) -> list[int]:
@@ -366,7 +359,6 @@ class Bmv2Target(LiveTarget):
         self._thrift()[1].set_egress_queue_depth(port, packets)
 
 
-IDX = committed_index()
 
 
 # ---- running frames through a target ------------------------------------------------------

@@ -37,11 +37,11 @@ import wire as W
 from controller import p4build
 from p4rt import names as N
 from softswitch.cli import request
-from softswitch.netlab import VethLab
 from tests.golden.corpus import load_cases
 from tests.support import require_bmv2, require_root
 from tests.switch import bmv2_runner
 from tests.switch import differential as D
+from topologies.vethlab import VethLab
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(300)]
 

@@ -17,12 +17,13 @@ import pytest
 import wire
 from fabric.topology import shift_usid
 from p4rt import names as n
+from p4rt.entities import Exact
 from softswitch.pipeline import Pipeline
 from softswitch.queues import PortQueues
 from softswitch.store import DeviceState
-from softswitch.testing import committed_index, corpus_updates
 from tests.golden import generate
-from tests.golden.corpus import CASES_PATH, Case, CorpusError, load_cases
+from tests.golden.corpus import CASES_PATH, Case, CorpusError, case_updates, load_cases
+from tests.switch.p4rt_support import CODEC, IDX
 
 CASES = load_cases()
 BY_NAME = {c.name: c for c in CASES}
@@ -47,8 +48,8 @@ def test_entries_use_p4info_names() -> None:
               n.ROUTING_V6_TABLE: {n.DST_ADDR}, n.PORT_CONFIG_TABLE: {n.EGRESS_PORT}}
     for case in CASES:
         for entry in case.entries:
-            assert {m.field for m in entry.match} == tables[entry.table], case.name
-            assert (entry.table == n.ROUTING_V6_TABLE) == bool(entry.group), case.name
+            assert {f for f, _ in entry.match} == tables[entry.table], case.name
+            assert (entry.table == n.ROUTING_V6_TABLE) == (entry.group_id is not None), case.name
         assert set(case.registers) <= {n.QUEUE_DEPTH_REGISTER}
 
 
@@ -106,8 +107,8 @@ def _dscp_ecn(frame: bytes) -> _Tc:
 
 def _port_config(case: Case, port: int) -> dict[str, int]:
     (entry,) = [e for e in case.entries
-                if e.table == n.PORT_CONFIG_TABLE and e.match[0].value == port]
-    return entry.action.params
+                if e.table == n.PORT_CONFIG_TABLE and e.match[0][1].value == port]
+    return entry.action.param_dict
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.registers.get(n.QUEUE_DEPTH_REGISTER)
@@ -217,9 +218,9 @@ def _never_writes(p: Pipeline, port: int, priority: int, enq: int, deq: int) -> 
 def _replay(case: Case, egress) -> bool:
     """Run the case as the corpus runners do (prelude frames through ingress, their queue
     and `egress`, one at a time); True when the outcome is the expected one."""
-    idx = committed_index()
+    idx = IDX
     state = DeviceState(idx)
-    ups = corpus_updates(idx, case)
+    ups = case_updates(CODEC, case)
     assert state.write(ups) == [None] * len(ups)
     p = Pipeline(state)
     for pre in case.prelude:
@@ -262,7 +263,7 @@ def test_loader_returns_ints_and_bytes() -> None:
     case = BY_NAME["usid_shift_t0_up"]
     assert isinstance(case.frame, bytes) and case.ingress_port == 1
     shift = next(e for e in case.entries if e.table == n.MY_USID_TABLE)
-    assert shift.match[0].value >> 16 == 0xFCBBBBBB and shift.match[0].prefix_len is None
+    assert shift.match[0][1].value >> 16 == 0xFCBBBBBB and isinstance(shift.match[0][1], Exact)
     route = next(e for e in case.entries if e.table == n.ROUTING_V6_TABLE)
-    assert route.match[0].prefix_len in (64, 128)
-    assert IPv6Address(route.match[0].value).exploded.startswith("fd00")
+    assert route.match[0][1].prefix_len in (64, 128)
+    assert IPv6Address(route.match[0][1].value).exploded.startswith("fd00")

@@ -20,9 +20,9 @@ import pytest
 
 from controller import p4build
 from p4rt import names as N
-from softswitch.netlab import VethLab
 from tests.support import require_bmv2, require_root
 from tests.switch import differential as D
+from topologies.vethlab import VethLab
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(300)]
 

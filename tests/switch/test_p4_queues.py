@@ -11,9 +11,9 @@ import time
 import pytest
 
 from p4rt import names as N
-from softswitch.netlab import VethLab
 from tests.support import require_bmv2, require_root
 from tests.switch import differential as D
+from topologies.vethlab import VethLab
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(300)]
 DEFAULT_DEPTH = 64  # simple_switch's default queue depth, packets

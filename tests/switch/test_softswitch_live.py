@@ -24,24 +24,18 @@ from p4runtime_sh.p4runtime import P4RuntimeClient
 import wire as W
 from p4rt import names as N
 from softswitch.cli import parse_command, request
-from softswitch.netlab import VethLab, receive
-from softswitch.testing import (
-    committed_index,
-    corpus_updates,
-    free_port,
-    reset_pipeline,
-    wait_listening,
-)
 from tests.golden import corpus
+from tests.golden.corpus import case_updates
 from tests.support import wait_until
+from tests.switch.p4rt_support import CODEC, IDX, free_port, reset_pipeline, wait_listening
 from topologies.procs import stop_process
+from topologies.vethlab import VethLab, receive
 
 pytestmark = [pytest.mark.root, pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root and iproute2")]
 
 REPO = Path(__file__).resolve().parents[2]
 DEVICE_ID = 7
-IDX = committed_index()
 CASES = corpus.load_cases() if corpus.CASES_PATH.exists() else []
 
 
@@ -97,7 +91,7 @@ def drain(socks: dict[int, socket.socket]) -> None:
 def test_golden_corpus_live(live):
     proc, client, socks, _ = live
     for case in CASES:
-        reset(client, corpus_updates(IDX, case))
+        reset(client, case_updates(CODEC, case))
         drain(socks)
         for pre in case.prelude:  # wait until each has left: it sets up queue state
             socks[pre.port].send(pre.frame)
@@ -124,7 +118,7 @@ def test_golden_corpus_live(live):
 def test_hostile_frames_are_counted_and_survived(live):
     proc, client, socks, _ = live
     case = next(c for c in CASES if c.name == "usid_shift_t0_up")
-    reset(client, corpus_updates(IDX, case))
+    reset(client, case_updates(CODEC, case))
     rng = random.Random(11)
     good = case.frame
     for i in range(600):
@@ -196,7 +190,7 @@ def test_queue_rate_makes_a_burst_trim(live):
     register above the threshold (the register holds the last departure's enq_qdepth)."""
     proc, client, socks, control = live
     case = next(c for c in CASES if c.name == "usid_shift_t0_up")
-    reset(client, corpus_updates(IDX, case))
+    reset(client, case_updates(CODEC, case))
     request(control, parse_command(["set_queue_rate", "100", "3"]))
     before = request(control, {"cmd": "queues"})["queues"]["3"]
     try:

@@ -13,14 +13,9 @@ from p4runtime_sh.p4runtime import P4RuntimeClient
 
 from softswitch.__main__ import ConfigError, main, parse_interface, parse_loopback
 from softswitch.cli import parse_command, request
-from softswitch.testing import (
-    committed_index,
-    corpus_updates,
-    free_port,
-    reset_pipeline,
-    wait_listening,
-)
 from tests.golden import corpus
+from tests.golden.corpus import case_updates
+from tests.switch.p4rt_support import CODEC, free_port, reset_pipeline, wait_listening
 from topologies import targets
 from topologies.softswitch_node import SoftSwitch, softswitch_command
 
@@ -72,7 +67,7 @@ CASES = corpus.load_cases() if corpus.CASES_PATH.exists() else []
 
 SEND = ("import socket,sys;s=socket.socket(17,3);s.bind((sys.argv[1],0));"
         "s.send(bytes.fromhex(sys.argv[2]))")
-RECV = ("import socket,sys;from softswitch.netlab import receive;"
+RECV = ("import socket,sys;from topologies.vethlab import receive;"
         "s=socket.socket(17,3,socket.htons(3));s.bind((sys.argv[1],0));"
         "print('READY',flush=True);f=receive(s,5.0);print(f.hex() if f else 'NONE')")
 
@@ -96,7 +91,7 @@ def test_mininet_network_forwards_a_corpus_case():
         sw.start([])
         client = P4RuntimeClient(1, sw.grpc_address, (0, 1))
         try:
-            reset_pipeline(client, 1, corpus_updates(committed_index(), case))
+            reset_pipeline(client, 1, case_updates(CODEC, case))
         finally:
             client.tear_down()
         sw.set_queue_depth(32)

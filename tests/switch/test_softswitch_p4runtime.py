@@ -9,23 +9,20 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
 from p4rt import names as N
+from p4rt import program
 from p4rt.p4info import COMMITTED_P4INFO
 from p4rt.p4info import load_text as load_p4info
 from softswitch.server import Device, serve
 from softswitch.tables import canonical_entry
-from softswitch.testing import (
-    committed_index,
+from tests.switch.p4rt_support import (
+    CODEC,
+    IDX,
     free_port,
-    group,
-    member,
-    register_update,
-    table_entry,
-    update,
+    raw_update,
     usid_entries,
 )
 
 DEVICE_ID = 3
-IDX = committed_index()
 
 
 
@@ -107,14 +104,14 @@ def test_arbitration_backup_cannot_write(switch):
     assert len(committed) == 1
     req = p4runtime_pb2.WriteRequest(device_id=DEVICE_ID)
     req.election_id.low = 5
-    req.updates.extend(usid_entries(IDX, 0xFCBBBBBB0100, {}))
+    req.updates.extend(usid_entries(0xFCBBBBBB0100, {}))
     with pytest.raises(grpc.RpcError) as info:
         backup.stub.Write(req)
     assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
     primary.tear_down()
     msg = backup.get_stream_packet("arbitration", 2)  # the backup is told it is primary now
     assert msg.arbitration.status.code == code_pb2.OK
-    write(backup, *usid_entries(IDX, 0xFCBBBBBB0100, {}))
+    write(backup, *usid_entries(0xFCBBBBBB0100, {}))
 
 
 def test_new_higher_election_id_takes_over(switch):
@@ -159,9 +156,9 @@ def test_get_pipeline_and_capabilities(switch):
 def test_read_back_equals_written_with_counters(switch):
     _, connect, _ = switch
     c = primary_with_pipeline(connect)
-    ups = usid_entries(IDX, 0xFCBBBBBB0100, {0xFCBBBBBB0200: (3, 0x0200000002FF)})
+    ups = usid_entries(0xFCBBBBBB0100, {0xFCBBBBBB0200: (3, 0x0200000002FF)})
     write(c, *ups)
-    want = table_entry(IDX, N.USID_FWD_TABLE, {}).table_id
+    want = IDX.id_of(N.USID_FWD_TABLE)
     got = read(c, p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry(table_id=want)))
     assert [e.table_entry for e in got] == [canonical_entry(ups[1].entity.table_entry)]
     query = p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry())
@@ -173,31 +170,30 @@ def test_read_back_equals_written_with_counters(switch):
 def test_invalid_entries_get_the_right_codes(switch):
     _, connect, _ = switch
     c = primary_with_pipeline(connect)
-    good = usid_entries(IDX, 0xFCBBBBBB0100, {})[0]
-    unknown_table = update("table_entry", p4runtime_pb2.TableEntry(table_id=12345))
-    wide = update("table_entry", table_entry(IDX, N.MY_USID_TABLE, {}, N.SHIFT_USID))
+    good = usid_entries(0xFCBBBBBB0100, {})[0]
+    unknown_table = raw_update("table_entry", p4runtime_pb2.TableEntry(table_id=12345))
+    wide = raw_update("table_entry", p4runtime_pb2.TableEntry(table_id=IDX.id_of(N.MY_USID_TABLE)))
+    wide.entity.table_entry.action.action.action_id = IDX.id_of(N.SHIFT_USID)
     wide.entity.table_entry.match.add(field_id=1).exact.value = b"\x01" + b"\x00" * 6
-    missing_param = usid_entries(IDX, 0xFCBBBBBB0100, {0xFCBBBBBB0201: (3, 1)})[1]
+    missing_param = usid_entries(0xFCBBBBBB0100, {0xFCBBBBBB0201: (3, 1)})[1]
     del missing_param.entity.table_entry.action.action.params[1]
     codes = write_errors(c, good, unknown_table, wide, missing_param, good)
     assert codes == [code_pb2.OK, code_pb2.INVALID_ARGUMENT, code_pb2.INVALID_ARGUMENT,
                      code_pb2.INVALID_ARGUMENT, code_pb2.ALREADY_EXISTS]
-    delete = update("table_entry", good.entity.table_entry, p4runtime_pb2.Update.DELETE)
+    delete = CODEC.update("DELETE", CODEC.decode(good.entity))
     write(c, delete)
     assert write_errors(c, delete) == [code_pb2.NOT_FOUND]
-    modify = update("table_entry", good.entity.table_entry, p4runtime_pb2.Update.MODIFY)
+    modify = CODEC.update("MODIFY", CODEC.decode(good.entity))
     assert write_errors(c, modify) == [code_pb2.NOT_FOUND]
 
 
 def test_selector_members_groups_registers(switch):
     _, connect, _ = switch
     c = primary_with_pipeline(connect)
-    write(c, update("action_profile_member", member(IDX, 1, 2, 0xA)),
-          update("action_profile_member", member(IDX, 2, 3, 0xB)),
-          update("action_profile_group", group(IDX, 9, [1, 2])),
-          update("table_entry", table_entry(IDX, N.ROUTING_V6_TABLE,
-                                            {N.DST_ADDR: (0xFD << 120, 8)}, group=9)),
-          register_update(IDX, N.QUEUE_DEPTH_REGISTER, 4, 17))
+    write(c, *CODEC.inserts([program.ecmp_member(1, 2, 0xA), program.ecmp_member(2, 3, 0xB),
+                              program.ecmp_group(9, [1, 2]),
+                              program.route(0xFD << 120, 8, group=9),
+                              program.queue_depth(4, 17)]))
     profile = IDX.id_of(N.ECMP_SELECTOR)
     groups = read(c, p4runtime_pb2.Entity(action_profile_group=p4runtime_pb2.ActionProfileGroup(
         action_profile_id=profile)))
@@ -210,10 +206,10 @@ def test_selector_members_groups_registers(switch):
     reg.register_entry.index.index = 4
     assert read(c, reg)[0].register_entry.data.bitstring == bytes([17])
     # a member still in a group cannot go; a group still used by an entry cannot go
-    assert write_errors(c, update("action_profile_member", member(IDX, 1, 2, 0xA),
-                                  p4runtime_pb2.Update.DELETE)) == [code_pb2.FAILED_PRECONDITION]
-    assert write_errors(c, update("action_profile_group", group(IDX, 9, []),
-                                  p4runtime_pb2.Update.DELETE)) == [code_pb2.FAILED_PRECONDITION]
+    assert write_errors(c, CODEC.update("DELETE", program.ecmp_member(1, 2, 0xA))) == [
+        code_pb2.FAILED_PRECONDITION]
+    assert write_errors(c, CODEC.update("DELETE", program.ecmp_group(9, []))) == [
+        code_pb2.FAILED_PRECONDITION]
     counters = read(c, p4runtime_pb2.Entity(counter_entry=p4runtime_pb2.CounterEntry(
         counter_id=IDX.id_of(N.DROP_COUNTER))))
     assert len(counters) == N.DROP_REASON_COUNT
@@ -223,7 +219,7 @@ def test_p4runtime_shell_reads_tables(switch):
     sh = pytest.importorskip("p4runtime_sh.shell")
     addr, connect, _ = switch
     c = primary_with_pipeline(connect)
-    write(c, *usid_entries(IDX, 0xFCBBBBBB0100, {0xFCBBBBBB0200: (3, 0x0200000002FF)}))
+    write(c, *usid_entries(0xFCBBBBBB0100, {0xFCBBBBBB0200: (3, 0x0200000002FF)}))
     sh.setup(device_id=DEVICE_ID, grpc_addr=addr, election_id=(0, 1), verbose=False)
     try:
         seen = []
@@ -247,7 +243,7 @@ def test_stub_wrong_device_id(switch):
 def test_reconcile_keeps_entries_verify_and_commit_clears_them(switch):
     _, connect, _ = switch
     c = primary_with_pipeline(connect)
-    write(c, *usid_entries(IDX, 0xFCBBBBBB0100, {}))
+    write(c, *usid_entries(0xFCBBBBBB0100, {}))
     everything = p4runtime_pb2.Entity(table_entry=p4runtime_pb2.TableEntry())
     req = pipeline_request(10)
     req.action = p4runtime_pb2.SetForwardingPipelineConfigRequest.RECONCILE_AND_COMMIT
@@ -260,7 +256,7 @@ def test_reconcile_keeps_entries_verify_and_commit_clears_them(switch):
 def test_counter_and_direct_counter_entries(switch):
     _, connect, _ = switch
     c = primary_with_pipeline(connect)
-    ups = usid_entries(IDX, 0xFCBBBBBB0100, {})
+    ups = usid_entries(0xFCBBBBBB0100, {})
     write(c, *ups)
     cell = p4runtime_pb2.CounterEntry(counter_id=IDX.id_of(N.TRIM_COUNTER))
     cell.index.index = 5
@@ -268,8 +264,8 @@ def test_counter_and_direct_counter_entries(switch):
     direct = p4runtime_pb2.DirectCounterEntry()
     direct.table_entry.CopyFrom(ups[0].entity.table_entry)
     direct.data.packet_count, direct.data.byte_count = 3, 300
-    write(c, update("counter_entry", cell, p4runtime_pb2.Update.MODIFY),
-          update("direct_counter_entry", direct, p4runtime_pb2.Update.MODIFY))
+    write(c, raw_update("counter_entry", cell, p4runtime_pb2.Update.MODIFY),
+          raw_update("direct_counter_entry", direct, p4runtime_pb2.Update.MODIFY))
     query = p4runtime_pb2.Entity(counter_entry=p4runtime_pb2.CounterEntry(
         counter_id=cell.counter_id))
     query.counter_entry.index.index = 5
@@ -279,5 +275,5 @@ def test_counter_and_direct_counter_entries(switch):
     assert [(d.direct_counter_entry.data.packet_count, d.direct_counter_entry.data.byte_count)
             for d in got] == [(3, 300)]
     cell.index.index = N.PORT_COUNT
-    assert write_errors(c, update("counter_entry", cell, p4runtime_pb2.Update.MODIFY)) == [
+    assert write_errors(c, raw_update("counter_entry", cell, p4runtime_pb2.Update.MODIFY)) == [
         code_pb2.OUT_OF_RANGE]

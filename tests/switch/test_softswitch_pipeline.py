@@ -9,20 +9,13 @@ import pytest
 import wire as W
 from fabric.topology import Fabric, shift_usid, usid_prefix
 from p4rt import names as N
+from p4rt import program
 from softswitch.pipeline import Pipeline
 from softswitch.queues import PortQueues
 from softswitch.store import DeviceState
-from softswitch.testing import (
-    committed_index,
-    corpus_updates,
-    group,
-    member,
-    port_config,
-    table_entry,
-    update,
-    usid_entries,
-)
 from tests.golden import corpus
+from tests.golden.corpus import case_updates
+from tests.switch.p4rt_support import CODEC, IDX, usid_entries
 
 FABRIC = Fabric()
 T0, SPINE = FABRIC.t0(0, 0), FABRIC.t1(0, 0)
@@ -36,11 +29,11 @@ def _mac(value: int) -> str:
 
 
 def make_pipeline(trim: int = 8, ecn_threshold: int = 4, host_facing: bool = False):
-    idx = committed_index()
-    state = DeviceState(idx)
-    ups = usid_entries(idx, usid_prefix(T0.usid), {usid_prefix(SPINE.usid): (UPLINK, NEXT_MAC)})
-    ups.append(update("table_entry", port_config(idx, UPLINK, host_facing, True, trim,
-                                                 ecn_threshold, SMAC)))
+    state = DeviceState(IDX)
+    ups = usid_entries(usid_prefix(T0.usid), {usid_prefix(SPINE.usid): (UPLINK, NEXT_MAC)})
+    ups += CODEC.inserts([program.port_config(UPLINK, host_facing=host_facing, ecn_enabled=True,
+                                              trim_threshold=trim, ecn_threshold=ecn_threshold,
+                                              smac=SMAC)])
     assert state.write(ups) == [None] * len(ups)
     return Pipeline(state), state
 
@@ -135,12 +128,9 @@ def test_ecn_marking(ecn, host_facing, depth, expect):
 
 def test_ecmp_is_deterministic_per_flow_and_spreads():
     p, state = make_pipeline()
-    idx = state.index
-    ups = [update("action_profile_member", member(idx, m, m + 1, 0x0200000002F0 + m))
-           for m in (1, 2, 3)]
-    ups.append(update("action_profile_group", group(idx, 7, [1, 2, 3])))
-    ups.append(update("table_entry", table_entry(idx, N.ROUTING_V6_TABLE,
-                                                 {N.DST_ADDR: (0xFD << 120, 8)}, group=7)))
+    ups = CODEC.inserts([program.ecmp_member(m, m + 1, 0x0200000002F0 + m) for m in (1, 2, 3)]
+                        + [program.ecmp_group(7, [1, 2, 3]),
+                           program.route(0xFD << 120, 8, group=7)])
     assert state.write(ups) == [None] * len(ups)
     ports = set()
     for flow in range(64):
@@ -230,9 +220,9 @@ CASES = corpus.load_cases() if corpus.CASES_PATH.exists() else []
 @pytest.mark.skipif(not CASES, reason="golden corpus tests/golden/cases.json not present yet")
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_golden_corpus(case):
-    idx = committed_index()
+    idx = IDX
     state = DeviceState(idx)
-    ups = corpus_updates(idx, case)
+    ups = case_updates(CODEC, case)
     assert state.write(ups) == [None] * len(ups)
     p = Pipeline(state)
     for pre in case.prelude:  # each leaves through its port's queue, egress included
