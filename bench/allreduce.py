@@ -17,8 +17,9 @@ import time
 from typing import Any
 
 from bench import metrics
-from bench.mrc_flows import FlowSpec, Pipe
+from bench.mrc_flows import FlowSpec
 from bench.runner import Injector, set_mode
+from host_agent.control import ControlClient, ControlError
 from topologies.network import MrcNetwork
 
 _seeds = itertools.count(5_000_000, 100_000)
@@ -38,7 +39,7 @@ def run_allreduce(net: MrcNetwork, buffer_bytes: int, steps: int, *, single_path
     injector = Injector(net, 1, 2, 0.0, "link") if fail_step is not None else None
     if injector is not None:
         injector.arm()
-    pipes = {h: Pipe(str(net.agent(h).socket_path), timeout + 30) for h in range(n)}
+    pipes = {h: ControlClient(str(net.agent(h).socket_path), timeout + 30) for h in range(n)}
     base = next(_seeds)
     step_times: list[float] = []
     errors: list[str] = []
@@ -52,10 +53,9 @@ def run_allreduce(net: MrcNetwork, buffer_bytes: int, steps: int, *, single_path
                 began = time.monotonic()
                 for h in range(n):
                     dst = (h + 1) % n
-                    pipes[h].send({"cmd": "write", "id": 1, "peer": dst, "bytes": chunk,
-                                   "va": regions[dst]["va"], "rkey": regions[dst]["rkey"],
-                                   "seed": seed + h, "timeout": timeout})
-                answers = [pipes[h].receive() for h in range(n)]
+                    pipes[h].submit("write", peer=dst, bytes=chunk, va=regions[dst]["va"],
+                                    rkey=regions[dst]["rkey"], seed=seed + h, timeout=timeout)
+                answers = [pipes[h].next_reply()[1] for h in range(n)]
                 total += time.monotonic() - began
                 errors += [f"step {step} phase {phase} h{h}: {a.get('error')}"
                            for h, a in enumerate(answers) if not a.get("ok")]
@@ -71,7 +71,7 @@ def run_allreduce(net: MrcNetwork, buffer_bytes: int, steps: int, *, single_path
             step_times.append(total)
             if tick is not None:
                 tick()
-    except (AllreduceError, OSError, ValueError) as exc:
+    except (AllreduceError, ControlError) as exc:
         errors.append(str(exc))
     finally:
         for pipe in pipes.values():

@@ -2,8 +2,8 @@
 
 An agent `write` answers only when the whole message is acknowledged, so one big write says
 nothing about *when* its bytes arrived. A flow here is therefore a sequence of CHUNK-byte
-writes into one registered region, kept DEPTH deep on one control connection (the protocol
-matches pipelined answers by id), like an RDMA application posting many work requests on one
+writes into one registered region, kept DEPTH deep on one control connection
+(ControlClient.submit/next_reply), like an RDMA application posting many work requests on one
 QP. The receiving agent records a MessageReceived (with its CLOCK_MONOTONIC time) per chunk:
 those records are the timeline. Every chunk has its own pattern seed and is verified byte for
 byte at the receiver after the flow. Agent modes (MRC or single-path) are whatever the agents
@@ -13,12 +13,12 @@ run; MrcNetwork decides that.
 from __future__ import annotations
 
 import itertools
-import json
-import socket
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from host_agent.control import ControlClient, ControlError
 
 CHUNK = 16 * 1024
 DEPTH = 8
@@ -28,46 +28,11 @@ RECEIVER_STATS = ("trims_received", "nacks_sent", "duplicates")
 _seeds = itertools.count(1_000_000, 10_000)
 
 
-class FlowError(RuntimeError):
-    """A flow could not be driven (agent unreachable, protocol error)."""
-
-
 @dataclass(frozen=True)
 class FlowSpec:
     src: int
     dst: int
     nbytes: int
-
-
-class Pipe:
-    """JSON-lines requests on one connection, answers matched by id."""
-
-    def __init__(self, path: str, timeout: float) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        try:
-            self.sock.connect(path)
-        except OSError as exc:
-            self.sock.close()
-            raise FlowError(f"cannot reach the agent at {path}: {exc}") from exc
-        self.buf = bytearray()
-
-    def send(self, request: dict[str, Any]) -> None:
-        self.sock.sendall(json.dumps(request).encode() + b"\n")
-
-    def receive(self) -> dict[str, Any]:
-        while b"\n" not in self.buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise FlowError("the agent closed the control connection")
-            self.buf += chunk
-        end = self.buf.index(b"\n")
-        line = bytes(self.buf[:end])
-        del self.buf[:end + 1]
-        return json.loads(line)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def _delta(after: dict[str, Any], before: dict[str, Any], keys: tuple[str, ...]) -> dict[str, int]:
@@ -91,27 +56,27 @@ def run_flow(net, spec: FlowSpec, *, timeout: float, chunk: int = CHUNK,
         since = dst.call("events", since=(1 << 62))["last"]
         src_before, dst_before = src.call("stats")["endpoint"], dst.call("stats")["endpoint"]
         errors: list[str] = []
-        pipe = Pipe(str(src.socket_path), timeout + 30)
         start = time.monotonic()
         try:
-            todo = iter(enumerate(offsets))
-            outstanding = 0
-            for i, off in itertools.islice(todo, depth):
-                pipe.send(_write(spec, region, i, off, chunk, base_seed, timeout))
-                outstanding += 1
-            while outstanding:
-                answer = pipe.receive()
-                outstanding -= 1
-                if not answer.get("ok"):
-                    errors.append(str(answer.get("error")))
-                nxt = next(todo, None)
-                if nxt is not None and not errors:
-                    pipe.send(_write(spec, region, nxt[0], nxt[1], chunk, base_seed, timeout))
+            with ControlClient(str(src.socket_path), timeout + 30) as pipe:
+                todo = iter(enumerate(offsets))
+                outstanding = 0
+                for i, off in itertools.islice(todo, depth):
+                    pipe.submit("write", **_write(spec, region, i, off, chunk, base_seed,
+                                                  timeout))
                     outstanding += 1
-        except (OSError, ValueError) as exc:
+                while outstanding:
+                    _, answer = pipe.next_reply()
+                    outstanding -= 1
+                    if not answer.get("ok"):
+                        errors.append(str(answer.get("error")))
+                    nxt = next(todo, None)
+                    if nxt is not None and not errors:
+                        pipe.submit("write", **_write(spec, region, nxt[0], nxt[1], chunk,
+                                                      base_seed, timeout))
+                        outstanding += 1
+        except ControlError as exc:
             errors.append(f"control connection: {exc}")
-        finally:
-            pipe.close()
         end = time.monotonic()
         messages = dst.call("messages", since=since)["messages"]
         result.update(_stats_deltas(src.call("stats")["endpoint"], src_before,
@@ -137,7 +102,7 @@ def run_flow(net, spec: FlowSpec, *, timeout: float, chunk: int = CHUNK,
 
 def _write(spec: FlowSpec, region: dict[str, Any], i: int, off: int, chunk: int,
            base_seed: int, timeout: float) -> dict[str, Any]:
-    return {"cmd": "write", "id": i, "peer": spec.dst, "bytes": min(chunk, spec.nbytes - off),
+    return {"peer": spec.dst, "bytes": min(chunk, spec.nbytes - off),
             "va": region["va"] + off, "rkey": region["rkey"], "seed": base_seed + i,
             "timeout": timeout}
 

@@ -25,7 +25,7 @@ from bench import metrics
 from bench.kernel_flows import mptcp_enabled
 from bench.kernel_run import run_kernel_flows
 from bench.mrc_flows import FlowSpec, run_flows
-from host_agent.core.cc import DEFAULT_MTU
+from host_agent.core import DEFAULT_MTU
 from topologies.network import MrcNetwork, NetworkConfig
 
 CONTENDERS = ("mrc", "single_path", "tcp", "mptcp")

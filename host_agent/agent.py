@@ -9,19 +9,12 @@ SIGTERM, SIGINT or the `shutdown` command, then closes its sockets and removes t
 
 Conventions:
 - QPNs: the QP towards peer P is 0x100 + P, so P's QP towards us is 0x100 + our index
-  (driver.qpn_for). QPs open on demand: on the first command naming a peer or the first
+  (hostconfig.qpn_for). QPs open on demand: on the first command naming a peer or the first
   packet from it (--connect-all opens them all at start so PORT_STATUS reaches every peer).
 - Test pattern: `write` sends random.Random(seed).randbytes(n); `verify` on the receiver
   regenerates it from the same seed and compares byte for byte.
 
-Kernel interference (kernel_setup): MRC frames are raw, so by default each NIC gets
-disable_ipv6=1: the kernel then drops every IPv6 frame on it before routing (no neighbour
-discovery, DAD, router solicitation or MLD traffic, and no ICMP errors about MRC frames).
---keep-ipv6 is for the kernel TCP/MPTCP baselines that need addresses on the NICs: it keeps IPv6
-but turns off autoconf, router advertisements/solicitations and DAD, and forwarding. With
-forwarding off, a frame to an address the kernel does not own (uSID carriers, other NICs) is
-dropped by ip6_forward without an ICMP error; frames to another MAC are dropped even earlier
-(PACKET_OTHERHOST). Offloads that could rewrite raw frames are disabled with ethtool.
+Kernel interference: see host_agent.nic.kernel_setup.
 """
 
 from __future__ import annotations
@@ -36,7 +29,6 @@ import random
 import resource
 import signal
 import socket
-import subprocess
 import sys
 from collections import deque
 from collections.abc import Callable
@@ -45,27 +37,26 @@ from typing import Any
 from fabric import hostpaths
 from fabric.topology import Fabric, TopologyError
 from host_agent.control import ControlServer, Reply, RequestError
-from host_agent.core.config import EndpointConfig
-from host_agent.core.endpoint import Endpoint
-from host_agent.core.errors import LocalProtocolError
-from host_agent.core.events import (
+from host_agent.core import (
+    Endpoint,
+    EndpointConfig,
+    EvConfig,
     Event,
     EvStateChanged,
+    LocalProtocolError,
+    MemoryRegion,
     MessageReceived,
+    PathInfo,
+    RecoveryMode,
     WriteCompleted,
     WriteFailed,
 )
-from host_agent.core.evs import EvConfig
-from host_agent.core.memory import MemoryRegion
-from host_agent.core.types import PathInfo
-from host_agent.driver import Driver, DriverError, HostConfig, qpn_for
+from host_agent.driver import Driver
+from host_agent.hostconfig import HostConfig, HostConfigError, qpn_for
+from host_agent.nic import NicError, kernel_setup
 
 log = logging.getLogger("host_agent")
 
-IPV6_ONLY_RAW = {"disable_ipv6": "1"}
-IPV6_KEPT_QUIET = {"disable_ipv6": "0", "accept_ra": "0", "autoconf": "0", "accept_dad": "0",
-                   "dad_transmits": "0", "router_solicitations": "0", "forwarding": "0"}
-OFFLOADS_OFF = ("tx", "off", "rx", "off", "gro", "off", "gso", "off", "tso", "off")
 # A Python agent adds its own processing and scheduling delay to every RTT, and BMv2 hops add
 # more; 5 ms leaves that room on a busy 2-core machine. Measured back to back over veth, 10 MB
 # completes without a retransmission at both 1 ms and 5 ms; spurious timeouts at a too-small
@@ -73,38 +64,13 @@ OFFLOADS_OFF = ("tx", "off", "rx", "off", "gro", "off", "gso", "off", "tso", "of
 DEFAULT_BASE_RTT = 0.005
 WRITE_STATS = ("tx_data_packets", "retransmits", "timeouts", "spurious_timeouts",
                "nacks_received")
+MAX_WRITE = 1 << 30  # bytes per write command: the pattern is built in memory
+HISTORY = 10_000  # events and received messages kept for the `events` / `messages` commands
+_MISSING = object()
 
 
 def pattern(seed: int, length: int) -> bytes:
     return random.Random(seed).randbytes(length)
-
-
-def kernel_setup(ifname: str, keep_ipv6: bool) -> None:
-    """Quiet the kernel on one NIC (see the module docstring for why each setting)."""
-    settings = IPV6_KEPT_QUIET if keep_ipv6 else IPV6_ONLY_RAW
-    for key, value in settings.items():
-        path = f"/proc/sys/net/ipv6/conf/{ifname}/{key}"
-        try:
-            with open(path, "w", encoding="ascii") as f:
-                f.write(value)
-        except OSError as exc:
-            raise DriverError(f"cannot set {path}={value}: {exc} (run as root in the host's "
-                              "namespace, or pass --no-kernel-setup)") from exc
-    result = subprocess.run(["ethtool", "-K", ifname, *OFFLOADS_OFF], capture_output=True,
-                            text=True, check=False)
-    if result.returncode != 0:  # some drivers cannot change some features; the rest still apply
-        log.warning("ethtool -K %s: %s", ifname, (result.stderr or result.stdout).strip())
-    try:
-        with open("/proc/sys/net/ipv6/conf/all/forwarding", encoding="ascii") as f:
-            if f.read().strip() != "0":
-                log.warning("IPv6 forwarding is on in this namespace: the kernel may forward or "
-                            "answer MRC frames with ICMP; turn it off")
-    except OSError:
-        pass  # no IPv6 in this kernel: nothing can answer MRC frames either
-
-MAX_WRITE = 1 << 30  # bytes per write command: the pattern is built in memory
-HISTORY = 10_000  # events and received messages kept for the `events` / `messages` commands
-_MISSING = object()
 
 
 def _int_arg(request: dict[str, Any], name: str, default: Any = _MISSING, *, low: int = 0,
@@ -159,7 +125,7 @@ class Commands:
                                f"{', '.join(sorted(self.table))}")
         try:
             result = command(request, reply)
-        except (LocalProtocolError, DriverError) as exc:
+        except (LocalProtocolError, HostConfigError) as exc:
             raise RequestError(f"{request['cmd']}: {exc}") from exc
         if result is not None:
             reply({"ok": True, **result})
@@ -244,7 +210,7 @@ class Commands:
         start = driver.clock()
         wr_id = endpoint.post_write(qpn, data, va, rkey, imm=imm, now=start)
         key = (qpn, wr_id)
-        timer = driver.call_at(start + timeout, lambda: self._timeout(key, timeout))
+        timer = driver.loop.call_at(start + timeout, lambda: self._timeout(key, timeout))
         self.pending[key] = PendingWrite(reply, peer, length, start, before, timer)
         return None
 
@@ -300,7 +266,7 @@ class Commands:
             "max_timer_lateness_s": driver.max_timer_lateness,
             "per_route": driver.route_stats(),
             "single_path": self.agent.single_path,
-            "recovery": getattr(endpoint.config, "recovery", "selective"),
+            "recovery": str(endpoint.config.recovery),
         }
         if request.get("per_ev"):
             result["per_ev"] = {f"{qpn:#x}": evs for qpn, evs in per_ev.items()}  # type: ignore
@@ -346,13 +312,13 @@ class Agent:
             if connect_all:
                 for peer in sorted(self.config.paths):
                     self.driver.ensure_connected(peer)
-            server = ControlServer(self.socket_path, self.driver, self.commands.handle)
+            server = ControlServer(self.socket_path, self.driver.loop, self.commands.handle)
             for sock in (self._wake_r, self._wake_w):
                 sock.setblocking(False)
             old_wakeup = signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self._on_signal)
-            self.driver.add_reader(self._wake_r, self._drain_wakeup)
+            self.driver.loop.add_reader(self._wake_r, self._drain_wakeup)
             log.info("host %d agent ready on %s", self.config.host, self.socket_path)
             self.driver.run()
         finally:
@@ -415,7 +381,7 @@ def load_host_config(args: argparse.Namespace) -> HostConfig:
         fabric = Fabric(args.planes, args.t0, args.t1, args.hosts_per_t0)
         paths = list(hostpaths.all_host_paths(fabric, args.host))
     if not 0 <= args.host < fabric.hosts:
-        raise DriverError(f"--host {args.host}: the fabric has hosts 0..{fabric.hosts - 1}")
+        raise HostConfigError(f"--host {args.host}: the fabric has hosts 0..{fabric.hosts - 1}")
     return HostConfig.from_paths(args.host, fabric.planes, paths)
 
 
@@ -427,17 +393,11 @@ def single_path_config(config: HostConfig) -> HostConfig:
 
 
 def single_path_endpoint_config(base_rtt: float) -> EndpointConfig:
-    """One EV, no backups, the floor at one EV (a failed path keeps being retried, as in RoCE).
-
-    Go-back-N recovery is requested when host_agent.core.config offers it; older cores only
-    have selective recovery, which this mode then uses (the status/stats say which).
-    """
+    """One EV, no backups, the floor at one EV (a failed path keeps being retried, as in RoCE),
+    go-back-N recovery."""
     ev = EvConfig.for_base_rtt(base_rtt, evs_per_connection=1, backups_per_plane=0,
                                ev_min_active=1)
-    overrides: dict[str, Any] = {"ev": ev}
-    if "recovery" in {f.name for f in dataclasses.fields(EndpointConfig)}:
-        overrides["recovery"] = "go_back_n"
-    return EndpointConfig.for_base_rtt(base_rtt, **overrides)
+    return EndpointConfig.for_base_rtt(base_rtt, ev=ev, recovery=RecoveryMode.GO_BACK_N)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -457,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
                 kernel_setup(nic.ifname, args.keep_ipv6)
         seed = args.host if args.seed is None else args.seed
         Agent(config, endpoint_config, args.socket, seed, args.single_path).run(args.connect_all)
-    except (DriverError, TopologyError, ValueError, OSError) as exc:
+    except (NicError, TopologyError, ValueError, OSError) as exc:
         log.error("%s", exc)
         print(f"host agent: {exc}", file=sys.stderr)
         return 2

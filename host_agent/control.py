@@ -182,7 +182,8 @@ def _remove_stale_socket(path: str) -> None:
 
 
 class ControlClient:
-    """Blocking client: call() sends one request and returns the matching response's fields."""
+    """Blocking client. call() sends one request and waits for its answer; submit() and
+    next_reply() pipeline many requests on one connection (answers matched by id)."""
 
     def __init__(self, path: str, timeout: float | None = 60.0) -> None:
         self.path = path
@@ -195,6 +196,8 @@ class ControlClient:
             raise AgentUnreachable(f"cannot reach the agent at {path}: {exc}") from exc
         self._buf = bytearray()
         self._next_id = 1
+        self._early: dict[int, dict[str, Any]] = {}  # answers read while waiting for another
+        self._pending: set[int] = set()
 
     def close(self) -> None:
         self._sock.close()
@@ -207,22 +210,54 @@ class ControlClient:
 
     def call(self, cmd: str, **args: Any) -> dict[str, Any]:
         """Raise ControlError when the agent answers ok=false or the connection breaks."""
+        request_id = self.submit(cmd, **args)
+        response = self._wait(cmd, request_id)
+        if not response.get("ok"):
+            raise ControlError(f"{cmd}: {response.get('error', 'refused')}")
+        return response
+
+    def submit(self, cmd: str, **args: Any) -> int:
+        """Send a request without waiting for its answer; returns the request's id."""
         request_id = self._next_id
         self._next_id += 1
         request = {"cmd": cmd, **{k: v for k, v in args.items() if v is not None},
                    "id": request_id}
         try:
             self._sock.sendall(json.dumps(request).encode() + b"\n")
-            while True:
-                response = self._read_line()
-                if response.get("id") == request_id:
-                    break
         except OSError as exc:
             raise ControlError(f"{cmd}: connection to {self.path} failed: {exc}") from exc
-        if not response.get("ok"):
-            raise ControlError(f"{cmd}: {response.get('error', 'refused')}")
-        response.pop("id", None)
-        return response
+        self._pending.add(request_id)
+        return request_id
+
+    def next_reply(self) -> tuple[int, dict[str, Any]]:
+        """The next answer to any submitted request, as (id, response); an ok=false answer is
+        returned, not raised, so the caller can tell which request failed."""
+        if self._early:
+            request_id = next(iter(self._early))
+            return request_id, self._early.pop(request_id)
+        if not self._pending:
+            raise ControlError("next_reply: no request is waiting for an answer")
+        try:
+            response = self._read_line()
+        except OSError as exc:
+            raise ControlError(f"connection to {self.path} failed: {exc}") from exc
+        return self._claim(response)
+
+    def _wait(self, cmd: str, request_id: int) -> dict[str, Any]:
+        try:
+            while request_id not in self._early:
+                got, response = self._claim(self._read_line())
+                self._early[got] = response
+        except OSError as exc:
+            raise ControlError(f"{cmd}: connection to {self.path} failed: {exc}") from exc
+        return self._early.pop(request_id)
+
+    def _claim(self, response: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        request_id = response.pop("id", None)
+        if request_id not in self._pending:
+            raise ControlError(f"agent answered a request never sent: id {request_id!r}")
+        self._pending.discard(request_id)
+        return request_id, response
 
     def _read_line(self) -> dict[str, Any]:
         while b"\n" not in self._buf:
@@ -233,7 +268,10 @@ class ControlClient:
         end = self._buf.index(b"\n")
         line = bytes(self._buf[:end])
         del self._buf[: end + 1]
-        response = json.loads(line)
+        try:
+            response = json.loads(line)
+        except ValueError as exc:
+            raise ControlError(f"agent sent a line that is not JSON: {line[:80]!r}") from exc
         if not isinstance(response, dict):
             raise ControlError(f"agent sent a non-object response: {line[:80]!r}")
         return response

@@ -20,13 +20,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fabric.topology import Fabric
-from host_agent.core.cc import DEFAULT_MTU, Nscc, NsccConfig
-from host_agent.core.config import EndpointConfig
-from host_agent.core.endpoint import MIN_QPN, Endpoint
-from host_agent.core.events import (
+from host_agent.core import (
+    DEFAULT_MTU,
+    MIN_QPN,
+    Endpoint,
+    EndpointConfig,
     Event,
     EvStateChanged,
     MessageReceived,
+    Nscc,
+    NsccConfig,
     PeerPlaneChanged,
     WriteCompleted,
     WriteFailed,
@@ -159,7 +162,7 @@ class Harness:
             t.writes = len(offsets)
             self.pending += 1
         for t in self.transfers:
-            self.adapters[t.sender].pump()
+            self.adapters[t.sender].wake()
 
     def run(self, time_limit: float) -> bool:
         return self.loop.run(until=time_limit, done=lambda: self.pending == 0)

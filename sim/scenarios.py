@@ -16,8 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from fabric.topology import Fabric
-from host_agent.core.config import EndpointConfig
-from host_agent.core.events import Event, PeerPlaneChanged
+from host_agent.core import EndpointConfig, Event, PeerPlaneChanged
 from sim.harness import Harness, SimSettings
 from sim.host import HostAdapter
 from sim.traffic import ConstantRateSource, CountingSink

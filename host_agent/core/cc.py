@@ -23,6 +23,8 @@ import math
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from host_agent.core.errors import ConfigError, LocalProtocolError
+
 DEFAULT_BASE_RTT = 1e-3
 """Unloaded RTT (s) assumed when none is configured: a BMv2 software fabric is about a
 millisecond; erring high is safe because Nscc lowers its estimate to the smallest RTT it sees."""
@@ -53,7 +55,7 @@ def _window_allows(cwnd: int, inflight_bytes: int, packet_bytes: int) -> bool:
     """A window always lets one packet out when nothing is in flight, so a window smaller
     than a packet still makes progress."""
     if inflight_bytes < 0 or packet_bytes < 0:
-        raise ValueError(
+        raise LocalProtocolError(
             f"inflight_bytes ({inflight_bytes}) and packet_bytes ({packet_bytes}) must be >= 0"
         )
     return inflight_bytes == 0 or inflight_bytes + packet_bytes <= cwnd
@@ -61,9 +63,9 @@ def _window_allows(cwnd: int, inflight_bytes: int, packet_bytes: int) -> bool:
 
 def _check_positive(name: str, value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a number, got {value!r}")
+        raise ConfigError(f"{name} must be a number, got {value!r}")
     if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -99,24 +101,24 @@ class NsccConfig:
         for name in ("mtu", "min_cwnd", "max_cwnd", "initial_cwnd"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"NsccConfig.{name} must be an int > 0 (bytes), got {value!r}")
+                raise ConfigError(f"NsccConfig.{name} must be an int > 0 (bytes), got {value!r}")
         for name in ("base_rtt", "pi_gain", "fi_gain", "md_gain", "md_max", "timeout_factor"):
             _check_positive(f"NsccConfig.{name}", getattr(self, name))
         if self.target_delay is not None:
             _check_positive("NsccConfig.target_delay", self.target_delay)
         _check_positive("NsccConfig.nack_decrease_mtus", self.nack_decrease_mtus)
         if self.min_cwnd < self.mtu:
-            raise ValueError(
+            raise ConfigError(
                 f"NsccConfig.min_cwnd ({self.min_cwnd}) must be >= mtu ({self.mtu}): "
                 "a window must hold at least one packet"
             )
         if not self.min_cwnd <= self.initial_cwnd <= self.max_cwnd:
-            raise ValueError(
+            raise ConfigError(
                 "NsccConfig needs min_cwnd <= initial_cwnd <= max_cwnd, got "
                 f"{self.min_cwnd} / {self.initial_cwnd} / {self.max_cwnd}"
             )
         if self.md_max >= 1 or self.timeout_factor >= 1:
-            raise ValueError(
+            raise ConfigError(
                 f"NsccConfig.md_max ({self.md_max}) and timeout_factor ({self.timeout_factor}) "
                 "must be < 1 so a decrease actually shrinks the window"
             )
@@ -181,10 +183,10 @@ class Nscc(CongestionControl):
         """One ACK/SACK: `rtt` is None when the sample is ambiguous (e.g. a retransmission);
         then delay counts as low, so only ECN can slow the sender."""
         if acked_bytes < 0:
-            raise ValueError(f"acked_bytes must be >= 0, got {acked_bytes}")
+            raise LocalProtocolError(f"acked_bytes must be >= 0, got {acked_bytes}")
         if rtt is not None:
             if not math.isfinite(rtt) or rtt <= 0:
-                raise ValueError(f"rtt must be a finite number > 0 or None, got {rtt!r}")
+                raise LocalProtocolError(f"rtt must be a finite number > 0 or None, got {rtt!r}")
             self.base_rtt = min(self.base_rtt, rtt)
         delay = 0.0 if rtt is None else rtt - self.base_rtt
         target = self.target_delay
@@ -234,7 +236,7 @@ class FixedWindow(CongestionControl):
 
     def __init__(self, window_bytes: int) -> None:
         if isinstance(window_bytes, bool) or not isinstance(window_bytes, int) or window_bytes <= 0:
-            raise ValueError(f"FixedWindow window_bytes must be an int > 0, got {window_bytes!r}")
+            raise ConfigError(f"FixedWindow window_bytes must be an int > 0, got {window_bytes!r}")
         self._cwnd = window_bytes
 
     @property

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import enum
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from host_agent.core.cc import DEFAULT_BASE_RTT, DEFAULT_MTU, CongestionControl, Nscc, NsccConfig
-from host_agent.core.errors import LocalProtocolError
-from host_agent.core.evs import EvConfig
+from host_agent.core.errors import ConfigError
+from host_agent.core.evstate import EvConfig
 from wire import PSN_MOD
 
-RECOVERY_MODES = ("selective", "go_back_n")
 
+class RecoveryMode(enum.StrEnum):
+    """How a sender repairs loss."""
 
-class ConfigError(LocalProtocolError, ValueError):
-    """An EndpointConfig field is out of range; the message names the field and the fix."""
+    SELECTIVE = "selective"  # resend only lost packets, SACK bitmaps honoured (MRC)
+    GO_BACK_N = "go_back_n"  # the RoCE-like baseline: a loss resends everything from it on
 
 
 def default_cc() -> CongestionControl:
@@ -39,9 +41,7 @@ class EndpointConfig:
     reorder_window: float = DEFAULT_BASE_RTT / 2  # ...and it has been out for srtt + this long
     port_status_retry: float = 4 * DEFAULT_BASE_RTT  # EP_REQ repeat interval until EP_RSP
     oor_backoff: float = DEFAULT_BASE_RTT  # pause after NACK(PSN_OOR_WINDOW) before resending
-    # "selective": resend only lost packets, SACK bitmaps honoured (MRC). "go_back_n": the
-    # RoCE-like baseline: bitmaps ignored, a loss resends everything from the lost PSN on.
-    recovery: str = "selective"
+    recovery: RecoveryMode = RecoveryMode.SELECTIVE  # a RecoveryMode or its value
     ev: EvConfig = field(default_factory=EvConfig)
     cc_factory: Callable[[], CongestionControl] = default_cc
 
@@ -62,8 +62,11 @@ class EndpointConfig:
                 raise ConfigError(f"{name}={value!r}: must be a positive number of seconds")
         if self.rto_min > self.rto_max:
             raise ConfigError(f"rto_min={self.rto_min} exceeds rto_max={self.rto_max}: lower it")
-        if self.recovery not in RECOVERY_MODES:
-            raise ConfigError(f"recovery={self.recovery!r}: use one of {', '.join(RECOVERY_MODES)}")
+        try:
+            object.__setattr__(self, "recovery", RecoveryMode(self.recovery))
+        except ValueError:
+            raise ConfigError(f"recovery={self.recovery!r}: use one of "
+                              f"{', '.join(RecoveryMode)}") from None
         if not isinstance(self.ev, EvConfig):
             raise ConfigError(f"ev={self.ev!r}: pass an EvConfig")
         if not callable(self.cc_factory):

@@ -10,7 +10,8 @@ import wire
 from host_agent.core.config import EndpointConfig
 from host_agent.core.errors import RemoteProtocolError
 from host_agent.core.events import Event, EvStateChanged
-from host_agent.core.evs import EvEntry, EvSet
+from host_agent.core.evs import EvSet
+from host_agent.core.evstate import EvEntry
 from host_agent.core.memory import MemoryTable
 from host_agent.core.receiver import Receiver
 from host_agent.core.sender import Sender

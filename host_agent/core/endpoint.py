@@ -14,7 +14,7 @@ from collections.abc import Hashable, Sequence
 import wire
 from host_agent.core.config import EndpointConfig
 from host_agent.core.connection import Connection
-from host_agent.core.errors import LocalProtocolError, RemoteProtocolError
+from host_agent.core.errors import LocalProtocolError, RemoteProtocolError, decode_received
 from host_agent.core.events import Event, PeerPlaneChanged, PlaneStateChanged
 from host_agent.core.memory import MemoryRegion, MemoryTable
 from host_agent.core.types import EvState, PathInfo, RxMeta, TxPacket
@@ -28,7 +28,7 @@ STAT_KEYS = (
     "nacks_sent", "nacks_received", "trims_received", "sacks_sent", "sacks_received",
     "probes_sent", "probe_replies", "ev_retired", "ev_reinstated", "ecn_marks_received",
     "malformed", "duplicates",
-    # beyond the contract's list: finer-grained reasons, each also counted where noted
+    # finer-grained reasons, each also counted in one of the above where noted
     "unknown_qpn", "rkey_violations", "bounds_violations", "control_dropped",
     "port_status_sent", "port_status_received", "spurious_retransmits",
     "spurious_timeouts",  # also in timeouts: the timed-out transmission was answered later
@@ -139,7 +139,7 @@ class Endpoint:
         if meta.plane in self._plane_stats:
             self._plane_stats[meta.plane]["rx_packets"] += 1
         try:
-            pkt = wire.decode_packet(data)
+            pkt = decode_received(data)
             if isinstance(pkt, wire.PortStatusPacket):
                 self._on_port_status(pkt, meta, now)
                 return
@@ -148,7 +148,7 @@ class Endpoint:
                 self._stats["unknown_qpn"] += 1
                 raise RemoteProtocolError(f"no QP {pkt.bth.dest_qp:#x}")
             conn.handle(pkt, meta, now, self._control)
-        except (wire.WireError, RemoteProtocolError):
+        except RemoteProtocolError:
             self._stats["malformed"] += 1
 
     # ---- output and timers -------------------------------------------------------------------

@@ -1,5 +1,9 @@
 """Protocol errors, split h11-style by whose fault they are."""
 
+from __future__ import annotations
+
+import wire
+
 
 class LocalProtocolError(Exception):
     """The caller used the API wrongly (illegal transition, unknown QP, bad argument)."""
@@ -7,3 +11,19 @@ class LocalProtocolError(Exception):
 
 class RemoteProtocolError(Exception):
     """The peer sent something invalid; the endpoint counts it and drops the packet."""
+
+
+class ConfigError(LocalProtocolError, ValueError):
+    """A configuration field is out of range; the message names the field and the fix."""
+
+
+class MalformedPacket(RemoteProtocolError):
+    """A received payload does not decode; the wire codec's reason is the message."""
+
+
+def decode_received(data: bytes) -> wire.Packet:
+    """Decode a payload from the network: its faults are the peer's, so they are remote errors."""
+    try:
+        return wire.decode_packet(data)
+    except wire.WireError as exc:
+        raise MalformedPacket(str(exc)) from exc

@@ -5,20 +5,20 @@ active EVs spread equally over planes and, within a plane, round-robin over that
 [paper]. Each plane also holds `backups_per_plane` GOOD backup EVs that replace active EVs that
 fail, so the active count per plane stays [paper].
 
-States (EvState) change only through the data table _TRANSITIONS; a (state, trigger) pair that
-is not in it raises LocalProtocolError. Reasons reported by drain_changes() are the triggers.
+States change only through evstate.TRANSITIONS; a (state, trigger) pair that is not in it
+raises LocalProtocolError. Reasons reported by drain_changes() are the triggers (EvTrigger).
 
 Rules chosen where the sources are silent [choice]:
 - EV values: the i-th EV built (actives in build order, then each plane's backups) is
   first_ev + i, wrapping inside 1..2**32-1 (0 is never used).
-- Pools: every EV is "active" (sprayed on), "backup" (standby) or "out" (ASSUMED_BAD or
-  DENIED). A retired active EV is replaced by a GOOD backup of its plane, preferring paths
+- Pools (evstate.Pool): every EV is ACTIVE (sprayed on), BACKUP (standby) or OUT (ASSUMED_BAD
+  or DENIED). A retired active EV is replaced by a GOOD backup of its plane, preferring paths
   with the smallest share of ASSUMED_BAD EVs, then another path than the retired EV's. If
   every remaining backup sits on a failing path (at least half of its EVs ASSUMED_BAD: a dead
   path, since random loss spreads over all paths) the slot stays empty, as a dead path would
   only eat the backup, until a delivery, timer or reinstatement finds a healthy backup.
-  An EV reinstated by probes or allowed again goes back to "active" if its plane has fewer
-  active EVs than it was built with, else to "backup".
+  An EV reinstated by probes or allowed again goes back to ACTIVE if its plane has fewer
+  active EVs than it was built with, else to BACKUP.
 - Floor: while fewer than ev_min_active EVs are usable (GOOD, active, plane usable), choose()
   also sprays over stand-ins on usable planes, best first: GOOD backups, then SKIP EVs
   (soonest expiry first), then ASSUMED_BAD EVs least recently failed first (the failure that
@@ -39,53 +39,14 @@ import heapq
 import random
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from host_agent.core.errors import LocalProtocolError
-from host_agent.core.evconfig import EvConfig
+from host_agent.core.evstate import TRANSITIONS, EvConfig, EvEntry, EvTrigger, Pool
 from host_agent.core.types import EvState, PathInfo
 
-G, S, B, D = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
-
-_TRANSITIONS: dict[tuple[EvState, str], EvState] = {
-    (G, "ecn"): S, (G, "nack_trimmed"): S, (G, "loss"): B, (G, "path_dark"): B, (G, "deny"): D,
-    # SKIP: more congestion restarts the skip time
-    (S, "ecn"): S, (S, "nack_trimmed"): S, (S, "skip_expired"): G, (S, "loss"): B,
-    (S, "path_dark"): B, (S, "deny"): D,
-    # ASSUMED_BAD: ECN/trims are late news of packets sent before the failure; a further loss
-    # restarts the probe run; only probes bring it back
-    (B, "ecn"): B, (B, "nack_trimmed"): B, (B, "loss"): B, (B, "probe_success_enough"): G,
-    (B, "deny"): D,
-    # DENIED: feedback on packets still in flight is ignored; only management lets it go
-    (D, "ecn"): D, (D, "nack_trimmed"): D, (D, "loss"): D, (D, "allow"): G,
-}  # fmt: skip
-
 EV_SPACE = 2**32 - 1  # usable EV values 1..2**32-1
-ACTIVE, BACKUP, OUT = "active", "backup", "out"
-
-
-def _new_counters() -> dict[str, int]:
-    return dict.fromkeys(
-        ("chosen", "delivered", "ecn", "nack_trimmed", "nack_trimmed_lasthop", "losses",
-         "probes_sent", "probe_replies", "probe_timeouts"), 0)  # fmt: skip
-
-
-@dataclass(eq=False)
-class EvEntry:
-    """One EV. Callers read it; only EvSet changes it."""
-
-    ev: int
-    path: PathInfo
-    state: EvState = EvState.GOOD
-    pool: str = ACTIVE
-    counters: dict[str, int] = field(default_factory=_new_counters)
-    skip_until: float | None = None
-    failed_at: float | None = None  # last loss seen on this EV
-    next_probe_at: float | None = None
-    probe_sent_at: float | None = None  # set while a probe is outstanding
-    probe_successes: int = 0
-    usable: bool = field(default=False, repr=False)  # GOOD, active, plane usable (cached)
-    in_ring: bool = field(default=False, repr=False)
+ACTIVE, BACKUP, OUT = Pool.ACTIVE, Pool.BACKUP, Pool.OUT
+T = EvTrigger
 
 
 class EvSet:
@@ -124,7 +85,7 @@ class EvSet:
         self._target: dict[int, int] = dict.fromkeys(self.planes, 0)
         used: dict[int, int] = dict.fromkeys(self.planes, 0)  # EVs placed per plane so far
 
-        def add(plane: int, pool: str) -> EvEntry:
+        def add(plane: int, pool: Pool) -> EvEntry:
             ev = (first_ev - 1 + len(self._entries)) % EV_SPACE + 1
             plane_paths = by_plane[plane]
             entry = EvEntry(ev, plane_paths[used[plane] % len(plane_paths)], pool=pool)
@@ -158,7 +119,7 @@ class EvSet:
         self._fallback_pos = 0
         self._ctl_plane_pos = 0
         self._ctl_cursor: dict[int, int] = dict.fromkeys(self.planes, 0)
-        self._changes: list[tuple[int, EvState, EvState, str]] = []
+        self._changes: list[tuple[int, EvState, EvState, EvTrigger]] = []
         self.counters: dict[str, int] = dict.fromkeys(
             ("chosen", "control_chosen", "floor_picks", "control_fallback", "ecn",
              "nack_trimmed", "nack_trimmed_lasthop", "losses", "delivered", "skips",
@@ -190,7 +151,7 @@ class EvSet:
         return [e for e in self._entries.values()
                 if e.pool == ACTIVE and (plane is None or e.path.plane == plane)]  # fmt: skip
 
-    def drain_changes(self) -> list[tuple[int, EvState, EvState, str]]:
+    def drain_changes(self) -> list[tuple[int, EvState, EvState, EvTrigger]]:
         changes, self._changes = self._changes, []
         return changes
 
@@ -210,14 +171,14 @@ class EvSet:
                 self._ring.append(entry)
         self._fallback = None
 
-    def _apply(self, entry: EvEntry, trigger: str, now: float | None) -> None:
+    def _apply(self, entry: EvEntry, trigger: EvTrigger, now: float | None) -> None:
         """Run one table transition plus the side effects of entering/leaving states."""
         old = entry.state
-        new = _TRANSITIONS.get((old, trigger))
+        new = TRANSITIONS.get((old, trigger))
         if new is None:
             raise LocalProtocolError(
                 f"illegal EV transition: EV {entry.ev:#x} in state {old.name} "
-                f"has no transition for trigger {trigger!r}"
+                f"has no transition for trigger {str(trigger)!r}"
             )
         entry.state = new
         if old is EvState.SKIP and new is not EvState.SKIP:
@@ -292,7 +253,7 @@ class EvSet:
             entry = self._entries[ev]
             if entry.state is EvState.SKIP and entry.skip_until == until:
                 self.counters["skip_expired"] += 1
-                self._apply(entry, "skip_expired", now)
+                self._apply(entry, T.SKIP_EXPIRED, now)
 
     def _refill_all(self) -> None:
         for plane, vacant in self._vacant.items():
@@ -436,7 +397,7 @@ class EvSet:
         return min(spare, key=self._stand_in_rank)
 
     # ----- feedback
-    def _feedback(self, ev: int, now: float, counter: str, trigger: str | None) -> None:
+    def _feedback(self, ev: int, now: float, counter: str, trigger: EvTrigger | None) -> None:
         entry = self.entry(ev)
         entry.counters[counter] += 1
         self.counters[counter] += 1
@@ -445,10 +406,10 @@ class EvSet:
 
     def on_ecn(self, ev: int, now: float) -> None:
         """CE echo or SACK M=SKIP_ONCE: congestion inside the fabric on this EV's path."""
-        self._feedback(ev, now, "ecn", "ecn")
+        self._feedback(ev, now, "ecn", T.ECN)
 
     def on_nack_trimmed(self, ev: int, now: float) -> None:
-        self._feedback(ev, now, "nack_trimmed", "nack_trimmed")
+        self._feedback(ev, now, "nack_trimmed", T.NACK_TRIMMED)
 
     def on_nack_trimmed_lasthop(self, ev: int, now: float) -> None:
         """Trimmed at the receiver's last hop: incast, not a path problem; counted only."""
@@ -456,14 +417,14 @@ class EvSet:
 
     def on_loss(self, ev: int, now: float) -> None:
         """Timeout or untrimmed loss: assume the path failed and retire the EV at once."""
-        self._feedback(ev, now, "losses", "loss")
+        self._feedback(ev, now, "losses", T.LOSS)
 
     def on_path_dark(self, path: PathInfo, now: float) -> None:
         """The loss detector found `path` dead (recovery module docstring). Every EV on it
         takes that source route, so all of them retire now, not one per loss [choice]."""
         for entry in self._plane_entries[path.plane]:
             if entry.path == path and entry.state in (EvState.GOOD, EvState.SKIP):
-                self._apply(entry, "path_dark", now)
+                self._apply(entry, T.PATH_DARK, now)
 
     def on_delivered(self, ev: int, now: float) -> None:
         self._feedback(ev, now, "delivered", None)
@@ -472,7 +433,7 @@ class EvSet:
 
     def set_denied(self, ev: int, denied: bool) -> None:
         """Management only; DENIED is left only through set_denied(ev, False)."""
-        self._apply(self.entry(ev), "deny" if denied else "allow", None)
+        self._apply(self.entry(ev), T.DENY if denied else T.ALLOW, None)
 
     def set_plane_usable(self, plane: int, usable: bool) -> None:
         """Local port down, or the peer reported its port down: EV states are kept, the
@@ -523,7 +484,7 @@ class EvSet:
         self.counters["probe_replies"] += 1
         entry.probe_successes += 1
         if entry.probe_successes >= self.config.probe_successes_to_reinstate:
-            self._apply(entry, "probe_success_enough", now)
+            self._apply(entry, T.PROBE_SUCCESS_ENOUGH, now)
 
     def on_probe_timeout(self, ev: int, now: float) -> None:
         entry = self._outstanding(ev)

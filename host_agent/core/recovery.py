@@ -122,10 +122,6 @@ class LossDetector:
         state.rtt_max = max(rtt, state.rtt_max * _RTT_MAX_DECAY)
         self.delivered_seq = max(self.delivered_seq, tx_seq)
 
-    def path_rtt_max(self, path: PathInfo) -> float:
-        state = self._paths.get(path)
-        return state.rtt_max if state is not None else 0.0
-
     def detect(
         self, now: float, reorder_window: float, fallback_patience: float
     ) -> tuple[list[OutPkt], float | None, list[PathInfo]]:

@@ -45,10 +45,11 @@ from collections.abc import Callable
 
 import wire
 from host_agent.core.cc import CongestionControl
-from host_agent.core.config import EndpointConfig
+from host_agent.core.config import EndpointConfig, RecoveryMode
 from host_agent.core.errors import RemoteProtocolError
 from host_agent.core.events import Event, WriteCompleted, WriteFailed
-from host_agent.core.evs import EvEntry, EvSet
+from host_agent.core.evs import EvSet
+from host_agent.core.evstate import EvEntry
 from host_agent.core.recovery import LossDetector, OutPkt, Write
 from host_agent.core.types import TxPacket
 
@@ -85,7 +86,7 @@ class Sender:
         emit: Callable[[Event], None],
     ) -> None:
         self._cfg = config
-        self._go_back = config.recovery == "go_back_n"
+        self._go_back = config.recovery is RecoveryMode.GO_BACK_N
         self._evs = evs
         self.cc = cc
         self._peer = peer

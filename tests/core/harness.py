@@ -11,11 +11,7 @@ import random
 from dataclasses import dataclass, field
 
 import wire
-from host_agent.core.config import EndpointConfig
-from host_agent.core.endpoint import Endpoint
-from host_agent.core.events import Event
-from host_agent.core.evs import EvConfig
-from host_agent.core.types import PathInfo, RxMeta, TxPacket
+from host_agent.core import Endpoint, EndpointConfig, EvConfig, Event, PathInfo, RxMeta, TxPacket
 
 BASE_RTT = 10e-6
 HEADERS = wire.BTH_LEN + wire.METH_LEN + wire.RETH_LEN  # what a trimmed data payload keeps

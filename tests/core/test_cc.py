@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from host_agent.core.cc import CongestionControl, FixedWindow, Nscc, NsccConfig
+from host_agent.core import CongestionControl, FixedWindow, LocalProtocolError, Nscc, NsccConfig
 
 BASE = 1e-3
 CFG = NsccConfig(base_rtt=BASE, target_delay=0.5e-3, min_cwnd=1024, max_cwnd=1024 * 1024,
@@ -108,7 +108,7 @@ def test_can_send() -> None:
     tiny = FixedWindow(100)
     assert tiny.can_send(0, 1024)  # an empty pipe always lets one packet out
     assert not tiny.can_send(1, 1024)
-    with pytest.raises(ValueError, match="inflight_bytes"):
+    with pytest.raises(LocalProtocolError, match="inflight_bytes"):
         cc.can_send(-1, 10)
 
 
@@ -125,9 +125,9 @@ def test_fixed_window_ignores_signals() -> None:
 
 def test_bad_inputs() -> None:
     cc = Nscc(CFG)
-    with pytest.raises(ValueError, match="rtt"):
+    with pytest.raises(LocalProtocolError, match="rtt"):
         cc.on_ack(1024, 0.0, False, 0.0)
-    with pytest.raises(ValueError, match="acked_bytes"):
+    with pytest.raises(LocalProtocolError, match="acked_bytes"):
         cc.on_ack(-1, None, False, 0.0)
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import functools
 
 import wire
-from host_agent.core.cc import FixedWindow
-from host_agent.core.events import (
+from host_agent.core import (
+    EvState,
     EvStateChanged,
+    FixedWindow,
     PeerPlaneChanged,
     PlaneStateChanged,
     WriteCompleted,
 )
-from host_agent.core.types import EvState
 from tests.core.harness import BASE_RTT, QP_A, QP_B, Harness, pattern, small_config
 
 

@@ -7,11 +7,16 @@ import random
 import pytest
 
 import wire
-from host_agent.core.config import ConfigError, EndpointConfig
-from host_agent.core.endpoint import Endpoint
-from host_agent.core.errors import LocalProtocolError
-from host_agent.core.events import MessageReceived, WriteCompleted, WriteFailed
-from host_agent.core.types import RxMeta
+from host_agent.core import (
+    ConfigError,
+    Endpoint,
+    EndpointConfig,
+    LocalProtocolError,
+    MessageReceived,
+    RxMeta,
+    WriteCompleted,
+    WriteFailed,
+)
 from tests.core.harness import BASE_RTT, QP_A, QP_B, Harness, pattern, small_config
 
 

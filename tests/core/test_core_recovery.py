@@ -7,11 +7,17 @@ import functools
 import pytest
 
 import wire
-from host_agent.core.cc import FixedWindow
-from host_agent.core.config import ConfigError, EndpointConfig
-from host_agent.core.events import EvStateChanged, WriteCompleted, WriteFailed
-from host_agent.core.evs import EvConfig
-from host_agent.core.types import EvState, RxMeta
+from host_agent.core import (
+    ConfigError,
+    EndpointConfig,
+    EvConfig,
+    EvState,
+    EvStateChanged,
+    FixedWindow,
+    RxMeta,
+    WriteCompleted,
+    WriteFailed,
+)
 from tests.core.harness import BASE_RTT, QP_A, Harness, pattern, small_config
 
 SLOW = ("A", 0, 1)  # plane 0, spine 1: the route the tests delay

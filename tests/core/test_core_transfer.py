@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 import wire
-from host_agent.core.events import MessageReceived, WriteCompleted
-from host_agent.core.types import RxMeta
+from host_agent.core import MessageReceived, RxMeta, WriteCompleted
 from tests.core.harness import BASE_RTT, QP_A, QP_B, Harness, pattern, small_config
 
 

@@ -7,14 +7,12 @@ from collections import Counter
 
 import pytest
 
-from host_agent.core import evs as evs_mod
-from host_agent.core.errors import LocalProtocolError
-from host_agent.core.evs import EV_SPACE, EvConfig, EvSet
-from host_agent.core.types import EvState, PathInfo
+from host_agent.core import EvState, LocalProtocolError, PathInfo
+from host_agent.core.evs import EV_SPACE, EvSet
+from host_agent.core.evstate import TRANSITIONS, EvConfig, EvTrigger, Pool
 
 G, S, B, D = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
-TRIGGERS = ("ecn", "nack_trimmed", "skip_expired", "loss", "path_dark", "probe_success_enough",
-            "deny", "allow")
+T = EvTrigger
 
 
 def paths(planes: int = 4, per_plane: int = 4) -> list[PathInfo]:
@@ -49,7 +47,7 @@ def test_build_counts_values_and_spread() -> None:
     assert per_plane == {p: 32 for p in range(4)}
     per_path = Counter(e.path for e in es.active())
     assert set(per_path.values()) == {8}
-    backups = [e for e in es.entries() if e.pool == "backup"]
+    backups = [e for e in es.entries() if e.pool is Pool.BACKUP]
     assert Counter(e.path.plane for e in backups) == {p: 8 for p in range(4)}
     assert set(Counter(e.path for e in backups).values()) == {2}
     assert all(e.state is G for e in es.entries())
@@ -108,15 +106,15 @@ def test_for_base_rtt_scales_timers() -> None:
 
 
 def test_transition_table_is_total_over_listed_pairs_only() -> None:
-    table = evs_mod._TRANSITIONS
-    assert {t for _, t in table} <= set(TRIGGERS)
-    # DENIED is entered by "deny" and left only by "allow"
-    assert all(new is not D or trig == "deny" or old is D for (old, trig), new in table.items())
-    assert [k for k, v in table.items() if k[0] is D and v is not D] == [(D, "allow")]
+    table = TRANSITIONS
+    assert {t for _, t in table} == set(EvTrigger)  # every trigger moves some state
+    # DENIED is entered by DENY and left only by ALLOW
+    assert all(new is not D or trig is T.DENY or old is D for (old, trig), new in table.items())
+    assert [k for k, v in table.items() if k[0] is D and v is not D] == [(D, T.ALLOW)]
 
 
-@pytest.mark.parametrize("pair", sorted(evs_mod._TRANSITIONS, key=lambda k: (k[0].name, k[1])))
-def test_every_legal_transition(pair: tuple[EvState, str]) -> None:
+@pytest.mark.parametrize("pair", sorted(TRANSITIONS, key=lambda k: (k[0].name, k[1].value)))
+def test_every_legal_transition(pair: tuple[EvState, EvTrigger]) -> None:
     start, trigger = pair
     es = make(backups_per_plane=2, probe_successes_to_reinstate=1)
     ev = es.active()[0].ev
@@ -124,25 +122,25 @@ def test_every_legal_transition(pair: tuple[EvState, str]) -> None:
     assert es.entry(ev).state is start
     es.drain_changes()
     now = 2.0
-    if trigger == "ecn":
+    if trigger is T.ECN:
         es.on_ecn(ev, now)
-    elif trigger == "nack_trimmed":
+    elif trigger is T.NACK_TRIMMED:
         es.on_nack_trimmed(ev, now)
-    elif trigger == "skip_expired":
+    elif trigger is T.SKIP_EXPIRED:
         es.advance(1.0 + es.config.skip_time)
-    elif trigger == "loss":
+    elif trigger is T.LOSS:
         es.on_loss(ev, now)
-    elif trigger == "path_dark":
+    elif trigger is T.PATH_DARK:
         es.on_path_dark(es.entry(ev).path, now)
-    elif trigger == "probe_success_enough":
+    elif trigger is T.PROBE_SUCCESS_ENOUGH:
         (due,) = es.probes_due(1.0 + es.config.probe_interval)
         es.on_probe_sent(due.ev, now)
         es.on_probe_reply(due.ev, now)
-    elif trigger == "deny":
+    elif trigger is T.DENY:
         es.set_denied(ev, True)
     else:
         es.set_denied(ev, False)
-    expected = evs_mod._TRANSITIONS[pair]
+    expected = TRANSITIONS[pair]
     assert es.entry(ev).state is expected
     changes = [c for c in es.drain_changes() if c[0] == ev]  # path_dark moves its path-mates too
     if expected is not start:
@@ -174,9 +172,9 @@ def test_illegal_transitions_raise_naming_state_and_trigger(start, call) -> None
 def test_illegal_internal_triggers_raise() -> None:
     es = make()
     entry = es.active()[0]
-    for trigger in ("skip_expired", "probe_success_enough", "allow", "bogus"):
+    for trigger in (T.SKIP_EXPIRED, T.PROBE_SUCCESS_ENOUGH, T.ALLOW, "bogus"):
         with pytest.raises(LocalProtocolError, match=f"GOOD.*'{trigger}'"):
-            es._apply(entry, trigger, 0.0)
+            es._apply(entry, trigger, 0.0)  # type: ignore[arg-type]
     assert entry.state is G
 
 
@@ -264,7 +262,7 @@ def test_loss_swaps_in_backup_on_same_plane_other_path() -> None:
     victim = es.active(plane=1)[0]
     before = len(es.active(plane=1))
     es.on_loss(victim.ev, 1.0)
-    assert victim.state is B and victim.pool == "out"
+    assert victim.state is B and victim.pool is Pool.OUT
     after = es.active(plane=1)
     assert len(after) == before and len(es.active(plane=0)) == 64
     new = [e for e in after if e.counters["chosen"] == 0 and e.ev > 128]
@@ -321,7 +319,7 @@ def test_probe_reinstates_after_n_successes_and_failure_resets() -> None:
     assert es.entry(ev).state is B
     probe_round(es, ev, 6.0, reply=True)
     entry = es.entry(ev)
-    assert entry.state is G and entry.pool == "backup"  # the plane's actives were refilled
+    assert entry.state is G and entry.pool is Pool.BACKUP  # the plane's actives were refilled
     assert es.counters["reinstated"] == 1 and es.counters["probe_timeouts"] == 1
     assert es.counters["probes_sent"] == 6 and es.counters["probe_replies"] == 5
     assert es.probes_due(100.0) == []
@@ -335,7 +333,7 @@ def test_reinstated_ev_refills_active_pool_when_backups_ran_out() -> None:
     es.on_loss(ev, 0.0)
     assert len(es.active()) == 3
     probe_round(es, ev, 1.0, reply=True)
-    assert es.entry(ev).pool == "active" and len(es.active()) == 4
+    assert es.entry(ev).pool is Pool.ACTIVE and len(es.active()) == 4
 
 
 def test_probe_timeout_by_advance_and_late_reply_ignored() -> None:
@@ -402,7 +400,7 @@ def test_floor_prefers_skip_over_assumed_bad_and_never_denied() -> None:
     es.set_denied(d.ev, True)
     assert {es.choose(1.0).ev for _ in range(10)} == {a.ev, b.ev}  # type: ignore[union-attr]
     es.set_denied(c.ev, False)  # back to GOOD and into the active pool
-    assert c.state is G and c.pool == "active"
+    assert c.state is G and c.pool is Pool.ACTIVE
     assert {es.choose(1.0).ev for _ in range(10)} == {b.ev, c.ev}  # type: ignore[union-attr]
 
 
@@ -447,7 +445,7 @@ def test_control_covers_each_usable_plane_prefers_good() -> None:
     assert {p.path.plane for p in picks if p} == {0, 1, 2}
     # plane 1's actives are SKIP: its GOOD backup stands in
     plane1 = {p.ev for p in picks if p and p.path.plane == 1}
-    assert len(plane1) == 1 and es.entry(plane1.pop()).pool == "backup"
+    assert len(plane1) == 1 and es.entry(plane1.pop()).pool is Pool.BACKUP
     es.set_plane_usable(2, False)
     assert {es.choose_control(0.0).path.plane for _ in range(10)} == {0, 1}  # type: ignore[union-attr]
 
@@ -473,7 +471,7 @@ def test_counters_and_changes_for_endpoint_events() -> None:
     assert es.drain_changes() == []
     assert es.counters["denied"] == 1 and es.counters["delivered"] == 1
     assert es.states()[ev] is D
-    assert es.entry(ev).pool == "out"
+    assert es.entry(ev).pool is Pool.OUT
 
 
 def test_denied_active_ev_is_replaced_and_never_probed_or_chosen() -> None:
@@ -484,11 +482,11 @@ def test_denied_active_ev_is_replaced_and_never_probed_or_chosen() -> None:
     assert es.probes_due(5.0) == [] and es.next_deadline() is None
     other = es.active(plane=1)[0]
     es.set_denied(other.ev, True)
-    assert len(es.active(plane=1)) == 64 and other.pool == "out"
+    assert len(es.active(plane=1)) == 64 and other.pool is Pool.OUT
     picks = {es.choose(6.0).ev for _ in range(500)}  # type: ignore[union-attr]
     assert victim.ev not in picks and other.ev not in picks
     es.set_denied(victim.ev, False)  # plane 0 already refilled: it becomes a backup
-    assert victim.state is G and victim.pool == "backup"
+    assert victim.state is G and victim.pool is Pool.BACKUP
 
 
 # ---------------------------------------------------------------- backups avoid failing paths
@@ -498,38 +496,38 @@ def test_backup_comes_from_a_path_without_failing_evs_or_waits() -> None:
     es = make(planes=1, per_plane=2, evs_per_connection=4, backups_per_plane=2, ev_min_active=1,
               probe_interval=1.0, probe_successes_to_reinstate=1)
     on = {r: [e for e in es.entries() if e.path.route == r] for r in ("p0s0", "p0s1")}
-    dead_actives = [e for e in on["p0s0"] if e.pool == "active"]
-    (dead_backup,) = [e for e in on["p0s0"] if e.pool == "backup"]
-    (live_backup,) = [e for e in on["p0s1"] if e.pool == "backup"]
+    dead_actives = [e for e in on["p0s0"] if e.pool is Pool.ACTIVE]
+    (dead_backup,) = [e for e in on["p0s0"] if e.pool is Pool.BACKUP]
+    (live_backup,) = [e for e in on["p0s1"] if e.pool is Pool.BACKUP]
     es.on_loss(dead_actives[0].ev, 0.0)
-    assert live_backup.pool == "active" and dead_backup.pool == "backup"  # the live path's
+    assert live_backup.pool is Pool.ACTIVE and dead_backup.pool is Pool.BACKUP  # the live path's
     es.on_loss(dead_actives[1].ev, 0.0)
     # the only backup left sits on a path whose EVs are failing: the slot waits
-    assert dead_backup.pool == "backup" and es.counters["swaps_deferred"] == 1
+    assert dead_backup.pool is Pool.BACKUP and es.counters["swaps_deferred"] == 1
     assert len(es.active(plane=0)) == 3
     es.on_delivered(live_backup.ev, 0.5)  # still failing: still waiting
-    assert dead_backup.pool == "backup"
+    assert dead_backup.pool is Pool.BACKUP
     probe_round(es, dead_actives[0].ev, 1.0, reply=True)  # reinstated: takes the empty slot
-    assert dead_actives[0].pool == "active" and len(es.active(plane=0)) == 4
+    assert dead_actives[0].pool is Pool.ACTIVE and len(es.active(plane=0)) == 4
     probe_round(es, dead_actives[1].ev, 1.0, reply=True)  # plane full: back to the backups
-    assert dead_actives[1].pool == "backup" and dead_backup.pool == "backup"
+    assert dead_actives[1].pool is Pool.BACKUP and dead_backup.pool is Pool.BACKUP
 
 
 def test_a_deferred_slot_is_refilled_once_the_path_recovers() -> None:
     es = make(planes=1, per_plane=2, evs_per_connection=4, backups_per_plane=1, ev_min_active=1,
               probe_interval=1.0, probe_successes_to_reinstate=1)
-    (backup,) = [e for e in es.entries() if e.pool == "backup"]
-    same = [e for e in es.entries() if e.pool == "active" and e.path == backup.path]
-    other = [e for e in es.entries() if e.pool == "active" and e.path != backup.path]
+    (backup,) = [e for e in es.entries() if e.pool is Pool.BACKUP]
+    same = [e for e in es.entries() if e.pool is Pool.ACTIVE and e.path == backup.path]
+    other = [e for e in es.entries() if e.pool is Pool.ACTIVE and e.path != backup.path]
     es.on_loss(same[0].ev, 0.0)  # the backup's own path fails: no swap
-    assert backup.pool == "backup" and es.counters["swaps_deferred"] == 1
+    assert backup.pool is Pool.BACKUP and es.counters["swaps_deferred"] == 1
     es.on_loss(other[0].ev, 0.1)  # still the failing path's backup: no swap
-    assert backup.pool == "backup" and len(es.active(plane=0)) == 2
+    assert backup.pool is Pool.BACKUP and len(es.active(plane=0)) == 2
     probe_round(es, other[0].ev, 1.1, reply=True)  # fills one slot itself
-    assert other[0].pool == "active" and backup.pool == "backup"
+    assert other[0].pool is Pool.ACTIVE and backup.pool is Pool.BACKUP
     probe_round(es, same[0].ev, 1.0 + 0.5, reply=False)
     es.set_denied(same[0].ev, True)  # management takes it away: its path has no bad EV left
-    assert backup.pool == "active" and len(es.active(plane=0)) == 4
+    assert backup.pool is Pool.ACTIVE and len(es.active(plane=0)) == 4
 
 
 # ---------------------------------------------------------------- control EV for an arrival

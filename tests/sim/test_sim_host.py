@@ -5,7 +5,7 @@ from __future__ import annotations
 from ipaddress import IPv6Address
 
 from fabric.topology import Fabric
-from host_agent.core.endpoint import Endpoint
+from host_agent.core import Endpoint
 from sim.engine import EventLoop
 from sim.host import HostAdapter
 from sim.network import Network
@@ -44,7 +44,7 @@ def test_frames_carry_nic_addresses_and_the_route() -> None:
 
     b.on_frame = spy  # type: ignore[method-assign]
     a.endpoint.post_write(0x100, bytes(range(100)) * 100, region.va, region.rkey, now=0.0)
-    a.pump()
+    a.wake()
     loop.run(until=0.1)
     assert bytes(region.buffer) == bytes(range(100)) * 100
     data = [(plane, decode_frame(f)[0]) for plane, f in seen]

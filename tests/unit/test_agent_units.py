@@ -23,20 +23,10 @@ from host_agent.control import (
     ControlServer,
     RequestError,
 )
-from host_agent.core.config import EndpointConfig
-from host_agent.core.endpoint import Endpoint
-from host_agent.core.types import EvState
-from host_agent.driver import (
-    IFF_RUNNING,
-    IFF_UP,
-    RTM_DELLINK,
-    RTM_NEWLINK,
-    Driver,
-    DriverError,
-    HostConfig,
-    parse_link_messages,
-    qpn_for,
-)
+from host_agent.core import EndpointConfig, EvState
+from host_agent.hostconfig import HostConfig, HostConfigError, qpn_for
+from host_agent.loop import EventLoop
+from host_agent.nic import IFF_RUNNING, IFF_UP, RTM_DELLINK, RTM_NEWLINK, parse_link_messages
 
 FABRIC = Fabric(planes=2, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=1)
 
@@ -66,7 +56,7 @@ def test_host_config_from_the_exported_path_set() -> None:
     assert sorted(config.paths) == [0]
     assert len(config.paths[0]) == 4  # 2 planes x 2 spines
     assert config.peer_of()[FABRIC.nic(0, 1).address] == 0
-    with pytest.raises(DriverError, match="planes \\[1\\]"):
+    with pytest.raises(HostConfigError, match="planes \\[1\\]"):
         HostConfig.from_paths(1, 2, [p for p in paths if p.plane == 0])
 
 
@@ -74,11 +64,23 @@ def test_qpn_convention_matches_between_peers() -> None:
     assert qpn_for(3) == 0x103 and qpn_for(0) == 0x100
 
 
+class Idle:
+    """A deadline source with nothing to do: the loop serves only its sockets and timers."""
+
+    def deadline(self) -> None:
+        return None
+
+    def on_deadline(self, now: float) -> None:
+        raise AssertionError("no deadline was set")
+
+    def after_wakeup(self) -> None:
+        pass
+
+
 @pytest.fixture
 def loop_server(tmp_path: Path):
-    """A Driver's loop (no NICs opened) serving a ControlServer from a thread."""
-    config = HostConfig.from_paths(0, 2, hostpaths.host_paths(FABRIC, 0, 1))
-    driver = Driver(Endpoint(planes=2), config)
+    """An agent's event loop (no NICs) serving a ControlServer from a thread."""
+    loop = EventLoop()
     path = str(tmp_path / "ctl.sock")
 
     def handler(request: dict[str, Any], reply: Any) -> None:
@@ -86,17 +88,17 @@ def loop_server(tmp_path: Path):
         if cmd == "echo":
             reply({"ok": True, "args": request.get("args")})
         elif cmd == "later":
-            driver.call_at(driver.clock() + 0.05, lambda: reply({"ok": True, "late": True}))
+            loop.call_at(loop.clock() + 0.05, lambda: reply({"ok": True, "late": True}))
         elif cmd == "bad":
             raise RequestError("bad: nope")
         elif cmd == "boom":
             raise RuntimeError("handler bug")
         elif cmd == "stop":
             reply({"ok": True})
-            driver.stop()
+            loop.stop()
 
-    server = ControlServer(path, driver, handler)
-    thread = threading.Thread(target=driver.run, daemon=True)
+    server = ControlServer(path, loop, handler)
+    thread = threading.Thread(target=loop.run, args=(Idle(),), daemon=True)
     thread.start()
     try:
         yield path
@@ -106,7 +108,7 @@ def loop_server(tmp_path: Path):
                 c.call("stop")
         thread.join(5)
         server.close()
-        driver.close()
+        loop.close()
     assert not Path(path).exists()
 
 
@@ -119,6 +121,24 @@ def test_control_protocol_round_trips(loop_server: str) -> None:
         with pytest.raises(ControlError, match="internal error: RuntimeError"):
             c.call("boom")
         assert c.call("echo", args="still alive")["args"] == "still alive"
+
+
+def test_control_client_pipelines_requests(loop_server: str) -> None:
+    """Answers come back in completion order and are matched to their requests by id; a call()
+    made while pipelined answers are outstanding keeps them for next_reply()."""
+    with ControlClient(loop_server, timeout=5) as c:
+        late = c.submit("later")
+        bad = c.submit("bad")
+        echo = c.submit("echo", args="first")
+        first, second = c.next_reply(), c.next_reply()
+        assert first == (bad, {"ok": False, "error": "bad: nope"})
+        assert second == (echo, {"ok": True, "args": "first"})
+        again = c.submit("later")
+        assert c.call("echo", args="between")["args"] == "between"
+        assert sorted([c.next_reply(), c.next_reply()]) == [
+            (late, {"ok": True, "late": True}), (again, {"ok": True, "late": True})]
+        with pytest.raises(ControlError, match="no request is waiting"):
+            c.next_reply()
 
 
 def test_control_rejects_garbage_lines(loop_server: str) -> None:
@@ -149,11 +169,10 @@ def test_control_socket_path_rules(tmp_path: Path, loop_server: str) -> None:
         ControlServer(str(plain), None, lambda r, reply: None)  # type: ignore[arg-type]
     with pytest.raises(AgentUnreachable):
         ControlClient(str(stale))
-    config = HostConfig.from_paths(0, 2, hostpaths.host_paths(FABRIC, 0, 1))
-    driver = Driver(Endpoint(planes=2), config)
-    server = ControlServer(str(stale), driver, lambda r, reply: None)
+    loop = EventLoop()
+    server = ControlServer(str(stale), loop, lambda r, reply: None)
     server.close()
-    driver.close()
+    loop.close()
     assert not stale.exists()
 
 

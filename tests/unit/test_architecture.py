@@ -115,6 +115,20 @@ def test_the_core_never_touches_io() -> None:
     assert bad == {}
 
 
+def test_code_outside_the_core_uses_its_public_api() -> None:
+    """Production code imports `host_agent.core`, never its submodules (tests may, to reach
+    internals such as EvSet)."""
+    bad = []
+    for path in python_files():
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] == "tests" or rel.parts[:2] == ("host_agent", "core"):
+            continue
+        bad += [f"{rel}: {name}" for name in imports_of(path)
+                if name.startswith("host_agent.core.")
+                and name.rsplit(".", 1)[0] != "host_agent.core"]
+    assert bad == []
+
+
 def test_no_test_module_imports_another() -> None:
     bad = []
     for path in (ROOT / "tests").rglob("test_*.py"):

@@ -1,0 +1,73 @@
+"""What one host needs to know about the fabric: its NICs and, per peer, the routes and addresses.
+
+Built from the path export (fabric.hostpaths) by both the raw-socket agent and the simulator,
+so the two address frames identically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from ipaddress import IPv6Address
+
+from fabric.hostpaths import HostPath, all_host_paths
+from fabric.topology import Fabric
+from host_agent.core import PathInfo
+
+
+class HostConfigError(ValueError):
+    """The path set does not describe this host; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class NicConfig:
+    """One host NIC: where to send and what to write in the frame."""
+
+    plane: int
+    ifname: str
+    mac: str
+    address: IPv6Address
+    next_hop_mac: str  # the T0's MAC: every frame's destination MAC
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """A host's NICs and, per peer, its paths and NIC addresses."""
+
+    host: int
+    planes: int
+    nics: tuple[NicConfig, ...]  # indexed by plane
+    paths: dict[int, tuple[PathInfo, ...]]  # peer host -> every route to it
+    peer_address: dict[tuple[int, int], IPv6Address]  # (peer, plane) -> peer NIC address
+
+    @classmethod
+    def from_paths(cls, host: int, planes: int, paths: Iterable[HostPath]) -> HostConfig:
+        mine = [p for p in paths if p.src_host == host]
+        nics: dict[int, NicConfig] = {}
+        routes: dict[int, list[PathInfo]] = {}
+        peer_address: dict[tuple[int, int], IPv6Address] = {}
+        for p in mine:
+            nic = NicConfig(p.plane, p.src_ifname, p.src_mac, p.src_addr, p.next_hop_mac)
+            if nics.setdefault(p.plane, nic) != nic:
+                raise HostConfigError(f"path set disagrees about host {host}'s NIC on plane "
+                                      f"{p.plane}: {nics[p.plane]} vs {nic}; re-export it")
+            routes.setdefault(p.dst_host, []).append(PathInfo(plane=p.plane, route=p.route))
+            peer_address[(p.dst_host, p.plane)] = p.dst_addr
+        missing = sorted(set(range(planes)) - set(nics))
+        if missing:
+            raise HostConfigError(f"the path set has no paths from host {host} on planes "
+                                  f"{missing}: check --host and that it covers this host")
+        return cls(host, planes, tuple(nics[p] for p in range(planes)),
+                   {peer: tuple(r) for peer, r in routes.items()}, peer_address)
+
+    @classmethod
+    def from_fabric(cls, fabric: Fabric, host: int) -> HostConfig:
+        return cls.from_paths(host, fabric.planes, all_host_paths(fabric, host))
+
+    def peer_of(self) -> dict[IPv6Address, int]:
+        return {addr: peer for (peer, _), addr in self.peer_address.items()}
+
+
+def qpn_for(host: int) -> int:
+    """QPN convention: a host's QP towards peer P is 0x100 + P, so the peer's is 0x100 + me."""
+    return 0x100 + host
