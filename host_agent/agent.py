@@ -57,11 +57,7 @@ from host_agent.nic import NicError, kernel_setup
 
 log = logging.getLogger("host_agent")
 
-# A Python agent adds its own processing and scheduling delay to every RTT, and BMv2 hops add
-# more; 5 ms leaves that room on a busy 2-core machine. Measured back to back over veth, 10 MB
-# completes without a retransmission at both 1 ms and 5 ms; spurious timeouts at a too-small
-# value retire EVs and start probes, which cost the agents CPU in turn.
-DEFAULT_BASE_RTT = 0.005
+DEFAULT_BASE_RTT = 0.005  # room for Python and BMv2 delays (docs/decisions.md, "Base RTT")
 WRITE_STATS = ("tx_data_packets", "retransmits", "timeouts", "spurious_timeouts",
                "nacks_received")
 MAX_WRITE = 1 << 30  # bytes per write command: the pattern is built in memory

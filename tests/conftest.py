@@ -2,10 +2,12 @@
 tests/core (the sans-IO transport core, tests/core/harness.py), tests/sim (the simulated
 fabric), tests/switch (P4 program, BMv2, software switch), tests/e2e (Mininet fabrics and live
 agents). Everything under tests/e2e and every BMv2 test is marked `slow`, so
-`./testbed test -m "not slow"` is the quick loop (about a minute)."""
+`./testbed test -m "not slow"` is the quick loop (about a minute). Everything under tests/e2e
+is also marked `root`, and a `root` test skips with a reason when not run as root."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -15,5 +17,13 @@ E2E = Path(__file__).resolve().parent / "e2e"
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if E2E in Path(str(item.fspath)).parents or item.get_closest_marker("bmv2"):
+        e2e = E2E in Path(str(item.fspath)).parents
+        if e2e or item.get_closest_marker("bmv2"):
             item.add_marker(pytest.mark.slow)
+        if e2e:
+            item.add_marker(pytest.mark.root)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("root") and os.geteuid() != 0:
+        pytest.skip("needs root (namespaces, raw sockets, Mininet): run `sudo ./testbed test`")

@@ -4,7 +4,7 @@
         net.start()
         print(net.transfer(0, 3, 1_000_000))
 
-Contract: /work/briefs/network-api.md. Beyond it (additive, documented here):
+The API (README "Mininet demo" shows it in use), beyond start/stop/transfer/link_down/link_up:
 - NetworkConfig.single_path: agents start in single-path mode (the `--baseline` fabric).
   transfer(single_path=True) on a network whose agents run MRC restarts the two agents involved
   in single-path mode (and back again for an MRC transfer); it refuses while either agent has a

@@ -18,10 +18,8 @@ Mininet CLI commands (after the demo, when stdin is a terminal; `mrc_help` lists
     mrc_write SRC DST BYTES [single]   mrc_link down|up A B    mrc_reboot SWITCH
     mrc_nic down|up HOST PLANE         mrc_stats [HOST] [json]
 
-Port rate: 500 packets/s per egress port by default. Measured on a 2-core machine with the
-default fabric, one 2 MB flow reaches 99% of 4 x 500 pps; at 1000 pps 96%, at 2000 pps only
-61% (the switch processes' CPU becomes the bottleneck). 500 leaves headroom for failures and
-incast. Everything started is stopped by PID on exit, error or Ctrl-C; Mininet removes its
+Port rate: 500 packets/s per egress port by default (docs/decisions.md, "Port rate").
+Everything started is stopped by PID on exit, error or Ctrl-C; Mininet removes its
 veths and namespaces.
 """
 

@@ -83,7 +83,7 @@ class Endpoint:
         initial_psn: int = 0,
         expected_psn: int = 0,
     ) -> None:
-        """Open a QP to `peer`. initial_psn/expected_psn (an extension of the contract) are the
+        """Open a QP to `peer`. initial_psn/expected_psn are the
         first PSN this side sends and the first it expects, agreed out of band as in RC."""
         for label, qpn in (("local_qpn", local_qpn), ("remote_qpn", remote_qpn)):
             if not isinstance(qpn, int) or not MIN_QPN <= qpn <= MAX_QPN:
@@ -269,7 +269,7 @@ class Endpoint:
     # ---- stats -------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, object]:
-        """JSON-able counters: the contract's keys plus finer ones (see STAT_KEYS)."""
+        """JSON-able counters (STAT_KEYS), per plane and per EV."""
         result: dict[str, object] = dict(self._stats)
         result["per_plane"] = {p: dict(c) for p, c in self._plane_stats.items()}
         result["per_ev"] = {qpn: conn.ev_stats() for qpn, conn in self._conns.items()}

@@ -18,10 +18,7 @@ class WriteCompleted:
 
 @dataclass(frozen=True)
 class WriteFailed:
-    """Sender: the peer refused the write (rkey or bounds violation); nothing more is retried.
-
-    Not in the original contract: without it a refused write would look like a hang.
-    """
+    """Sender: the peer refused the write (rkey or bounds violation); nothing more is retried."""
 
     qpn: int
     wr_id: int

@@ -22,10 +22,7 @@ retransmitted packet's transmission named by the EV echoed in the SACK it trigge
 Dark paths: rule B declaring DARK_PATH_LOSSES packets of path X lost with no delivery on X in
 between means X itself is dead, not one packet unlucky (a random loss is followed by later
 deliveries on X, which rule A judges). detect() reports such paths so the sender can retire
-every EV on X at once instead of one per loss. Measured on the Mininet bench (4 MiB flow, one
-T0-T1 link down): one verdict per EV retired the 16 EVs of the dead route over 2.5-16 base RTTs,
-because the congestion window shrank after the first losses and the remaining EVs of that
-route were chosen ever more rarely.
+every EV on X at once instead of one per loss (why: docs/decisions.md, "Dark paths").
 
 Memory is O(packets in flight): each path indexes its in-flight packets in send order, and a
 packet leaves the index when it is acknowledged, declared lost or resent (forget()).

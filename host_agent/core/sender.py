@@ -6,20 +6,11 @@ yet acknowledged, `_untriggered` acknowledged packets whose own SACK has not arr
 by the window). Loss detection is per path (recovery.LossDetector); the oldest in-flight packet
 also carries the RTO timer.
 
-RTO (measured on the Mininet incast, where the old RTO timed whole windows out while nothing
-was lost): a trimming fabric bounds each hop's data queue at the trim threshold, 32 packets x
-2 ms = 64 ms at 500 pps, yet senders saw SACK/NACK pauses of 76-112 ms early in a 7:1 incast
-(their first window had crossed an emptier fabric: srtt 36 ms, even 6.6 ms from one sample).
-Two TCP practices make such a pause no timeout: the RTO leaves at least rto_min of headroom
-above srtt (srtt + max(4 rttvar, rto_min), as Linux adds its floor to srtt, rather than
-max(rto_min, srtt + 4 rttvar), which a burst of similar samples collapses to rto_min), and it
-runs from the later of the oldest packet's send time and the connection's last forward progress
-(a SACK acknowledging new data, or a NACK answering for an in-flight packet; RFC 6298 5.3), so
-packets queued behind each other at one bottleneck are not all timed from the burst's start.
-Until the window in flight at the first RTT sample is acknowledged, the RTO stays at least
-rto_initial: the head of a first burst crosses an empty fabric, while the rest of it queues
-behind every other sender's first burst (a 7:1 incast timed a whole first window out at
-srtt + rto_min).
+RTO: srtt + max(4 rttvar, rto_min), as Linux adds its floor to srtt, run from the later of the
+oldest packet's send time and the connection's last forward progress (a SACK acknowledging new
+data, or a NACK answering for an in-flight packet; RFC 6298 5.3). Until the window in flight at
+the first RTT sample is acknowledged, the RTO stays at least rto_initial. Why each rule:
+docs/decisions.md, "Retransmission timeout".
 A single lost packet among delivering ones is the per-path loss detector's job, well before.
 A timeout whose timed-out transmission is answered after all (told by the echoed EV) is counted
 in spurious_timeouts as well: that packet was late, not lost (e.g. the emulation host paused a
@@ -51,14 +42,13 @@ from host_agent.core.events import Event, WriteCompleted, WriteFailed
 from host_agent.core.evs import EvSet
 from host_agent.core.evstate import EvEntry
 from host_agent.core.recovery import LossDetector, OutPkt, Write
+from host_agent.core.rto import RtoEstimator
 from host_agent.core.types import TxPacket
 
 MSN_MOD = 1 << 16
 _CHOOSE_TRIES = 4  # picks to find another path for a retransmission
 _REORDER_SCALE_MAX = 8  # reorder_window multiplier cap after spurious retransmissions
 _REORDER_DECAY_ACKS = 64  # clean acks between steps down of that multiplier
-_RTT_MAX_DECAY = 0.999  # per RTT sample: the remembered maximum halves in ~700 samples
-_RTO_MAX_MARGIN = 1.5  # RTO >= this x the remembered maximum RTT
 
 
 def _opcode(first: bool, last: bool, imm: bool) -> int:
@@ -106,14 +96,9 @@ class Sender:
         self._loss = LossDetector(config.reorder_threshold)
         self._untriggered: OrderedDict[int, OutPkt] = OrderedDict()  # acked, own SACK not seen
         self._newest_acked: OutPkt | None = None  # RACK sample candidate of the current SACK
-        self.srtt: float | None = None
-        self._rtt_max = 0.0
-        self._rttvar = 0.0
-        self.rto = config.rto_initial
-        self._backoff = 1
+        self.rto = RtoEstimator(config.rto_initial, config.rto_min, config.rto_max)
         self._hold_until = 0.0  # after NACK(PSN_OOR_WINDOW): send nothing before this
         self._progress_at = 0.0  # last forward progress: the RTO runs from here (docstring)
-        self._first_round_end: int | None = None  # next PSN when the first RTT sample came
         self._recheck: float | None = None  # when a reordered packet may be declared lost
         self._reorder_scale = 1  # grows on spurious retransmissions, decays on clean acks
         self._clean_acks = 0
@@ -236,14 +221,14 @@ class Sender:
             rtt = now - self._newest_acked.sent_time
         ecn = sack.m != wire.M_NONE
         if rtt is not None:
-            self._rtt_sample(rtt)
+            self.rto.sample(rtt, self.next_psn, self.snd_una)
         if ecn:
             self._evs.on_ecn(sack.entropy, now)
         else:
             self._evs.on_delivered(sack.entropy, now)
         if acked:
             self._progress_at = now
-            self._backoff = 1
+            self.rto.progress()
             self._clean_acks += 1
             if self._clean_acks >= _REORDER_DECAY_ACKS:
                 self._clean_acks = 0
@@ -373,7 +358,7 @@ class Sender:
                 return
             if w.unconfirmed and w.failed_reason is None:
                 if w.ask_at is None:  # give the PSNs' own SACKs (or a NACK) an RTO to arrive
-                    w.ask_at = now + self._rto_now()
+                    w.ask_at = now + self.rto.current()
                 return
             self._sent.popleft()
             w.unconfirmed.clear()
@@ -391,7 +376,7 @@ class Sender:
         w = self._sent[0] if self._sent else None
         if w is None or w.ask_at is None or now < w.ask_at or not w.unconfirmed:
             return
-        rto = self._rto_now()
+        rto = self.rto.current()
         for write in self._sent:
             assert write.last_psn is not None
             if wire.psn_diff(self.snd_una, write.last_psn) <= 0:
@@ -403,32 +388,11 @@ class Sender:
                     self._stats["reasks"] += 1
         w.ask_at = now + rto
 
-    def _rtt_sample(self, rtt: float) -> None:
-        """RFC 6298 smoothing, RTO = srtt + max(4 rttvar, rto_min) (module docstring), but never
-        below a slowly decaying maximum RTT sample (x RTO_MAX_MARGIN): sprayed packets see
-        every path's queue, and a timeout shorter than the slowest path's RTT would retire EVs
-        that are merely congested. Capped at rto_max."""
-        if self.srtt is None:
-            self.srtt, self._rttvar = rtt, rtt / 2
-            self._first_round_end = self.next_psn
-        else:
-            self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self.srtt - rtt)
-            self.srtt = 0.875 * self.srtt + 0.125 * rtt
-        self._rtt_max = max(rtt, self._rtt_max * _RTT_MAX_DECAY)
-        rto = max(self.srtt + max(4 * self._rttvar, self._cfg.rto_min),
-                  _RTO_MAX_MARGIN * self._rtt_max)
-        if self._first_round_end is not None:
-            if wire.psn_diff(self.snd_una, self._first_round_end) < 0:
-                rto = max(rto, self._cfg.rto_initial)  # first window: module docstring
-            else:
-                self._first_round_end = None
-        self.rto = min(rto, self._cfg.rto_max)
-
     # ---- loss ------------------------------------------------------------------------------
 
     def _detect_losses(self, now: float) -> None:
         window = self._cfg.reorder_window * self._reorder_scale
-        lost, self._recheck, dark = self._loss.detect(now, window, self._rto_now())
+        lost, self._recheck, dark = self._loss.detect(now, window, self.rto.current())
         for path in dark:
             self._evs.on_path_dark(path, now)
         for pkt in lost:
@@ -465,7 +429,7 @@ class Sender:
         times = []
         if self._inflight:
             oldest = next(iter(self._inflight.values()))
-            times.append(max(oldest.sent_time, self._progress_at) + self._rto_now())
+            times.append(max(oldest.sent_time, self._progress_at) + self.rto.current())
         if self._hold_until and self._retx:
             times.append(self._hold_until)
         if self._recheck is not None:
@@ -474,14 +438,11 @@ class Sender:
             times.append(self._sent[0].ask_at)
         return min(times) if times else None
 
-    def _rto_now(self) -> float:
-        return min(self.rto * self._backoff, self._cfg.rto_max)
-
     def on_timer(self, now: float) -> None:
         self._ask_again(now)
         if self._recheck is not None and now >= self._recheck:
             self._detect_losses(now)
-        limit = self._rto_now()
+        limit = self.rto.current()
         if self._progress_at + limit > now:
             return  # progress within the last RTO: nothing has timed out (module docstring)
         expired: list[OutPkt] = []
@@ -496,7 +457,7 @@ class Sender:
         if expired:
             self._resend_from(expired)
             self._stats["timeouts"] += len(expired)
-            self._backoff = min(self._backoff * 2, 64)
+            self.rto.back_off()
             self.cc.on_timeout(now)
 
     def plane_down(self, plane: int) -> None:

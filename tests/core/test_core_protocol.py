@@ -241,7 +241,7 @@ def test_api_misuse_raises_local_protocol_error() -> None:
         h.a.post_write(QP_A, b"x", 0, 0, imm=1 << 32, now=0.0)
 
 
-def test_stats_have_the_contract_keys_and_are_json_able() -> None:
+def test_stats_have_every_stat_key_and_are_json_able() -> None:
     import json
 
     h = Harness()

@@ -103,11 +103,11 @@ def test_a_sack_overtaken_by_a_cumulative_ack_still_times_its_packet() -> None:
     first, second = h.a.packets_to_send(now=0.0)
     sender = h.a.connection(QP_A).sender
     h.a.receive_packet(_sack(2, -1, second.ev), _meta(), now=4e-6)  # acks PSN 0 and 1
-    assert sender.srtt == pytest.approx(4e-6)
+    assert sender.rto.srtt == pytest.approx(4e-6)
     h.a.receive_packet(_sack(2, -2, first.ev), _meta(), now=20e-6)  # PSN 0's own, late SACK
-    assert sender.srtt == pytest.approx(0.875 * 4e-6 + 0.125 * 20e-6)
+    assert sender.rto.srtt == pytest.approx(0.875 * 4e-6 + 0.125 * 20e-6)
     h.a.receive_packet(_sack(2, -2, first.ev), _meta(), now=30e-6)  # a duplicate: no sample
-    assert sender.srtt == pytest.approx(0.875 * 4e-6 + 0.125 * 20e-6)
+    assert sender.rto.srtt == pytest.approx(0.875 * 4e-6 + 0.125 * 20e-6)
 
 
 def test_an_untimeable_trigger_falls_back_to_the_newest_acked_transmission() -> None:
@@ -121,7 +121,7 @@ def test_an_untimeable_trigger_falls_back_to_the_newest_acked_transmission() -> 
     # the trigger (PSN 0) names an EV it was never sent on, so it cannot be timed; PSN 2
     # (sent at 3 us) is the newest transmission this SACK acknowledges
     h.a.receive_packet(_sack(3, -3, other), _meta(), now=10e-6)
-    assert h.a.connection(QP_A).sender.srtt == pytest.approx(7e-6)
+    assert h.a.connection(QP_A).sender.rto.srtt == pytest.approx(7e-6)
 
 
 def test_a_dead_path_is_abandoned_within_a_few_rtts() -> None:
@@ -330,7 +330,7 @@ def test_stranded_sacks_in_many_writes_cost_one_rto_not_one_each() -> None:
     h.run(until=1.0, stop=lambda: len(h.of_type("A", WriteCompleted)) == 8)
     assert bytes(mr.buffer) == data and len(lost_sacks) == 4
     assert h.a.stats()["reasks"] == 4
-    rto = h.a.connection(QP_A).sender.rto
+    rto = h.a.connection(QP_A).sender.rto.rto
     # everything else takes a few base RTTs; the four waits overlap in one RTO (plus the
     # re-ask's round trip), where one RTO per write reaching the head took four
     assert h.now < 8 * BASE_RTT + 1.5 * rto, (h.now / BASE_RTT, rto / BASE_RTT)

@@ -191,7 +191,7 @@ def test_echoed_ev_times_the_right_transmission(answer: str) -> None:
     ev = first.ev if answer == "first" else second.ev
     h.a.receive_packet(_sack_for(ev), RxMeta("B", 0, 1, wire.DSCP_CONTROL, 0), now=10e-6)
     sender = h.a.connection(QP_A).sender
-    assert sender.srtt == pytest.approx(10e-6 if answer == "first" else 8e-6)
+    assert sender.rto.srtt == pytest.approx(10e-6 if answer == "first" else 8e-6)
     assert h.a.stats()["spurious_retransmits"] == (1 if answer == "first" else 0)
     h.flush()
     assert h.of_type("A", WriteCompleted) == [WriteCompleted(QP_A, 1)]

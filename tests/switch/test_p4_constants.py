@@ -66,7 +66,9 @@ def test_defines_parse() -> None:
 def test_constant_matches_python(name: str) -> None:
     width, value = _consts()[name]
     assert value < 1 << width, f"{name}={value} does not fit bit<{width}>"
-    assert value == _python_value(name)
+    assert value == _python_value(name), (
+        f"p4src/include/defines.p4 has {name} = {value}, the Python side (wire/layout.py, "
+        f"fabric.topology, p4rt.names) says {_python_value(name)}: make them agree")
 
 
 def test_opcodes_cover_the_data_opcodes() -> None:
