@@ -290,7 +290,7 @@ class Agent:
     """Wires the endpoint, the driver, the control server and signals together."""
 
     def __init__(self, config: HostConfig, endpoint_config: EndpointConfig, socket_path: str,
-                 seed: int, single_path: bool = False) -> None:
+                 seed: int | None, single_path: bool = False) -> None:
         self.config = config
         self.single_path = single_path
         self.endpoint = Endpoint(endpoint_config, planes=config.planes,
@@ -356,7 +356,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--base-rtt", type=float, default=DEFAULT_BASE_RTT,
                    help="base RTT in seconds, including the agents' own processing; scales "
                    f"every core timer (EndpointConfig.for_base_rtt). Default {DEFAULT_BASE_RTT}")
-    p.add_argument("--seed", type=int, help="endpoint RNG seed (default: the host index)")
+    p.add_argument("--seed", type=int,
+                   help="INSECURE, for reproducible experiments only: derive rkeys, addresses "
+                        "and EV tags from this seed, so anyone who knows it can forge them "
+                        "(default: the OS's cryptographic source)")
     p.add_argument("--keep-ipv6", action="store_true",
                    help="keep kernel IPv6 on the NICs (kernel TCP baselines), quietened")
     p.add_argument("--no-kernel-setup", action="store_true",
@@ -411,8 +414,11 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_kernel_setup:
             for nic in config.nics:
                 kernel_setup(nic.ifname, args.keep_ipv6)
-        seed = args.host if args.seed is None else args.seed
-        Agent(config, endpoint_config, args.socket, seed, args.single_path).run(args.connect_all)
+        if args.seed is not None:
+            log.warning("--seed %d: keys and EV tags are predictable (reproducible run, "
+                        "insecure)", args.seed)
+        Agent(config, endpoint_config, args.socket, args.seed, args.single_path).run(
+            args.connect_all)
     except (NicError, TopologyError, ValueError, OSError) as exc:
         log.error("%s", exc)
         print(f"host agent: {exc}", file=sys.stderr)

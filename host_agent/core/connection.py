@@ -28,6 +28,7 @@ class Connection:
         remote_qpn: int,
         paths: Sequence[PathInfo],
         rng: random.Random,
+        ev_tag: int,
         memory: MemoryTable,
         stats: dict[str, int],
         emit: Callable[[Event], None],
@@ -39,7 +40,7 @@ class Connection:
         self.remote_qpn = remote_qpn
         self._stats = stats
         self._emit = emit
-        self.evs = EvSet(paths, config.ev, rng)
+        self.evs = EvSet(paths, config.ev, rng, tag=ev_tag)
         self.cc = config.cc_factory()
         self.sender = Sender(config=config, evs=self.evs, cc=self.cc, peer=peer,
                              local_qpn=local_qpn, remote_qpn=remote_qpn, initial_psn=initial_psn,
@@ -66,10 +67,11 @@ class Connection:
         elif isinstance(pkt, wire.SackPacket):
             self._check_ev(pkt.sack.entropy)
             self._stats["sacks_received"] += 1
+            outstanding = False
             if pkt.sack.probe_resp:
                 self._stats["probe_replies"] += 1
-                self.evs.on_probe_reply(pkt.sack.entropy, now)
-            self.sender.on_sack(pkt.sack, now)
+                outstanding = self.evs.on_probe_reply(pkt.sack.entropy, now)
+            self.sender.on_sack(pkt.sack, now, probe_outstanding=outstanding)
         elif isinstance(pkt, wire.NackPacket):
             self._check_ev(pkt.nack.entropy)
             self._stats["nacks_received"] += 1

@@ -8,6 +8,7 @@ The endpoint never reads a clock: every entry point takes `now`.
 from __future__ import annotations
 
 import random
+import secrets
 from collections import Counter, deque
 from collections.abc import Hashable, Sequence
 
@@ -16,6 +17,7 @@ from host_agent.core.config import EndpointConfig
 from host_agent.core.connection import Connection
 from host_agent.core.errors import LocalProtocolError, RemoteProtocolError, decode_received
 from host_agent.core.events import Event, PeerPlaneChanged, PlaneStateChanged
+from host_agent.core.evs import TAG_BITS
 from host_agent.core.memory import MemoryRegion, MemoryTable
 from host_agent.core.types import EvState, PathInfo, RxMeta, TxPacket
 
@@ -33,6 +35,7 @@ STAT_KEYS = (
     "port_status_sent", "port_status_received", "spurious_retransmits",
     "spurious_timeouts",  # also in timeouts: the timed-out transmission was answered later
     "reasks",  # resent because only a cumulative ack covered them (Sender docstring)
+    "answers_refused",  # also in malformed-free counts: a SACK/NACK naming nothing we sent
 )  # fmt: skip
 
 
@@ -43,14 +46,17 @@ class Endpoint:
         *,
         planes: int,
         name: str = "",
-        seed: int = 0,
+        seed: int | None = None,
     ) -> None:
+        """`seed=None` draws keys, addresses and EV tags from the OS's cryptographic source
+        (secrets). An int seed makes them reproducible for experiments and tests, and so
+        predictable: never use one where another host may be hostile (docs/security.md)."""
         if isinstance(planes, bool) or not isinstance(planes, int) or not 1 <= planes <= MAX_PLANES:
             raise LocalProtocolError(f"planes={planes!r}: use an int in 1..{MAX_PLANES}")
         self.config = config if config is not None else EndpointConfig()
         self.name = name
         self.planes = planes
-        self._rng = random.Random(seed)
+        self._rng: random.Random = secrets.SystemRandom() if seed is None else random.Random(seed)
         self._memory = MemoryTable(self._rng)
         self._conns: dict[int, Connection] = {}
         self._events: deque[Event] = deque()
@@ -96,7 +102,8 @@ class Endpoint:
                                          f"this endpoint has planes 0..{self.planes - 1}")
         conn = Connection(
             config=self.config, peer=peer, local_qpn=local_qpn, remote_qpn=remote_qpn,
-            paths=paths, rng=random.Random(self._rng.getrandbits(64)), memory=self._memory,
+            paths=paths, rng=random.Random(self._rng.getrandbits(64)),
+            ev_tag=self._rng.randrange(1, 1 << TAG_BITS), memory=self._memory,
             stats=self._stats, emit=self._events.append, initial_psn=initial_psn,
             expected_psn=expected_psn,
         )
@@ -248,6 +255,8 @@ class Endpoint:
             if pending is not None and pending[0] == seq:
                 del self._pending_announce[meta.peer]
             return
+        if 0 <= meta.plane < self.planes:
+            mask |= 1 << meta.plane  # it came in on that plane: the peer's port there is up
         last = self._peer_seq.get(meta.peer)
         if last is None or 0 < (seq - last) % SEQ_MOD < SEQ_MOD // 2:  # newer (serial compare)
             self._peer_seq[meta.peer] = seq

@@ -10,7 +10,10 @@ raises LocalProtocolError. Reasons reported by drain_changes() are the triggers 
 
 Rules chosen where the sources are silent [choice]:
 - EV values: the i-th EV built (actives in build order, then each plane's backups) is
-  first_ev + i, wrapping inside 1..2**32-1 (0 is never used).
+  tag << INDEX_BITS | i. The tag is the connection's secret (drawn by the endpoint from its
+  random source, 1..2**TAG_BITS-1): a blind forger cannot name an EV of ours, so it cannot
+  forge an answer (docs/security.md). The index i is the EV's place in the layout, which both
+  ends share, so our EV i uses the spine the peer's EV i uses (_control_for_arrival).
 - Pools (evstate.Pool): every EV is ACTIVE (sprayed on), BACKUP (standby) or OUT (ASSUMED_BAD
   or DENIED). A retired active EV is replaced by a GOOD backup of its plane, preferring paths
   with the smallest share of ASSUMED_BAD EVs, then another path than the retired EV's. If
@@ -44,7 +47,9 @@ from host_agent.core.errors import LocalProtocolError
 from host_agent.core.evstate import TRANSITIONS, EvConfig, EvEntry, EvTrigger, Pool
 from host_agent.core.types import EvState, PathInfo
 
-EV_SPACE = 2**32 - 1  # usable EV values 1..2**32-1
+INDEX_BITS = 12  # EVs per connection: at most 2**12
+TAG_BITS = 32 - INDEX_BITS
+INDEX_MASK = (1 << INDEX_BITS) - 1
 ACTIVE, BACKUP, OUT = Pool.ACTIVE, Pool.BACKUP, Pool.OUT
 T = EvTrigger
 
@@ -58,7 +63,7 @@ class EvSet:
         config: EvConfig | None = None,
         rng: random.Random | None = None,
         *,
-        first_ev: int = 1,
+        tag: int = 1,
     ) -> None:
         self.config = config if config is not None else EvConfig()
         rng = rng if rng is not None else random.Random(0)
@@ -66,8 +71,8 @@ class EvSet:
             raise LocalProtocolError("EvSet needs at least one path")
         if len(set(paths)) != len(paths):
             raise LocalProtocolError("EvSet paths contain duplicates; pass each route once")
-        if type(first_ev) is not int or not 0 < first_ev <= EV_SPACE:
-            raise LocalProtocolError(f"first_ev must be in 1..{EV_SPACE:#x}, got {first_ev!r}")
+        if type(tag) is not int or not 0 < tag < 1 << TAG_BITS:
+            raise LocalProtocolError(f"tag must be in 1..{(1 << TAG_BITS) - 1:#x}, got {tag!r}")
         by_plane: dict[int, list[PathInfo]] = {}
         for path in paths:
             by_plane.setdefault(path.plane, []).append(path)
@@ -78,15 +83,16 @@ class EvSet:
                 f"evs_per_connection ({self.config.evs_per_connection}) is below the number of "
                 f"planes ({len(self.planes)}); raise it so every plane gets an EV"
             )
-        if total > EV_SPACE:
-            raise LocalProtocolError(f"{total} EVs do not fit in the 32-bit EV space")
-        self._entries: dict[int, EvEntry] = {}
+        if total > 1 << INDEX_BITS:
+            raise LocalProtocolError(f"{total} EVs per connection exceed {1 << INDEX_BITS}: "
+                                     "lower evs_per_connection or backups_per_plane")
+        self._entries: dict[int, EvEntry] = {}  # in build order: index i is the i-th
         self._plane_entries: dict[int, list[EvEntry]] = {p: [] for p in self.planes}
         self._target: dict[int, int] = dict.fromkeys(self.planes, 0)
         used: dict[int, int] = dict.fromkeys(self.planes, 0)  # EVs placed per plane so far
 
         def add(plane: int, pool: Pool) -> EvEntry:
-            ev = (first_ev - 1 + len(self._entries)) % EV_SPACE + 1
+            ev = tag << INDEX_BITS | len(self._entries)
             plane_paths = by_plane[plane]
             entry = EvEntry(ev, plane_paths[used[plane] % len(plane_paths)], pool=pool)
             used[plane] += 1
@@ -102,6 +108,7 @@ class EvSet:
             self._target[plane] = used[plane]
             for _ in range(self.config.backups_per_plane):
                 add(plane, BACKUP)
+        self._order: list[EvEntry] = list(self._entries.values())
         self._plane_usable: dict[int, bool] = dict.fromkeys(self.planes, True)
         start = rng.randrange(len(actives))  # connections need not all start on one path
         self._ring: deque[EvEntry] = deque(actives[start:] + actives[:start])
@@ -362,13 +369,15 @@ class EvSet:
         """Answer on the plane the packet came in on (it works at least one way), on the
         reverse of its path when the EV layout tells it, else on a path of that plane with no
         ASSUMED_BAD EV of ours. The layout rule [choice]: both ends build their EV sets with
-        the same EvConfig and first_ev, and list each plane's paths in the same spine order
-        (fabric.topology does), so the peer's EV n uses the spine our EV n uses. A peer
-        with another layout is caught only when our EV n is on another plane; then (and
-        when our EVs on that path are failing) the plane rule alone applies."""
+        the same EvConfig and list each plane's paths in the same spine order
+        (fabric.topology does), so the peer's EV with index n uses the spine our EV n uses.
+        A peer with another layout is caught only when our EV n is on another plane; then
+        (and when our EVs on that path are failing) the plane rule alone applies."""
         entries = self._plane_entries[plane]
         bad = {e.path for e in self._bad.values()}
-        mirror = self._entries.get(echo_ev) if echo_ev is not None else None
+        mirror = None
+        if echo_ev is not None and (echo_ev & INDEX_MASK) < len(self._order):
+            mirror = self._order[echo_ev & INDEX_MASK]
         if mirror is not None and mirror.path.plane == plane and mirror.path not in bad:
             same = [e for e in entries if e.usable and e.path == mirror.path]
             if same:
@@ -476,15 +485,17 @@ class EvSet:
         entry.probe_sent_at = None
         return entry
 
-    def on_probe_reply(self, ev: int, now: float) -> None:
+    def on_probe_reply(self, ev: int, now: float) -> bool:
+        """True if a probe was outstanding on `ev` (only then is the reply believed)."""
         entry = self._outstanding(ev)
         if entry is None:
-            return
+            return False
         entry.counters["probe_replies"] += 1
         self.counters["probe_replies"] += 1
         entry.probe_successes += 1
         if entry.probe_successes >= self.config.probe_successes_to_reinstate:
             self._apply(entry, T.PROBE_SUCCESS_ENOUGH, now)
+        return True
 
     def on_probe_timeout(self, ev: int, now: float) -> None:
         entry = self._outstanding(ev)

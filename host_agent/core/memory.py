@@ -1,4 +1,9 @@
-"""Registered memory regions and checked placement of incoming RDMA WRITE payloads."""
+"""Registered memory regions and checked placement of incoming RDMA WRITE payloads.
+
+Rkeys and the first region's address come from the endpoint's random source (secrets unless a
+seed was given), so a peer can write only where it was told to (RFC 5042 section 5: steering
+tags must not be predictable).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,9 @@ from dataclasses import dataclass
 
 from host_agent.core.errors import LocalProtocolError, RemoteProtocolError
 
-VA_BASE = 0x1_0000_0000  # first virtual address handed out; nonzero so va=0 is always invalid
+VA_BASE = 0x1_0000_0000  # lowest first address; nonzero so va=0 is always invalid
 VA_ALIGN = 4096
+VA_SPREAD_PAGES = 1 << 32  # the first region starts at a random page above VA_BASE
 RKEY_BITS = 32
 
 
@@ -34,7 +40,7 @@ class MemoryTable:
     def __init__(self, rng: random.Random) -> None:
         self._rng = rng
         self._regions: dict[int, MemoryRegion] = {}
-        self._next_va = VA_BASE
+        self._next_va = VA_BASE + rng.randrange(VA_SPREAD_PAGES) * VA_ALIGN
 
     def register(self, length: int) -> MemoryRegion:
         if not isinstance(length, int) or length <= 0:

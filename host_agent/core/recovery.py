@@ -74,6 +74,8 @@ class OutPkt:
     prev_sent_time: float = 0.0
     prev_path: PathInfo | None = None
     expired_evs: list[int] | None = None  # EVs of transmissions the RTO expired, unanswered
+    sent_evs: list[int] = field(default_factory=list)  # every EV it was sent on: what an
+    # answer must echo to be believed (Sender._answered)
 
 
 @dataclass

@@ -174,6 +174,7 @@ class Sender:
         if pkt.expired_evs and entry.ev in pkt.expired_evs:
             pkt.expired_evs.remove(entry.ev)  # its answer would be ambiguous: never spurious
         pkt.ev = entry.ev
+        pkt.sent_evs.append(entry.ev)
         pkt.path = entry.path
         pkt.sent_time = now
         pkt.tx_seq = self._tx_seq
@@ -202,11 +203,25 @@ class Sender:
 
     # ---- acknowledgements --------------------------------------------------------------------
 
-    def on_sack(self, sack: wire.SackExt, now: float) -> None:
+    def _answered(self, psn: int, ev: int) -> OutPkt | None:
+        """The packet a SACK/NACK naming `psn` and echoing `ev` answers, or None. An answer is
+        believed only if it names a PSN we hold state for and echoes an EV one of that PSN's
+        transmissions used (docs/security.md): a blind forger knows neither."""
+        pkt = self._tracked(psn)
+        return pkt if pkt is not None and ev in pkt.sent_evs else None
+
+    def on_sack(self, sack: wire.SackExt, now: float, *, probe_outstanding: bool = False) -> bool:
+        """Apply a SACK; False (and nothing changed) if it answers nothing we sent. A probe
+        reply counts only if the EvSet had a probe outstanding on its EV."""
         rtt: float | None = None
         self._newest_acked = None
-        if not sack.probe_resp:
+        if sack.probe_resp:
+            if not probe_outstanding:
+                return self._refuse()
+        else:
             trigger = wire.psn_add(sack.cack_psn, sack.ack_psn_offset)
+            if self._answered(trigger, sack.entropy) is None:
+                return self._refuse()
             rtt = self._trigger_rtt(trigger, sack.entropy, now)
         acked = self._cumulative(sack.cack_psn, now)
         base = wire.psn_add(sack.cack_psn, sack.sack_offset)
@@ -216,9 +231,11 @@ class Sender:
             acked += self._acknowledge(wire.psn_add(base, low.bit_length() - 1), now, True)
             bits ^= low
         if sack.probe_resp:
-            return
+            return True
         if rtt is None and self._newest_acked is not None:
             rtt = now - self._newest_acked.sent_time
+        if rtt is not None and rtt <= 0:
+            rtt = None  # answered within the clock's resolution: no usable sample
         ecn = sack.m != wire.M_NONE
         if rtt is not None:
             self.rto.sample(rtt, self.next_psn, self.snd_una)
@@ -236,12 +253,19 @@ class Sender:
         self.cc.on_ack(acked, rtt, ecn, now)
         self._detect_losses(now)
         self._complete_writes(now)
+        return True
 
-    def on_nack(self, nack: wire.NackExt, now: float) -> None:
+    def _refuse(self) -> bool:
+        self._stats["answers_refused"] += 1
+        return False
+
+    def on_nack(self, nack: wire.NackExt, now: float) -> bool:
+        """Apply a NACK; False (and nothing changed) if it answers nothing we sent."""
         reason = nack.reason
-        answered = self._tracked(nack.nack_psn)
-        if answered is not None:
-            self._late_answer(answered, nack.entropy)  # e.g. a trimmed one, NACKed late
+        answered = self._answered(nack.nack_psn, nack.entropy)
+        if answered is None:
+            return self._refuse()
+        self._late_answer(answered, nack.entropy)  # e.g. a trimmed one, NACKed late
         pkt = self._inflight.pop(nack.nack_psn, None)
         if pkt is not None:
             self._landed(pkt)
@@ -268,6 +292,7 @@ class Sender:
             self._resend_from([pkt])
         self._cumulative(nack.cack_psn, now)
         self._complete_writes(now)
+        return True
 
     def _trigger_rtt(self, psn: int, ev: int, now: float) -> float | None:
         """RTT of the transmission whose arrival triggered a SACK, told apart by the echoed EV

@@ -153,12 +153,14 @@ def test_malformed_input_is_counted_and_dropped() -> None:
                           sack_bitmap=0), cc=wire.CcState())
     sack_future = wire.SackPacket(
         bth=wire.Bth(opcode=wire.OP_SACK, dest_qp=QP_B, psn=0),
-        sack=wire.SackExt(cack_psn=500, ack_psn_offset=0, entropy=1, sack_offset=0,
+        sack=wire.SackExt(cack_psn=500, ack_psn_offset=0, entropy=min(b.ev_states(QP_B)),
+                          sack_offset=0,
                           sack_bitmap=0), cc=wire.CcState())
     for pkt in (sack_bad_ev, sack_future):
         b.receive_packet(wire.encode_packet(pkt), _meta(1), now=0.0)
     s = b.stats()
-    assert s["malformed"] == len(bad_inputs) + 3
+    assert s["malformed"] == len(bad_inputs) + 2
+    assert s["answers_refused"] == 1  # a SACK for a PSN never sent is not believed
     assert s["unknown_qpn"] == 1 and s["rx_packets"] == len(bad_inputs) + 3
     assert bytes(mr.buffer) == bytes(64) and b.packets_to_send(now=0.0) == []
 

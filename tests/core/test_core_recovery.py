@@ -110,7 +110,9 @@ def test_a_sack_overtaken_by_a_cumulative_ack_still_times_its_packet() -> None:
     assert sender.rto.srtt == pytest.approx(0.875 * 4e-6 + 0.125 * 20e-6)
 
 
-def test_an_untimeable_trigger_falls_back_to_the_newest_acked_transmission() -> None:
+def test_a_sack_echoing_an_ev_its_trigger_never_used_is_refused() -> None:
+    """A receiver echoes the EV the trigger arrived on; any other EV means the SACK answers
+    nothing we sent (a forgery): nothing is acknowledged, timed or completed."""
     h = Harness(planes=1)
     mr = h.b.register_memory(4096)
     h.a.post_write(QP_A, b"x" * 2048, mr.va, mr.rkey, now=0.0)
@@ -118,10 +120,12 @@ def test_an_untimeable_trigger_falls_back_to_the_newest_acked_transmission() -> 
     h.a.post_write(QP_A, b"y" * 1024, mr.va, mr.rkey, now=3e-6)
     (third,) = h.a.packets_to_send(now=3e-6)
     other = next(ev for ev in h.a.ev_states(QP_A) if ev not in (first.ev, third.ev))
-    # the trigger (PSN 0) names an EV it was never sent on, so it cannot be timed; PSN 2
-    # (sent at 3 us) is the newest transmission this SACK acknowledges
     h.a.receive_packet(_sack(3, -3, other), _meta(), now=10e-6)
-    assert h.a.connection(QP_A).sender.rto.srtt == pytest.approx(7e-6)
+    sender = h.a.connection(QP_A).sender
+    assert sender.rto.srtt is None and sender.snd_una == 0
+    assert h.a.stats()["answers_refused"] == 1 and h.a.next_event() is None
+    h.a.receive_packet(_sack(3, -3, first.ev), _meta(), now=10e-6)  # the genuine answer
+    assert sender.snd_una == 3 and sender.rto.srtt == pytest.approx(10e-6)
 
 
 def test_a_dead_path_is_abandoned_within_a_few_rtts() -> None:

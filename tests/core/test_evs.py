@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from host_agent.core import EvState, LocalProtocolError, PathInfo
-from host_agent.core.evs import EV_SPACE, EvSet
+from host_agent.core.evs import INDEX_BITS, INDEX_MASK, TAG_BITS, EvSet
 from host_agent.core.evstate import TRANSITIONS, EvConfig, EvTrigger, Pool
 
 G, S, B, D = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
@@ -41,8 +41,7 @@ def test_build_counts_values_and_spread() -> None:
     assert len(es) == 128 + 4 * 8
     values = [e.ev for e in es.entries()]
     assert len(set(values)) == len(values) and 0 not in values
-    assert all(0 < v <= EV_SPACE for v in values)
-    assert values == list(range(1, len(values) + 1))  # first_ev=1, consecutive
+    assert values == [1 << INDEX_BITS | i for i in range(len(values))]  # tag 1, index i
     per_plane = Counter(e.path.plane for e in es.active())
     assert per_plane == {p: 32 for p in range(4)}
     per_path = Counter(e.path for e in es.active())
@@ -58,10 +57,14 @@ def test_uneven_split_differs_by_at_most_one() -> None:
     assert sorted(Counter(e.path.plane for e in es.active()).values()) == [3, 3, 4]
 
 
-def test_first_ev_wraps_and_skips_zero() -> None:
+def test_ev_values_carry_the_tag_above_the_index() -> None:
+    tag = (1 << TAG_BITS) - 1
     es = EvSet(paths(2, 1), EvConfig(evs_per_connection=4, backups_per_plane=0, ev_min_active=1),
-               random.Random(0), first_ev=EV_SPACE - 1)
-    assert [e.ev for e in es.entries()] == [EV_SPACE - 1, EV_SPACE, 1, 2]
+               random.Random(0), tag=tag)
+    assert [e.ev for e in es.entries()] == [tag << INDEX_BITS | i for i in range(4)]
+    assert max(e.ev for e in es.entries()) < 1 << 32
+    with pytest.raises(LocalProtocolError, match="exceed 4096"):
+        EvSet(paths(2, 1), EvConfig(evs_per_connection=4096, backups_per_plane=1))
 
 
 @pytest.mark.parametrize(
@@ -88,8 +91,9 @@ def test_bad_construction_rejected() -> None:
         EvSet([], EvConfig(), random.Random(0))
     with pytest.raises(LocalProtocolError, match="duplicates"):
         EvSet(paths(1, 1) * 2, EvConfig(), random.Random(0))
-    with pytest.raises(LocalProtocolError, match="first_ev"):
-        EvSet(paths(), EvConfig(), random.Random(0), first_ev=0)
+    for tag in (0, 1 << TAG_BITS, "1"):
+        with pytest.raises(LocalProtocolError, match="tag"):
+            EvSet(paths(), EvConfig(), random.Random(0), tag=tag)  # type: ignore[arg-type]
     with pytest.raises(LocalProtocolError, match="planes"):
         EvSet(paths(4, 1), EvConfig(evs_per_connection=2, ev_min_active=1), random.Random(0))
 
@@ -265,7 +269,7 @@ def test_loss_swaps_in_backup_on_same_plane_other_path() -> None:
     assert victim.state is B and victim.pool is Pool.OUT
     after = es.active(plane=1)
     assert len(after) == before and len(es.active(plane=0)) == 64
-    new = [e for e in after if e.counters["chosen"] == 0 and e.ev > 128]
+    new = [e for e in after if e.counters["chosen"] == 0 and e.ev & INDEX_MASK >= 128]
     assert len(new) == 1 and new[0].path.plane == 1 and new[0].path != victim.path
     assert es.counters["retired"] == 1 and es.counters["swaps"] == 1
     picks = {es.choose(2.0).ev for _ in range(400)}  # type: ignore[union-attr]
