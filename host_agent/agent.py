@@ -43,6 +43,7 @@ from host_agent.core import (
     EvConfig,
     Event,
     EvStateChanged,
+    FailReason,
     LocalProtocolError,
     MemoryRegion,
     MessageReceived,
@@ -145,8 +146,12 @@ class Commands:
 
     def _finish(self, pending: PendingWrite, event: Event, now: float) -> None:
         if isinstance(event, WriteFailed):
-            pending.reply({"ok": False, "error": f"write to host {pending.peer} refused by the "
-                                                 f"peer: NACK reason {event.reason:#x}"})
+            reason = FailReason(event.reason)
+            why = ("refused by the peer" if reason in (FailReason.RKEY_VIOLATION,
+                                                       FailReason.BOUNDS_VIOLATION)
+                   else "failed with its QP, which sends nothing more")
+            pending.reply({"ok": False, "error": f"write to host {pending.peer} {why}: "
+                                                 f"{reason.name} ({reason.value:#x})"})
             return
         duration = max(now - pending.start, 1e-9)
         after = self.agent.endpoint.stats()

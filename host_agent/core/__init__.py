@@ -25,6 +25,7 @@ from host_agent.core.errors import (
 from host_agent.core.events import (
     Event,
     EvStateChanged,
+    FailReason,
     MessageReceived,
     PeerPlaneChanged,
     PlaneStateChanged,
@@ -36,10 +37,10 @@ from host_agent.core.memory import MemoryRegion
 from host_agent.core.types import EvState, PathInfo, RxMeta, TxPacket
 
 __all__ = [
-    "DEFAULT_BASE_RTT", "DEFAULT_MTU", "MAX_PLANES", "MIN_QPN",
-    "CongestionControl", "ConfigError", "Endpoint", "EndpointConfig", "EvConfig", "EvState",
-    "EvStateChanged", "EvTrigger", "Event", "FixedWindow", "LocalProtocolError", "MalformedPacket",
-    "MemoryRegion", "MessageReceived", "Nscc", "NsccConfig", "PathInfo", "PeerPlaneChanged",
-    "PlaneStateChanged", "Pool", "RecoveryMode", "RemoteProtocolError", "RxMeta", "TxPacket",
-    "WriteCompleted", "WriteFailed",
+    "DEFAULT_BASE_RTT", "DEFAULT_MTU", "MAX_PLANES", "MIN_QPN", "CongestionControl", "ConfigError",
+    "Endpoint", "EndpointConfig", "EvConfig", "EvState", "EvStateChanged", "EvTrigger", "Event",
+    "FailReason", "FixedWindow", "LocalProtocolError", "MalformedPacket", "MemoryRegion",
+    "MessageReceived", "Nscc", "NsccConfig", "PathInfo", "PeerPlaneChanged", "PlaneStateChanged",
+    "Pool", "RecoveryMode", "RemoteProtocolError", "RxMeta", "TxPacket", "WriteCompleted",
+    "WriteFailed",
 ]  # fmt: skip

@@ -41,6 +41,9 @@ class EndpointConfig:
     reorder_window: float = DEFAULT_BASE_RTT / 2  # ...and it has been out for srtt + this long
     port_status_retry: float = 4 * DEFAULT_BASE_RTT  # EP_REQ repeat interval until EP_RSP
     oor_backoff: float = DEFAULT_BASE_RTT  # pause after NACK(PSN_OOR_WINDOW) before resending
+    # a write not acknowledged this long after it was posted fails, and with it the QP
+    # (IBTA RC: retries exhausted): every pending write ends within this bound
+    write_timeout: float = 60.0
     recovery: RecoveryMode = RecoveryMode.SELECTIVE  # a RecoveryMode or its value
     ev: EvConfig = field(default_factory=EvConfig)
     cc_factory: Callable[[], CongestionControl] = default_cc
@@ -56,7 +59,7 @@ class EndpointConfig:
         if not isinstance(self.reorder_threshold, int) or self.reorder_threshold < 1:
             raise ConfigError(f"reorder_threshold={self.reorder_threshold!r}: use an int >= 1")
         for name in ("rto_initial", "rto_min", "rto_max", "reorder_window", "port_status_retry",
-                     "oor_backoff"):
+                     "oor_backoff", "write_timeout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"{name}={value!r}: must be a positive number of seconds")

@@ -104,6 +104,8 @@ class Connection:
     # ---- output ------------------------------------------------------------------------------
 
     def poll(self, now: float, out: list[TxPacket]) -> None:
+        if self.sender.error is not None:
+            return  # a failed QP sends nothing, probes included
         start = len(out)
         for entry in self.evs.probes_due(now):
             probe = wire.ProbePacket(
@@ -120,6 +122,8 @@ class Connection:
         self.drain_ev_changes()
 
     def deadline(self) -> float | None:
+        if self.sender.error is not None:
+            return None
         times = [t for t in (self.sender.deadline(), self.evs.next_deadline()) if t is not None]
         return min(times, default=None)
 

@@ -35,7 +35,9 @@ STAT_KEYS = (
     "port_status_sent", "port_status_received", "spurious_retransmits",
     "spurious_timeouts",  # also in timeouts: the timed-out transmission was answered later
     "reasks",  # resent because only a cumulative ack covered them (Sender docstring)
-    "answers_refused",  # also in malformed-free counts: a SACK/NACK naming nothing we sent
+    "answers_refused",  # a SACK/NACK naming nothing we sent (not counted as malformed)
+    "voids_sent", "voids_received",  # PSNs of a refused write, resent empty (Receiver docstring)
+    "qp_failures",  # QPs failed by a write timeout (EndpointConfig.write_timeout)
 )  # fmt: skip
 
 
@@ -135,7 +137,7 @@ class Endpoint:
             raise LocalProtocolError("the write runs past the end of the 64-bit address space")
         wr_id = self._next_wr_id
         self._next_wr_id += 1
-        conn.sender.post(wr_id, bytes(data), remote_va, rkey, imm)
+        conn.sender.post(wr_id, bytes(data), remote_va, rkey, imm, now)
         return wr_id
 
     # ---- input -------------------------------------------------------------------------------

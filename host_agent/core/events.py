@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Hashable
 from dataclasses import dataclass
 
+import wire
 from host_agent.core.types import EvState
+
+
+class FailReason(enum.IntEnum):
+    """Why a write failed: the peer's NACK code, or a local verdict (above the 8-bit codes)."""
+
+    RKEY_VIOLATION = wire.NACK_RKEY_VIOLATION
+    BOUNDS_VIOLATION = wire.NACK_BOUNDS_VIOLATION
+    TIMEOUT = 0x100  # not acknowledged within EndpointConfig.write_timeout: the QP failed
+    FLUSHED = 0x101  # queued behind a write that timed out on the same QP
 
 
 @dataclass(frozen=True)
@@ -18,11 +29,11 @@ class WriteCompleted:
 
 @dataclass(frozen=True)
 class WriteFailed:
-    """Sender: the peer refused the write (rkey or bounds violation); nothing more is retried."""
+    """Sender: the peer refused the write, or it timed out and the QP failed (FailReason)."""
 
     qpn: int
     wr_id: int
-    reason: int  # wire NACK reason code
+    reason: int  # a FailReason
 
 
 @dataclass(frozen=True)

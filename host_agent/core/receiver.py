@@ -5,16 +5,15 @@ window), `_ends` maps the last PSN of each message seen above cack to its (msn, 
 counts the bytes of messages not yet delivered. A SACK is generated for every accepted or duplicate
 data packet (no coalescing: the sender's loss detection and NSCC both work per packet).
 
-A refused packet (rkey/bounds) consumes its PSN, so the cumulative ack passes it, but it is
-never reported as received: its bit is masked out of SACK bitmaps and any copy of it, also a
-later duplicate, is answered with the refusal NACK, never a SACK naming it. The sender counts
-a PSN as written only on such per-PSN evidence (see Sender), so a SACK overtaking the NACK
-cannot complete a refused write. Refusals are remembered for about a window below cack.
+A refused packet (rkey/bounds) does not consume its PSN: it is answered with the refusal NACK
+and forgotten, so a forged packet cannot use up a PSN of the legitimate stream (the genuine
+packet at that PSN is still accepted). A sender whose own packet was refused resends that PSN
+as a void packet (VOID_RKEY, no payload, dma_len 0): it consumes the PSN, writes nothing, and
+marks its message failed, so the message is never delivered (docs/security.md).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 
 import wire
@@ -28,6 +27,7 @@ _BITMAP_MASK = (1 << BITMAP_BITS) - 1
 _OFFSET_MIN, _OFFSET_MAX = -(1 << 15), (1 << 15) - 1
 _OOO_MAX = (1 << 15) - 1
 _RCVD_MOD = 1 << 24
+VOID_RKEY = 0  # no region has rkey 0: with dma_len 0 it marks a void packet
 _TRIM_REASON = {
     wire.DSCP_TRIMMED: wire.NACK_TRIMMED,
     wire.DSCP_TRIMMED_LASTHOP: wire.NACK_TRIMMED_LASTHOP,
@@ -58,13 +58,11 @@ class Receiver:
         self._bits = 0
         self._ends: dict[int, tuple[int, int | None]] = {}
         self._lengths: dict[int, int] = {}
-        self._failed: set[int] = set()  # msns with a refused packet: never delivered
-        self._refused_bits = 0  # like _bits, for refused PSNs above cack
-        self._refused: OrderedDict[int, int] = OrderedDict()  # refused PSN -> NACK reason
+        self._failed: set[int] = set()  # msns with a void packet: never delivered
         self._rcvd_bytes = 0
 
     def tracked_entries(self) -> int:
-        return len(self._ends) + len(self._lengths) + len(self._failed) + len(self._refused)
+        return len(self._ends) + len(self._lengths) + len(self._failed)
 
     def on_data(self, pkt: wire.DataPacket, meta: RxMeta) -> Control:
         """Accept one data packet; return the SACK or NACK to send back."""
@@ -74,8 +72,7 @@ class Receiver:
             return self._nack(wire.NACK_PSN_OOR_WINDOW, psn, meta)
         if rel < 0 or self._bits >> rel & 1:
             self._stats["duplicates"] += 1
-            reason = self._refused.get(psn)
-            return self._sack(psn, meta) if reason is None else self._nack(reason, psn, meta)
+            return self._sack(psn, meta)
         if len(pkt.payload) < pkt.reth.dma_len:
             reason = _TRIM_REASON.get(meta.dscp)
             if reason is None:
@@ -86,32 +83,24 @@ class Receiver:
             self._stats["trims_received"] += 1
             return self._nack(reason, psn, meta)
         msn = pkt.meth.msn
-        refused = None
-        try:
-            self._memory.place(pkt.reth.rkey, pkt.reth.va, pkt.payload)
-        except RkeyViolation:
-            refused = wire.NACK_RKEY_VIOLATION
-            self._stats["rkey_violations"] += 1
-        except BoundsViolation:
-            refused = wire.NACK_BOUNDS_VIOLATION
-            self._stats["bounds_violations"] += 1
-        # A refused packet still consumes its PSN so the connection keeps moving; its message is
-        # marked failed and never delivered (the sender learns it from the NACK).
-        self._bits |= 1 << rel
-        if refused is None:
+        if pkt.reth.rkey == VOID_RKEY and pkt.reth.dma_len == 0 and not pkt.payload:
+            self._failed.add(msn)  # the sender gave the message up after a refusal
+            self._stats["voids_received"] += 1
+        else:
+            try:
+                self._memory.place(pkt.reth.rkey, pkt.reth.va, pkt.payload)
+            except RkeyViolation:
+                self._stats["rkey_violations"] += 1
+                return self._nack(wire.NACK_RKEY_VIOLATION, psn, meta)
+            except BoundsViolation:
+                self._stats["bounds_violations"] += 1
+                return self._nack(wire.NACK_BOUNDS_VIOLATION, psn, meta)
             self._lengths[msn] = self._lengths.get(msn, 0) + len(pkt.payload)
             self._rcvd_bytes = (self._rcvd_bytes + len(pkt.payload)) % _RCVD_MOD
-        else:
-            self._failed.add(msn)
-            self._refused_bits |= 1 << rel
-            self._refused[psn] = refused
-            if len(self._refused) > 2 * self._window:  # one window above cack, one below
-                self._refused.popitem(last=False)
+        self._bits |= 1 << rel
         if pkt.bth.opcode not in (wire.OP_WRITE_FIRST, wire.OP_WRITE_MIDDLE):
             self._ends[psn] = (msn, pkt.imm)
         self._advance()
-        if refused is not None:
-            return self._nack(refused, psn, meta)
         return self._sack(psn, meta)
 
     def _advance(self) -> None:
@@ -120,7 +109,6 @@ class Receiver:
             return
         start = self.cack
         self._bits >>= ones
-        self._refused_bits >>= ones
         self.cack = wire.psn_add(start, ones)
         if not self._ends:
             return
@@ -139,7 +127,7 @@ class Receiver:
     def _sack(self, psn: int, meta: RxMeta, *, probe: bool = False) -> wire.SackPacket:
         rel = wire.psn_diff(psn, self.cack)
         offset = 1 if rel <= BITMAP_BITS else rel - (BITMAP_BITS - 1)  # keep the trigger visible
-        bitmap = ((self._bits & ~self._refused_bits) >> offset) & _BITMAP_MASK
+        bitmap = (self._bits >> offset) & _BITMAP_MASK
         m = wire.M_SKIP_ONCE if meta.ecn == wire.ECN_CE and not probe else wire.M_NONE
         self._stats["sacks_sent"] += 1
         return wire.SackPacket(

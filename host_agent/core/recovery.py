@@ -47,6 +47,7 @@ class Write:
     rkey: int
     imm: int | None
     msn: int
+    posted_at: float
     next_offset: int = 0
     started: bool = False
     last_psn: int | None = None

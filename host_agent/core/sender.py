@@ -37,10 +37,11 @@ from collections.abc import Callable
 import wire
 from host_agent.core.cc import CongestionControl
 from host_agent.core.config import EndpointConfig, RecoveryMode
-from host_agent.core.errors import RemoteProtocolError
-from host_agent.core.events import Event, WriteCompleted, WriteFailed
+from host_agent.core.errors import LocalProtocolError, RemoteProtocolError
+from host_agent.core.events import Event, FailReason, WriteCompleted, WriteFailed
 from host_agent.core.evs import EvSet
 from host_agent.core.evstate import EvEntry
+from host_agent.core.receiver import VOID_RKEY
 from host_agent.core.recovery import LossDetector, OutPkt, Write
 from host_agent.core.rto import RtoEstimator
 from host_agent.core.types import TxPacket
@@ -102,11 +103,16 @@ class Sender:
         self._recheck: float | None = None  # when a reordered packet may be declared lost
         self._reorder_scale = 1  # grows on spurious retransmissions, decays on clean acks
         self._clean_acks = 0
+        self.error: FailReason | None = None  # set when the QP failed: it sends nothing more
 
     # ---- posting and transmitting ----------------------------------------------------------
 
-    def post(self, wr_id: int, data: bytes, remote_va: int, rkey: int, imm: int | None) -> None:
-        self._pending.append(Write(wr_id, bytes(data), remote_va, rkey, imm, self._msn))
+    def post(self, wr_id: int, data: bytes, remote_va: int, rkey: int, imm: int | None,
+             now: float) -> None:
+        if self.error is not None:
+            raise LocalProtocolError(f"QP {self._qpn:#x} failed ({self.error.name}): no more "
+                                     "writes on it; open a new connection")
+        self._pending.append(Write(wr_id, bytes(data), remote_va, rkey, imm, self._msn, now))
         self._msn = (self._msn + 1) % MSN_MOD
 
     @property
@@ -122,6 +128,8 @@ class Sender:
 
     def poll(self, now: float, out: list[TxPacket]) -> None:
         """Append every data packet window, congestion control and EV availability allow now."""
+        if self.error is not None:
+            return
         if self._hold_until:
             if now < self._hold_until:
                 return
@@ -187,12 +195,18 @@ class Sender:
         w = pkt.write
         imm = w.imm if pkt.opcode in wire.IMM_OPCODES else None
         last = pkt.opcode not in (wire.OP_WRITE_FIRST, wire.OP_WRITE_MIDDLE)
+        if w.failed_reason is None:
+            reth = wire.Reth(va=w.remote_va + pkt.offset, rkey=w.rkey, dma_len=pkt.length)
+            payload = w.data[pkt.offset : pkt.offset + pkt.length]
+        else:  # the peer refused this write: every PSN it still needs goes void
+            reth, payload = wire.Reth(va=0, rkey=VOID_RKEY, dma_len=0), b""
+            self._stats["voids_sent"] += 1
         data = wire.DataPacket(
             bth=wire.Bth(opcode=pkt.opcode, dest_qp=self._remote_qpn, psn=pkt.psn,
                          ack_req=last, rtx=retx),
             meth=wire.Meth(msn=w.msn),
-            reth=wire.Reth(va=w.remote_va + pkt.offset, rkey=w.rkey, dma_len=pkt.length),
-            payload=w.data[pkt.offset : pkt.offset + pkt.length],
+            reth=reth,
+            payload=payload,
             imm=imm,
         )
         if retx:
@@ -215,6 +229,8 @@ class Sender:
         reply counts only if the EvSet had a probe outstanding on its EV."""
         rtt: float | None = None
         self._newest_acked = None
+        if self.error is not None:
+            return self._refuse()
         if sack.probe_resp:
             if not probe_outstanding:
                 return self._refuse()
@@ -263,21 +279,21 @@ class Sender:
         """Apply a NACK; False (and nothing changed) if it answers nothing we sent."""
         reason = nack.reason
         answered = self._answered(nack.nack_psn, nack.entropy)
-        if answered is None:
+        if answered is None or self.error is not None:
             return self._refuse()
         self._late_answer(answered, nack.entropy)  # e.g. a trimmed one, NACKed late
         pkt = self._inflight.pop(nack.nack_psn, None)
         if pkt is not None:
             self._landed(pkt)
         if reason in (wire.NACK_RKEY_VIOLATION, wire.NACK_BOUNDS_VIOLATION):
-            # The receiver consumed the PSN without writing it: fail the write, never resend.
-            # Known race: if a SACK whose cumulative ack passes the write's end overtakes this
-            # NACK, the write was already reported complete.
-            stale = self._retx.pop(nack.nack_psn, None)
-            target = pkt or stale or self._untriggered.pop(nack.nack_psn, None)
-            if target is not None:
-                target.write.failed_reason = reason
-                self._confirm(target)
+            # Refused and not consumed (receiver docstring): the write fails, and the PSN is
+            # resent void, first, so the stream moves on.
+            if pkt is not None or answered.psn in self._retx:
+                answered.write.failed_reason = answered.write.failed_reason or reason
+                self._confirm(answered)
+                self._retx[answered.psn] = answered
+                self._retx.move_to_end(answered.psn, last=False)
+                self._progress_at = now
         elif pkt is not None:
             self._progress_at = now
             if reason == wire.NACK_TRIMMED:
@@ -450,8 +466,17 @@ class Sender:
         self.inflight_bytes -= pkt.length
         self._loss.forget(pkt)
 
+    def _oldest_posted(self) -> float | None:
+        oldest = self._sent[0] if self._sent else self._pending[0] if self._pending else None
+        return None if oldest is None else oldest.posted_at
+
     def deadline(self) -> float | None:
-        times = []
+        """The next time on_timer has work. While a write is pending there always is one: its
+        write_timeout (liveness: every write ends in success or WriteFailed)."""
+        posted = self._oldest_posted()
+        if posted is None:
+            return None
+        times = [posted + self._cfg.write_timeout]
         if self._inflight:
             oldest = next(iter(self._inflight.values()))
             times.append(max(oldest.sent_time, self._progress_at) + self.rto.current())
@@ -461,9 +486,13 @@ class Sender:
             times.append(self._recheck)
         if self._sent and self._sent[0].ask_at is not None and self._sent[0].unconfirmed:
             times.append(self._sent[0].ask_at)
-        return min(times) if times else None
+        return min(times)
 
     def on_timer(self, now: float) -> None:
+        posted = self._oldest_posted()
+        if posted is not None and now >= posted + self._cfg.write_timeout:
+            self._fail(FailReason.TIMEOUT)
+            return
         self._ask_again(now)
         if self._recheck is not None and now >= self._recheck:
             self._detect_losses(now)
@@ -484,6 +513,22 @@ class Sender:
             self._stats["timeouts"] += len(expired)
             self.rto.back_off()
             self.cc.on_timeout(now)
+
+    def _fail(self, reason: FailReason) -> None:
+        """The QP failed (IBTA RC: retries exhausted): the oldest write fails with `reason`,
+        every later one is flushed, and nothing is sent or believed on this QP again."""
+        self.error = reason
+        for i, w in enumerate([*self._sent, *self._pending]):
+            self._emit(WriteFailed(self._qpn, w.wr_id, reason if i == 0 else FailReason.FLUSHED))
+        self._sent.clear()
+        self._pending.clear()
+        self._inflight.clear()
+        self._retx.clear()
+        self._untriggered.clear()
+        self.inflight_bytes = 0
+        self._loss = LossDetector(self._cfg.reorder_threshold)
+        self._recheck = None
+        self._stats["qp_failures"] += 1
 
     def plane_down(self, plane: int) -> None:
         """Queue for resending what is in flight on a plane that just went away (no EV penalty)."""

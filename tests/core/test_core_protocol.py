@@ -53,7 +53,9 @@ def test_rkey_and_bounds_violations_are_nacked_counted_and_never_written() -> No
     assert done == [WriteFailed(QP_A, 1, wire.NACK_RKEY_VIOLATION),
                     WriteFailed(QP_A, 2, wire.NACK_BOUNDS_VIOLATION), WriteCompleted(QP_A, 3)]
     assert h.of_type("B", MessageReceived) == [MessageReceived(QP_B, 2, 100, 1)]
-    assert h.a.stats()["retransmits"] == 0  # refused packets are not resent
+    # each refused PSN is resent once, void, so the stream moves on without writing anything
+    assert h.a.stats()["retransmits"] == h.a.stats()["voids_sent"] == 3
+    assert h.b.stats()["voids_received"] == 3
 
 
 def test_out_of_window_psn_is_nacked_with_cack() -> None:

@@ -7,7 +7,14 @@ from __future__ import annotations
 import pytest
 
 import wire
-from host_agent.core import Endpoint, MessageReceived, PathInfo, RxMeta, WriteCompleted
+from host_agent.core import (
+    Endpoint,
+    MessageReceived,
+    PathInfo,
+    RxMeta,
+    WriteCompleted,
+    WriteFailed,
+)
 from tests.core.harness import QP_A, QP_B, Harness, pattern
 
 # What the EVs of a connection were before they carried a secret tag: 1..N, N = 16 + 2*2*2.
@@ -164,3 +171,30 @@ def test_replayed_answers_of_an_earlier_write_do_not_complete_a_later_one(seed: 
     h.link.dead_planes.clear()
     h.run(until=1.0, stop=lambda: len(h.of_type("A", WriteCompleted)) == 2)
     assert bytes(mr.buffer[4096:]) == pattern(4096, seed + 1)
+
+
+def _forged_data(psn: int, rkey: int, va: int, payload: bytes) -> bytes:
+    return wire.encode_packet(wire.DataPacket(
+        bth=wire.Bth(opcode=wire.OP_WRITE_ONLY, dest_qp=QP_B, psn=psn, ack_req=True),
+        meth=wire.Meth(msn=0), reth=wire.Reth(va=va, rkey=rkey, dma_len=len(payload)),
+        payload=payload))
+
+
+@pytest.mark.parametrize("forged_psns", [1, 40])
+def test_refused_forgeries_do_not_use_up_the_legitimate_psns(forged_psns: int) -> None:
+    """Before: one forged wrong-rkey packet at the next PSN used it up, and the legitimate
+    write failed with NACK 0x20; forging more PSNs than the write had hung the sender. Now a
+    refusal consumes nothing and its NACK (echoing the forger's EV) is not believed."""
+    h = Harness(seed=8)
+    mr = h.b.register_memory(16 * 1024)
+    for psn in range(forged_psns):
+        for rkey, va in ((mr.rkey ^ 0x5A5A, mr.va), (mr.rkey, mr.va + 64 * 1024)):
+            h.b.receive_packet(_forged_data(psn, rkey, va, b"evil" * 64),
+                               RxMeta("A", 0, 3, wire.DSCP_TRIMMABLE, wire.ECN_ECT0), now=0.0)
+    assert h.b.stats()["rkey_violations"] == h.b.stats()["bounds_violations"] == forged_psns
+    data = pattern(16 * 1024, 8)
+    h.a.post_write(QP_A, data, mr.va, mr.rkey, now=0.0)
+    h.run(until=1.0, stop=lambda: bool(h.of_type("A", (WriteCompleted, WriteFailed))))
+    assert h.of_type("A", (WriteCompleted, WriteFailed)) == [WriteCompleted(QP_A, 1)]
+    assert bytes(mr.buffer) == data
+    assert h.of_type("B", MessageReceived) == [MessageReceived(QP_B, 0, len(data), None)]
