@@ -34,10 +34,8 @@ STAT_KEYS = (
     "unknown_qpn", "rkey_violations", "bounds_violations", "control_dropped",
     "port_status_sent", "port_status_received", "spurious_retransmits",
     "spurious_timeouts",  # also in timeouts: the timed-out transmission was answered later
-    "reasks",  # resent because only a cumulative ack covered them (Sender docstring)
     "answers_refused",  # a SACK/NACK naming nothing we sent (not counted as malformed)
-    "voids_sent", "voids_received",  # PSNs of a refused write, resent empty (Receiver docstring)
-    "qp_failures",  # QPs failed by a write timeout (EndpointConfig.write_timeout)
+    "qp_failures",  # QPs failed by a refusal NACK or a write timeout (Sender._fail)
 )  # fmt: skip
 
 

@@ -7,9 +7,8 @@ data packet (no coalescing: the sender's loss detection and NSCC both work per p
 
 A refused packet (rkey/bounds) does not consume its PSN: it is answered with the refusal NACK
 and forgotten, so a forged packet cannot use up a PSN of the legitimate stream (the genuine
-packet at that PSN is still accepted). A sender whose own packet was refused resends that PSN
-as a void packet (VOID_RKEY, no payload, dma_len 0): it consumes the PSN, writes nothing, and
-marks its message failed, so the message is never delivered (docs/security.md).
+packet at that PSN is still accepted). As in IBTA RC, a genuine refusal is fatal to the
+sender's QP (Sender._fail), so nothing ever needs to skip that PSN (docs/security.md).
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ _BITMAP_MASK = (1 << BITMAP_BITS) - 1
 _OFFSET_MIN, _OFFSET_MAX = -(1 << 15), (1 << 15) - 1
 _OOO_MAX = (1 << 15) - 1
 _RCVD_MOD = 1 << 24
-VOID_RKEY = 0  # no region has rkey 0: with dma_len 0 it marks a void packet
 _TRIM_REASON = {
     wire.DSCP_TRIMMED: wire.NACK_TRIMMED,
     wire.DSCP_TRIMMED_LASTHOP: wire.NACK_TRIMMED_LASTHOP,
@@ -58,11 +56,10 @@ class Receiver:
         self._bits = 0
         self._ends: dict[int, tuple[int, int | None]] = {}
         self._lengths: dict[int, int] = {}
-        self._failed: set[int] = set()  # msns with a void packet: never delivered
         self._rcvd_bytes = 0
 
     def tracked_entries(self) -> int:
-        return len(self._ends) + len(self._lengths) + len(self._failed)
+        return len(self._ends) + len(self._lengths)
 
     def on_data(self, pkt: wire.DataPacket, meta: RxMeta) -> Control:
         """Accept one data packet; return the SACK or NACK to send back."""
@@ -82,21 +79,17 @@ class Receiver:
                 )
             self._stats["trims_received"] += 1
             return self._nack(reason, psn, meta)
+        try:
+            self._memory.place(pkt.reth.rkey, pkt.reth.va, pkt.payload)
+        except RkeyViolation:
+            self._stats["rkey_violations"] += 1
+            return self._nack(wire.NACK_RKEY_VIOLATION, psn, meta)
+        except BoundsViolation:
+            self._stats["bounds_violations"] += 1
+            return self._nack(wire.NACK_BOUNDS_VIOLATION, psn, meta)
         msn = pkt.meth.msn
-        if pkt.reth.rkey == VOID_RKEY and pkt.reth.dma_len == 0 and not pkt.payload:
-            self._failed.add(msn)  # the sender gave the message up after a refusal
-            self._stats["voids_received"] += 1
-        else:
-            try:
-                self._memory.place(pkt.reth.rkey, pkt.reth.va, pkt.payload)
-            except RkeyViolation:
-                self._stats["rkey_violations"] += 1
-                return self._nack(wire.NACK_RKEY_VIOLATION, psn, meta)
-            except BoundsViolation:
-                self._stats["bounds_violations"] += 1
-                return self._nack(wire.NACK_BOUNDS_VIOLATION, psn, meta)
-            self._lengths[msn] = self._lengths.get(msn, 0) + len(pkt.payload)
-            self._rcvd_bytes = (self._rcvd_bytes + len(pkt.payload)) % _RCVD_MOD
+        self._lengths[msn] = self._lengths.get(msn, 0) + len(pkt.payload)
+        self._rcvd_bytes = (self._rcvd_bytes + len(pkt.payload)) % _RCVD_MOD
         self._bits |= 1 << rel
         if pkt.bth.opcode not in (wire.OP_WRITE_FIRST, wire.OP_WRITE_MIDDLE):
             self._ends[psn] = (msn, pkt.imm)
@@ -119,9 +112,6 @@ class Receiver:
 
     def _deliver(self, msn: int, imm: int | None) -> None:
         length = self._lengths.pop(msn, 0)
-        if msn in self._failed:
-            self._failed.discard(msn)
-            return
         self._emit(MessageReceived(self._qpn, msn, length, imm))
 
     def _sack(self, psn: int, meta: RxMeta, *, probe: bool = False) -> wire.SackPacket:

