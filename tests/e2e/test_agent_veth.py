@@ -163,11 +163,24 @@ def test_write_is_placed_byte_for_byte(bed: VethBed) -> None:
           f"({nbytes} bytes in {result['duration_s']:.3f} s, {PLANES} planes)")
 
 
-def test_write_to_unknown_rkey_is_refused(bed: VethBed) -> None:
-    region = bed.call(1, "register", size=4096)
-    with pytest.raises(ControlError, match="refused by the peer"):
-        bed.call(0, "write", peer=1, bytes=4096, va=region["va"],
-                 rkey=(region["rkey"] + 1) % (1 << 32), timeout=20)
+def test_write_to_unknown_rkey_is_refused_and_fails_the_qp() -> None:
+    """IBTA RC: a remote access error is fatal to the sender's QP (docs/security.md); its own
+    bed, since the QP to that peer stays failed."""
+    tb = VethBed("r")
+    try:
+        tb.start()
+        region = tb.call(1, "register", size=4096)
+        with pytest.raises(ControlError, match="refused by the peer: RKEY_VIOLATION"):
+            tb.call(0, "write", peer=1, bytes=4096, va=region["va"],
+                    rkey=(region["rkey"] + 1) % (1 << 32), timeout=20)
+        with pytest.raises(ControlError, match="QP .* failed"):
+            tb.call(0, "write", peer=1, bytes=16, va=region["va"], rkey=region["rkey"])
+        assert tb.call(0, "stats")["endpoint"]["qp_failures"] == 1
+        back = tb.call(0, "register", size=16)  # the other direction is another QP: it works
+        tb.call(1, "write", peer=0, bytes=16, va=back["va"], rkey=back["rkey"], seed=3)
+        assert tb.call(0, "verify", rkey=back["rkey"], length=16, seed=3)["match"]
+    finally:
+        tb.close()
 
 
 def _events(tb: VethBed, host: int, since: int, kind: str) -> list[dict[str, Any]]:
