@@ -1,9 +1,11 @@
 """Test-suite policy, by layer: tests/unit (contracts, controller, agent and tool units),
 tests/core (the sans-IO transport core, tests/core/harness.py), tests/sim (the simulated
 fabric), tests/switch (P4 program, BMv2, software switch), tests/e2e (Mininet fabrics and live
-agents). Everything under tests/e2e and every BMv2 test is marked `slow`, so
+agents), tests/robustness (soak: hostile input and faults on a live fabric). Everything under
+tests/e2e and tests/robustness and every BMv2 test is marked `slow`, so
 `./testbed test -m "not slow"` is the quick loop (about a minute). Everything under tests/e2e
-is also marked `root`, and a `root` test skips with a reason when not run as root."""
+and tests/robustness is also marked `root`, and a `root` test skips with a reason when not run
+as root."""
 
 from __future__ import annotations
 
@@ -13,11 +15,13 @@ from pathlib import Path
 import pytest
 
 E2E = Path(__file__).resolve().parent / "e2e"
+ROBUSTNESS = Path(__file__).resolve().parent / "robustness"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        e2e = E2E in Path(str(item.fspath)).parents
+        parents = Path(str(item.fspath)).parents
+        e2e = E2E in parents or ROBUSTNESS in parents
         if e2e or item.get_closest_marker("bmv2"):
             item.add_marker(pytest.mark.slow)
         if e2e:
