@@ -70,8 +70,9 @@ class OutPkt:
     prev_sent_time: float = 0.0
     prev_path: PathInfo | None = None
     expired_evs: list[int] | None = None  # EVs of transmissions the RTO expired, unanswered
-    sent_evs: list[int] = field(default_factory=list)  # every EV it was sent on: what an
-    # answer must echo to be believed (Sender._answered)
+    # every EV it was sent on -> snd_una when first sent on it: an answer must echo one of
+    # these EVs to be believed, and its cumulative ack cannot be older (Sender._answered)
+    una_by_ev: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass

@@ -35,7 +35,7 @@ from collections.abc import Callable
 import wire
 from host_agent.core.cc import CongestionControl
 from host_agent.core.config import EndpointConfig, RecoveryMode
-from host_agent.core.errors import LocalProtocolError, RemoteProtocolError
+from host_agent.core.errors import LocalProtocolError
 from host_agent.core.events import Event, FailReason, WriteCompleted, WriteFailed
 from host_agent.core.evs import EvSet
 from host_agent.core.evstate import EvEntry
@@ -179,7 +179,7 @@ class Sender:
         if pkt.expired_evs and entry.ev in pkt.expired_evs:
             pkt.expired_evs.remove(entry.ev)  # its answer would be ambiguous: never spurious
         pkt.ev = entry.ev
-        pkt.sent_evs.append(entry.ev)
+        pkt.una_by_ev.setdefault(entry.ev, self.snd_una)
         pkt.path = entry.path
         pkt.sent_time = now
         pkt.tx_seq = self._tx_seq
@@ -213,7 +213,7 @@ class Sender:
         believed only if it names a PSN we hold state for and echoes an EV one of that PSN's
         transmissions used (docs/security.md): a blind forger knows neither."""
         pkt = self._tracked(psn)
-        return pkt if pkt is not None and ev in pkt.sent_evs else None
+        return pkt if pkt is not None and ev in pkt.una_by_ev else None
 
     def on_sack(self, sack: wire.SackExt, now: float, *, probe_outstanding: bool = False) -> bool:
         """Apply a SACK; False (and nothing changed) if it answers nothing we sent. A probe
@@ -222,13 +222,18 @@ class Sender:
         self._newest_acked = None
         if self.error is not None:
             return self._refuse()
+        answered: OutPkt | None = None
         if sack.probe_resp:
             if not probe_outstanding:
                 return self._refuse()
         else:
             trigger = wire.psn_add(sack.cack_psn, sack.ack_psn_offset)
-            if self._answered(trigger, sack.entropy) is None:
+            answered = self._answered(trigger, sack.entropy)
+            if answered is None:
                 return self._refuse()
+        if self._out_of_sync(sack.cack_psn, answered, sack.entropy):
+            return True
+        if not sack.probe_resp:
             rtt = self._trigger_rtt(trigger, sack.entropy, now)
         acked = self._cumulative(sack.cack_psn, now)
         base = wire.psn_add(sack.cack_psn, sack.sack_offset)
@@ -262,6 +267,19 @@ class Sender:
         self._complete_writes()
         return True
 
+    def _out_of_sync(self, cack: int, answered: OutPkt | None, ev: int) -> bool:
+        """A believed answer from a receiver without this connection's state: the peer
+        restarted or lost it. Its cumulative ack is beyond anything we sent, or older than
+        our snd_una was when the answered transmission left (a receiver's cumulative ack
+        never goes back, and that snd_una came from an earlier answer of this receiver).
+        Nothing can resynchronise without a connection exchange (docs/security.md), so the
+        QP fails at once instead of retrying until write_timeout."""
+        una_then = answered.una_by_ev[ev] if answered is not None else cack
+        if wire.psn_diff(cack, self.next_psn) > 0 or wire.psn_diff(una_then, cack) > 0:
+            self._fail(FailReason.PEER_OUT_OF_SYNC)
+            return True
+        return False
+
     def _refuse(self) -> bool:
         self._stats["answers_refused"] += 1
         return False
@@ -272,6 +290,8 @@ class Sender:
         answered = self._answered(nack.nack_psn, nack.entropy)
         if answered is None or self.error is not None:
             return self._refuse()
+        if self._out_of_sync(nack.cack_psn, answered, nack.entropy):
+            return True
         self._late_answer(answered, nack.entropy)  # e.g. a trimmed one, NACKed late
         pkt = self._inflight.pop(nack.nack_psn, None)
         if pkt is not None:
@@ -341,8 +361,6 @@ class Sender:
         advance = wire.psn_diff(cack, self.snd_una)
         if advance <= 0:
             return 0
-        if wire.psn_diff(cack, self.next_psn) > 0:
-            raise RemoteProtocolError(f"cumulative ack {cack} beyond next PSN {self.next_psn}")
         acked = 0
         for i in range(advance):
             acked += self._acknowledge(wire.psn_add(self.snd_una, i), now)

@@ -26,7 +26,8 @@ SEEDS = range(40)
 
 
 def _forgery(rng: random.Random, dest_qp: int, evs: list[int]) -> tuple[bytes, RxMeta]:
-    """A random packet from a blind forger: right QPN and PSN range, guessed EVs and keys."""
+    """A random packet from a blind forger: right QPN and PSN range, guessed EVs and keys
+    (`evs`: values it may try, never the target's own)."""
     ev = rng.choice([rng.getrandbits(32), rng.randrange(1, 200), *evs[:1]])
     psn = rng.randrange(0, 64)
     kind = rng.randrange(6)
@@ -84,10 +85,17 @@ def test_every_write_ends_and_a_timer_is_armed_while_one_is_pending(seed: int) -
             else:
                 posted[wr_id] = (h.now, offset, data)
                 offset += len(data)
-        if rng.random() < 0.05:
-            target, qpn = rng.choice([(h.a, QP_A), (h.b, QP_B)])
-            packet, meta = _forgery(rng, qpn, sorted(target.ev_states(qpn)))
+        if rng.random() < 0.05:  # a blind forgery (EVs guessed, or the other side's)
+            target, qpn, other = rng.choice([(h.a, QP_A, h.b), (h.b, QP_B, h.a)])
+            packet, meta = _forgery(rng, qpn, sorted(other.ev_states(QP_A + QP_B - qpn)))
             target.receive_packet(packet, meta, now=h.now)
+            h.flush()
+        if rng.random() < 0.02 and h.sent:  # a replay of a genuine packet seen earlier
+            src, tx = rng.choice(h.sent[-200:])
+            dst = h.a if src == "B" else h.b
+            dst.receive_packet(tx.payload, RxMeta(src, tx.plane, tx.ev, tx.dscp, tx.ecn),
+                               now=h.now)
+            h.flush()
         if rng.random() < 0.002:  # a blackout of every path for a while
             h.link.dead_planes = {("B", 0), ("B", 1)} if not h.link.dead_planes else set()
         ended = {e.wr_id for e in h.of_type("A", (WriteCompleted, WriteFailed))}

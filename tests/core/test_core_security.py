@@ -9,13 +9,14 @@ import pytest
 import wire
 from host_agent.core import (
     Endpoint,
+    FailReason,
     MessageReceived,
     PathInfo,
     RxMeta,
     WriteCompleted,
     WriteFailed,
 )
-from tests.core.harness import QP_A, QP_B, Harness, pattern
+from tests.core.harness import BASE_RTT, QP_A, QP_B, Harness, pattern, small_config
 
 # What the EVs of a connection were before they carried a secret tag: 1..N, N = 16 + 2*2*2.
 GUESSABLE_EVS = range(1, 25)
@@ -198,3 +199,43 @@ def test_refused_forgeries_do_not_use_up_the_legitimate_psns(forged_psns: int) -
     assert h.of_type("A", (WriteCompleted, WriteFailed)) == [WriteCompleted(QP_A, 1)]
     assert bytes(mr.buffer) == data
     assert h.of_type("B", MessageReceived) == [MessageReceived(QP_B, 0, len(data), None)]
+
+
+def _restart(h: Harness, name: str, seed: int) -> None:
+    """The endpoint `name` lost all state (its agent was killed and started again)."""
+    peer, lq, rq = ("B", QP_A, QP_B) if name == "A" else ("A", QP_B, QP_A)
+    fresh = Endpoint(small_config(), planes=h.planes, name=name, seed=seed)
+    fresh.connect(peer, lq, rq, h.paths(name))
+    h.eps[name] = fresh
+
+
+def test_a_restarted_receiver_fails_the_senders_writes_at_once() -> None:
+    """Before: the writes to a restarted peer ran until the agent's timeout while the sender
+    kept transmitting. Its NACK(out of window) carries a cumulative ack from other state."""
+    h = Harness(seed=9)
+    mr = h.b.register_memory(64 * 1024)
+    h.a.post_write(QP_A, pattern(32 * 1024, 9), mr.va, mr.rkey, now=0.0)
+    h.run(until=1.0, stop=lambda: bool(h.of_type("A", WriteCompleted)))
+    _restart(h, "B", 99)
+    region = h.b.register_memory(64 * 1024)
+    start = h.now
+    h.a.post_write(QP_A, pattern(8192, 10), region.va, region.rkey, now=h.now)
+    h.a.post_write(QP_A, pattern(8192, 11), region.va, region.rkey, now=h.now)
+    h.run(until=h.now + 1.0, stop=lambda: len(h.of_type("A", WriteFailed)) == 2)
+    assert h.of_type("A", WriteFailed) == [WriteFailed(QP_A, 2, FailReason.PEER_OUT_OF_SYNC),
+                                            WriteFailed(QP_A, 3, FailReason.FLUSHED)]
+    assert h.now - start < 20 * BASE_RTT  # at once, not after write_timeout
+    h.sent.clear()
+    h.run(until=h.now + 0.1)
+    assert [tx for src, tx in h.sent if src == "A"] == []
+
+
+def test_a_restarted_sender_learns_at_once_that_its_peer_is_out_of_sync() -> None:
+    h = Harness(seed=10)
+    mr = h.a.register_memory(64 * 1024)
+    h.b.post_write(QP_B, pattern(32 * 1024, 1), mr.va, mr.rkey, now=0.0)
+    h.run(until=1.0, stop=lambda: bool(h.of_type("B", WriteCompleted)))
+    _restart(h, "B", 98)
+    h.b.post_write(QP_B, pattern(1024, 2), mr.va, mr.rkey, now=h.now)
+    h.run(until=h.now + 1.0, stop=lambda: bool(h.eps["B"].next_event()))
+    assert h.eps["B"].connection(QP_B).sender.error is FailReason.PEER_OUT_OF_SYNC
