@@ -369,6 +369,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="keep kernel IPv6 on the NICs (kernel TCP baselines), quietened")
     p.add_argument("--no-kernel-setup", action="store_true",
                    help="leave sysctls and offloads alone")
+    p.add_argument("--write-timeout", type=float, default=EndpointConfig.write_timeout,
+                   help="seconds a write may stay unacknowledged before it fails and its QP "
+                        "with it (default %(default)s)")
     p.add_argument("--connect-all", action="store_true", help="open QPs to every peer at start")
     p.add_argument("--single-path", action="store_true",
                    help="RoCE-like baseline: one EV per connection on plane 0 whose outer DA is "
@@ -396,12 +399,13 @@ def single_path_config(config: HostConfig) -> HostConfig:
     return dataclasses.replace(config, paths=paths)
 
 
-def single_path_endpoint_config(base_rtt: float) -> EndpointConfig:
+def single_path_endpoint_config(base_rtt: float, **overrides: Any) -> EndpointConfig:
     """One EV, no backups, the floor at one EV (a failed path keeps being retried, as in RoCE),
     go-back-N recovery."""
     ev = EvConfig.for_base_rtt(base_rtt, evs_per_connection=1, backups_per_plane=0,
                                ev_min_active=1)
-    return EndpointConfig.for_base_rtt(base_rtt, ev=ev, recovery=RecoveryMode.GO_BACK_N)
+    return EndpointConfig.for_base_rtt(base_rtt, ev=ev, recovery=RecoveryMode.GO_BACK_N,
+                                       **overrides)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -413,9 +417,11 @@ def main(argv: list[str] | None = None) -> int:
         config = load_host_config(args)
         if args.single_path:
             config = single_path_config(config)
-            endpoint_config = single_path_endpoint_config(args.base_rtt)
+            endpoint_config = single_path_endpoint_config(args.base_rtt,
+                                                          write_timeout=args.write_timeout)
         else:
-            endpoint_config = EndpointConfig.for_base_rtt(args.base_rtt)
+            endpoint_config = EndpointConfig.for_base_rtt(args.base_rtt,
+                                                          write_timeout=args.write_timeout)
         if not args.no_kernel_setup:
             for nic in config.nics:
                 kernel_setup(nic.ifname, args.keep_ipv6)
