@@ -10,7 +10,7 @@ import wire
 from host_agent.core.config import EndpointConfig
 from host_agent.core.errors import RemoteProtocolError
 from host_agent.core.events import Event, EvStateChanged
-from host_agent.core.evs import EvSet
+from host_agent.core.evs import INDEX_BITS, EvSet
 from host_agent.core.evstate import EvEntry
 from host_agent.core.memory import MemoryTable
 from host_agent.core.receiver import Receiver
@@ -49,6 +49,7 @@ class Connection:
                                  remote_qpn=remote_qpn, expected_psn=expected_psn, stats=stats,
                                  emit=emit)
         self.tx_per_ev: Counter[int] = Counter()
+        self.peer_tag: int | None = None  # the tag of the peer's EVs, once an answer proved it
         self._probe_seq = 0
         self._plane_cursor: Counter[int] = Counter()
         self.planes = tuple(sorted({p.plane for p in paths}))
@@ -71,17 +72,24 @@ class Connection:
             if pkt.sack.probe_resp:
                 self._stats["probe_replies"] += 1
                 outstanding = self.evs.on_probe_reply(pkt.sack.entropy, now)
-            self.sender.on_sack(pkt.sack, now, probe_outstanding=outstanding)
+            if self.sender.on_sack(pkt.sack, now, probe_outstanding=outstanding):
+                self._learn_peer_tag(meta.ev)
         elif isinstance(pkt, wire.NackPacket):
             self._check_ev(pkt.nack.entropy)
             self._stats["nacks_received"] += 1
-            self.sender.on_nack(pkt.nack, now)
+            if self.sender.on_nack(pkt.nack, now):
+                self._learn_peer_tag(meta.ev)
         elif isinstance(pkt, wire.ProbePacket):
             self._control(self.receiver.probe_reply(pkt, meta), now, out, meta.plane,
                           pkt.probe.entropy)
         else:
             raise RemoteProtocolError(f"{type(pkt).__name__} is not valid on a connection QP")
         self.drain_ev_changes()
+
+    def _learn_peer_tag(self, ev: int) -> None:
+        """A believed answer came on one of the peer's EVs: its tag is the peer's secret, which
+        authenticates the peer's PORT_STATUS from now on (Endpoint._on_port_status)."""
+        self.peer_tag = ev >> INDEX_BITS
 
     def _check_ev(self, ev: int) -> None:
         if ev not in self.evs:

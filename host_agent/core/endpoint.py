@@ -17,7 +17,7 @@ from host_agent.core.config import EndpointConfig
 from host_agent.core.connection import Connection
 from host_agent.core.errors import LocalProtocolError, RemoteProtocolError, decode_received
 from host_agent.core.events import Event, PeerPlaneChanged, PlaneStateChanged
-from host_agent.core.evs import TAG_BITS
+from host_agent.core.evs import INDEX_BITS, TAG_BITS
 from host_agent.core.memory import MemoryRegion, MemoryTable
 from host_agent.core.types import EvState, PathInfo, RxMeta, TxPacket
 
@@ -36,6 +36,7 @@ STAT_KEYS = (
     "spurious_timeouts",  # also in timeouts: the timed-out transmission was answered later
     "answers_refused",  # a SACK/NACK naming nothing we sent (not counted as malformed)
     "qp_failures",  # QPs failed by a refusal NACK or a write timeout (Sender._fail)
+    "port_status_refused",  # PORT_STATUS not on the peer's EVs (Endpoint._on_port_status)
 )  # fmt: skip
 
 
@@ -248,6 +249,10 @@ class Endpoint:
             raise RemoteProtocolError(f"PORT_STATUS sent to QP {pkt.bth.dest_qp:#x}, not 0x2")
         if meta.peer not in self._peer_up:
             raise RemoteProtocolError(f"PORT_STATUS from unknown peer {meta.peer!r}")
+        tags = {c.peer_tag for c in self._conns.values() if c.peer == meta.peer} - {None}
+        if tags and meta.ev >> INDEX_BITS not in tags:
+            self._stats["port_status_refused"] += 1  # not on the peer's EVs: forged
+            return
         self._stats["port_status_received"] += 1
         seq, mask = pkt.status.seq, pkt.status.port_mask
         if pkt.bth.opcode == wire.OP_EP_RSP:

@@ -239,3 +239,23 @@ def test_a_restarted_sender_learns_at_once_that_its_peer_is_out_of_sync() -> Non
     h.b.post_write(QP_B, pattern(1024, 2), mr.va, mr.rkey, now=h.now)
     h.run(until=h.now + 1.0, stop=lambda: bool(h.eps["B"].next_event()))
     assert h.eps["B"].connection(QP_B).sender.error is FailReason.PEER_OUT_OF_SYNC
+
+
+def test_port_status_off_the_peers_evs_is_refused_once_the_peer_is_known() -> None:
+    """Before: a spoofed PORT_STATUS took any of the peer's planes out of use. Once an answer
+    has shown the peer's EV tag, only a PORT_STATUS on one of the peer's EVs is believed."""
+    h = Harness(planes=4, seed=12)
+    mr = h.b.register_memory(64 * 1024)
+    h.a.post_write(QP_A, pattern(16 * 1024, 12), mr.va, mr.rkey, now=0.0)
+    h.run(until=1.0, stop=lambda: bool(h.of_type("A", WriteCompleted)))
+    forged = wire.encode_packet(wire.PortStatusPacket(
+        bth=wire.Bth(opcode=wire.OP_EP_REQ, dest_qp=wire.QPN_ENDPOINT, psn=100),
+        status=wire.PortStatusExt(seq=100, port_mask=0b0001)))
+    for ev in (*GUESSABLE_EVS, min(h.a.ev_states(QP_A))):  # guesses, and A's own EVs
+        h.a.receive_packet(forged, _from_b(ev, plane=0), now=h.now)
+    assert h.a.peer_planes_up("B") == {0, 1, 2, 3}
+    assert h.a.stats()["port_status_refused"] == len(GUESSABLE_EVS) + 1
+    h.link.dead_planes = {("B", 3)}
+    h.b.set_plane_up(3, False, now=h.now)  # the real peer's announcement is believed
+    h.run(until=h.now + 0.01, stop=lambda: h.a.peer_planes_up("B") == {0, 1, 2})
+    assert h.a.peer_planes_up("B") == {0, 1, 2}
