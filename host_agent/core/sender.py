@@ -242,7 +242,11 @@ class Sender:
             low = bits & -bits
             acked += self._acknowledge(wire.psn_add(base, low.bit_length() - 1), now)
             bits ^= low
-        if sack.probe_resp:
+        if acked:
+            self._progress_at = now
+            self.rto.progress()
+        if sack.probe_resp:  # no RTT, EV or CC news; but its cumulative ack may end writes
+            self._complete_writes()
             return True
         if rtt is None and self._newest_acked is not None:
             rtt = now - self._newest_acked.sent_time
@@ -256,8 +260,6 @@ class Sender:
         else:
             self._evs.on_delivered(sack.entropy, now)
         if acked:
-            self._progress_at = now
-            self.rto.progress()
             self._clean_acks += 1
             if self._clean_acks >= _REORDER_DECAY_ACKS:
                 self._clean_acks = 0

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import functools
+import random
+
+import pytest
 
 import wire
 from host_agent.core import (
+    EvConfig,
     EvState,
     EvStateChanged,
     FixedWindow,
     PeerPlaneChanged,
     PlaneStateChanged,
+    RecoveryMode,
     WriteCompleted,
 )
 from tests.core.harness import BASE_RTT, QP_A, QP_B, Harness, pattern, small_config
@@ -204,3 +209,33 @@ def test_a_receiver_that_sends_no_data_stops_acking_over_a_dead_reverse_path() -
     # B learns nothing from its own sending; its SACKs follow the data's (live) spines
     assert all(tx.route != ("B", 0, 1) for tx in late_acks)
     assert sum(tx.plane == 0 for tx in late_acks) > len(late_acks) // 4
+
+
+@pytest.mark.parametrize("seed", [139, 165, 7, 21])
+def test_single_path_write_completes_when_only_a_probe_reply_acknowledges_it(seed: int) -> None:
+    """The single-path (RoCE-like) contender: one EV, go-back-N. Its path dies in both
+    directions mid-write, long enough for every SACK to be lost and the EV to be probed; when
+    the path comes back the first answer can be a probe reply whose cumulative ack covers the
+    whole write. Before: that ack ended the write's PSNs but not the write, nothing was left in
+    flight, and it hung until the write timeout (the bench's BMv2 all-reduce stalls)."""
+    ev = EvConfig.for_base_rtt(BASE_RTT, evs_per_connection=1, backups_per_plane=0,
+                               ev_min_active=1)
+    h = Harness(planes=1, spines=1, seed=seed,
+                config=small_config(ev=ev, recovery=RecoveryMode.GO_BACK_N))
+    mr = h.b.register_memory(4 * 24576)
+    rng = random.Random(seed)
+    h.a.post_write(QP_A, pattern(24576, seed), mr.va, mr.rkey, now=0.0)
+    h.run(until=1.0, stop=lambda: bool(h.of_type("A", WriteCompleted)))
+    t_fail = h.now + rng.random() * 20 * BASE_RTT
+    h.a.post_write(QP_A, pattern(24576, seed + 1), mr.va + 24576, mr.rkey, now=h.now)
+    h.run(until=t_fail)
+    routes = {("A", 0, 0), ("B", 0, 0)}
+    which = rng.choice([{("A", 0, 0)}, {("B", 0, 0)}, routes])
+    h.link.dead_routes |= which
+    h.run(until=t_fail + rng.choice([50, 200, 1000, 3000]) * BASE_RTT)
+    h.link.dead_routes -= which
+    t_up = h.now
+    h.run(until=t_up + 0.5, stop=lambda: len(h.of_type("A", WriteCompleted)) == 2)
+    assert h.of_type("A", WriteCompleted) == [WriteCompleted(QP_A, 1), WriteCompleted(QP_A, 2)]
+    assert h.now - t_up < 5000 * BASE_RTT
+    assert bytes(mr.buffer[:2 * 24576]) == pattern(24576, seed) + pattern(24576, seed + 1)
