@@ -38,7 +38,7 @@ log = logging.getLogger("controller.install")
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = ("soft", "bmv2")
 CONTROLLER_ELECTION_ID = (0, 100)  # p4runtime-sh backups use a lower one (controller.shell)
-BATCH_SIZE = 500
+BATCH_SIZE = 128  # the software switch refuses more per Write (softswitch.limits); BMv2 takes any
 DEFAULT_TIMEOUT = 5.0
 
 

@@ -69,6 +69,11 @@ class ActionProfileInfo:
     with_selector: bool
     size: int
     max_group_size: int
+    # P4Runtime 1.4 selector_size_semantics: with SumOfWeights (the default when unset) `size`
+    # and `max_group_size` bound sums of member weights; with SumOfMembers they bound member
+    # counts and each weight is at most max_member_weight (0 = no bound given).
+    sum_of_members: bool = False
+    max_member_weight: int = 0
 
 
 @dataclass(frozen=True)
@@ -120,7 +125,8 @@ class P4InfoIndex:
         for p in p4info.action_profiles:
             idx.profiles[p.preamble.id] = ActionProfileInfo(
                 p.preamble.id, p.preamble.name, tuple(p.table_ids), p.with_selector,
-                p.size, p.max_group_size)
+                p.size, p.max_group_size, p.HasField("sum_of_members"),
+                p.sum_of_members.max_member_weight)
         for c in p4info.counters:
             idx.counters[c.preamble.id] = ArrayInfo(c.preamble.id, c.preamble.name, c.size)
         for c in p4info.direct_counters:

@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=LOG_LEVELS[args.log_level],
                         format=f"softswitch[{args.device_id}] %(levelname)s %(name)s: %(message)s")
     dataplane = Dataplane(ports, args.priority_queues)
-    device = Device(args.device_id, dataplane.set_state)
+    device = Device(args.device_id, dataplane.set_state, stats=dataplane.stats)
     try:
         dataplane.open_ports()
         if args.thrift_port is not None:

@@ -3,7 +3,7 @@
 Behaves like a real target as seen by p4runtime-shell and the controller: the client
 with the highest election id is primary and alone may Write or set the pipeline;
 batch failures come back as gRPC UNKNOWN with one p4.v1.Error per update in the
-google.rpc.Status details.
+google.rpc.Status details. softswitch.limits says what it refuses to grow beyond.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from concurrent import futures
 from importlib.metadata import version
 
 import grpc
-from google.rpc import code_pb2, status_pb2
+from google.rpc import code_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from p4rt.p4info import COMMITTED_P4INFO, P4InfoIndex, PipelineMismatch, check_compatible
 from p4rt.p4info import load_text as load_p4info
+from softswitch import limits
 from softswitch.errors import P4RTError
 from softswitch.reader import read_entity
 from softswitch.store import DeviceState
@@ -38,9 +39,13 @@ def _eid(u: p4runtime_pb2.Uint128) -> int:
 class Device:
     """Pipeline config and state of one switch; `on_commit` hands new state to the data plane."""
 
-    def __init__(self, device_id: int, on_commit: Callable[[DeviceState], None]) -> None:
+    def __init__(self, device_id: int, on_commit: Callable[[DeviceState], None],
+                 stats: dict[str, int] | None = None) -> None:
         self.device_id = device_id
         self.on_commit = on_commit
+        self.stats = stats if stats is not None else {}  # the data plane's, for `stats`
+        for key in ("p4rt_undecodable", "p4rt_streams_refused"):
+            self.stats.setdefault(key, 0)
         self.config: p4runtime_pb2.ForwardingPipelineConfig | None = None
         self.saved: p4runtime_pb2.ForwardingPipelineConfig | None = None
         self.state: DeviceState | None = None
@@ -104,7 +109,11 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         self.device = device
         self.arbiter = _Arbiter()
         self._next_token = 0
+        self._open_streams = 0
         self.config_lock = threading.Lock()
+
+    def count(self, what: str) -> None:
+        self.device.stats[what] += 1
 
     # ---- helpers -------------------------------------------------------------------
 
@@ -137,19 +146,16 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         state = self._state(context)
         if request.atomicity != p4runtime_pb2.WriteRequest.CONTINUE_ON_ERROR:
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "only CONTINUE_ON_ERROR atomicity")
+        try:
+            limits.check_batch(len(request.updates))
+        except P4RTError as err:
+            context.abort(err.code, err.message)
         results = state.write(list(request.updates))
-        failed = [r for r in results if r is not None]
-        if not failed:
+        if all(r is None for r in results):
             return p4runtime_pb2.WriteResponse()
-        status = status_pb2.Status(code=code_pb2.UNKNOWN,
-                                   message=f"{len(failed)} of {len(results)} updates failed")
-        for r in results:
-            err = p4runtime_pb2.Error(canonical_code=code_pb2.OK)
-            if r is not None:
-                err = p4runtime_pb2.Error(canonical_code=r.code.value[0], message=r.message)
-            status.details.add().Pack(err)
+        status = limits.batch_status(results)
         context.set_trailing_metadata((("grpc-status-details-bin", status.SerializeToString()),))
-        context.abort(grpc.StatusCode.UNKNOWN, status.message + ": " + failed[0].message)
+        context.abort(grpc.StatusCode.UNKNOWN, status.message)
 
     def Read(self, request, context):
         self._check_device(request.device_id, context)
@@ -219,13 +225,31 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         return p4runtime_pb2.CapabilitiesResponse(p4runtime_api_version=version("p4runtime"))
 
     def StreamChannel(self, request_iterator, context) -> Iterator:
+        """`request_iterator` yields raw bytes (softswitch.limits); the reader decodes them."""
+        with self.arbiter.lock:
+            if self._open_streams >= limits.MAX_STREAMS:
+                refused = True
+            else:
+                refused = False
+                self._open_streams += 1
+                self._next_token += 1
+                token = self._next_token
+        if refused:
+            self.count("p4rt_streams_refused")
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"this switch serves at most {limits.MAX_STREAMS} StreamChannel "
+                          "clients at once: close an idle one")
+        try:
+            yield from self._stream_replies(token, request_iterator, context)
+        finally:
+            with self.arbiter.lock:
+                self._open_streams -= 1
+
+    def _stream_replies(self, token: int, request_iterator, context) -> Iterator:
         out: queue.Queue = queue.Queue()
         context.add_callback(lambda: out.put(None))  # RPC ended (cancel, server stop)
-        with self.arbiter.lock:
-            self._next_token += 1
-            token = self._next_token
         reader = threading.Thread(target=self._stream_reader, daemon=True,
-                                  args=(token, request_iterator, out, context))
+                                  args=(token, request_iterator, out))
         reader.start()
         while True:
             msg = out.get()
@@ -235,9 +259,15 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
                 context.abort(msg.code, msg.message)
             yield msg
 
-    def _stream_reader(self, token: int, requests, out: queue.Queue, context) -> None:
+    def _stream_reader(self, token: int, requests, out: queue.Queue) -> None:
         try:
-            for req in requests:
+            for raw in requests:
+                try:
+                    req = limits.decode(p4runtime_pb2.StreamMessageRequest, raw)
+                except P4RTError as err:
+                    self.count("p4rt_undecodable")
+                    out.put(err)
+                    return
                 err = self._on_stream_message(token, req, out)
                 if err is not None:
                     out.put(err)
@@ -281,10 +311,15 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         return None
 
 
-def serve(device: Device, address: str, workers: int = 16) -> grpc.Server:
-    """Start the gRPC server on a loopback address (validated by the caller)."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
-    p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(P4RuntimeService(device), server)
+def serve(device: Device, address: str) -> grpc.Server:
+    """Start the gRPC server on a loopback address (validated by the caller).
+
+    Streams hold a worker thread each for their lifetime, so the pool has room for
+    MAX_STREAMS of them plus UNARY_WORKERS that only unary RPCs can use."""
+    pool = futures.ThreadPoolExecutor(max_workers=limits.MAX_STREAMS + limits.UNARY_WORKERS)
+    server = grpc.server(pool, maximum_concurrent_rpcs=limits.MAX_CONCURRENT_RPCS)
+    service = P4RuntimeService(device)
+    server.add_generic_rpc_handlers((limits.generic_handler(service, service.count),))
     try:
         bound = server.add_insecure_port(address)
     except RuntimeError as err:  # grpcio >= 1.5x raises instead of returning 0

@@ -199,6 +199,10 @@ class DeviceState:
             raise P4RTError(grpc.StatusCode.ALREADY_EXISTS, f"member {m.member_id} exists")
         if op == MODIFY and m.member_id not in members:
             raise not_found(f"no action profile member {m.member_id}")
+        info = self.index.profiles[prof]
+        if op == INSERT and info.size and len(members) >= info.size:
+            raise P4RTError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                            f"action profile {info.name} is full ({info.size} members)")
         tables = self._profile_tables(prof)
         info = tables[0].info if tables else None
         members[m.member_id] = self.compile_action(info, m.action, f"member {m.member_id}")
@@ -227,20 +231,57 @@ class DeviceState:
             raise P4RTError(grpc.StatusCode.ALREADY_EXISTS, f"group {g.group_id} exists")
         if op == MODIFY and g.group_id not in groups:
             raise not_found(f"no action profile group {g.group_id}")
-        info = self.index.profiles[prof]
-        for mem in g.members:
-            if mem.member_id not in self.members[prof]:
-                raise not_found(f"group {g.group_id}: no member {mem.member_id}")
-            if mem.weight < 1:
-                raise invalid(f"group {g.group_id}: member weight must be >= 1")
-        size = sum(mem.weight for mem in g.members)
-        limit = g.max_size or info.max_group_size
-        if limit and size > limit:
-            raise P4RTError(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                            f"group {g.group_id}: {size} exceeds max size {limit}")
+        self._check_group(prof, g, op)
         proto = p4runtime_pb2.ActionProfileGroup()
         proto.CopyFrom(g)
         groups[g.group_id] = Group(proto)
+
+    def _check_group(self, prof: int, g: p4runtime_pb2.ActionProfileGroup, op: int) -> None:
+        """Members exist, weights >= 1, and the P4Info's capacity holds (P4Runtime 1.4
+        selector_size_semantics): per group against max_group_size and the request's
+        max_size, over all groups of the profile against its size; the group count is
+        bounded by size too, since every group takes at least one slot on a target."""
+        info = self.index.profiles[prof]
+        groups = self.groups[prof]
+        where = f"group {g.group_id}"
+        seen: set[int] = set()
+        for mem in g.members:
+            if mem.member_id not in self.members[prof]:
+                raise not_found(f"{where}: no member {mem.member_id}")
+            if mem.member_id in seen:
+                raise invalid(f"{where}: member {mem.member_id} listed twice")
+            seen.add(mem.member_id)
+            if mem.weight < 1:
+                raise invalid(f"{where}: member weight must be >= 1")
+            if info.sum_of_members and info.max_member_weight and (
+                    mem.weight > info.max_member_weight):
+                raise P4RTError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"{where}: weight {mem.weight} exceeds the profile's max "
+                                f"member weight {info.max_member_weight}")
+        unit = "members" if info.sum_of_members else "summed weights"
+
+        def used(grp: p4runtime_pb2.ActionProfileGroup) -> int:
+            return len(grp.members) if info.sum_of_members else sum(
+                m.weight for m in grp.members)
+
+        size = used(g)
+        if info.max_group_size and g.max_size > info.max_group_size:
+            raise invalid(f"{where}: max_size {g.max_size} exceeds the profile's max group "
+                          f"size {info.max_group_size}")
+        limit = g.max_size or info.max_group_size
+        if limit and size > limit:
+            raise P4RTError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                            f"{where}: {size} {unit} exceed the group's max size {limit}")
+        if not info.size:
+            return
+        if op == INSERT and len(groups) >= info.size:
+            raise P4RTError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                            f"action profile {info.name} holds at most {info.size} groups")
+        others = sum(used(grp.proto) for gid, grp in groups.items() if gid != g.group_id)
+        if others + size > info.size:
+            raise P4RTError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                            f"{where}: action profile {info.name} would hold "
+                            f"{others + size} {unit}, more than its size {info.size}")
 
     def _cell(self, arrays: dict, obj_id: int, index: int, kind: str) -> list:
         if obj_id not in arrays:
