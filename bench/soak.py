@@ -6,7 +6,10 @@ Phases, each with transfers h0 -> h3 running and verified byte for byte at the r
 1. mutated: N mutated MRC frames straight into h3's agent (sent out of its T0's port) and N
    into h1's T0 (sent from h1's NIC), bench/inject.py;
 2. flap: the busiest plane-0 uplink of h0's T0 goes down and up at F Hz for S seconds;
-3. kill-switch: kill -9 of a spine switch mid-transfer, then restart and reinstall it.
+3. kill-switch: kill -9 of a spine switch mid-transfer, then restart and reinstall it;
+4. kill-agent: kill -9 of the receiving agent mid-transfer and a fresh agent started in its
+   place; the interrupted write must end with an error well before its timeout, and
+   transfers both ways must then verify without restarting the sender (Sender._resync).
 Reports inputs tried, faults injected, transfers verified, processes that died, the resident
 memory of the switch that took the mutated frames before and after, and prints one JSON object.
 Exit status 0 only if every transfer verified and nothing crashed.
@@ -31,6 +34,7 @@ from topologies.network import MrcNetwork, NetworkConfig, NetworkError
 
 SRC, DST, NOISE_SRC, PLANE = 0, 3, 1, 0
 INJECT_TIMEOUT_S = 600
+KILLED_WRITE_TIMEOUT_S = 60.0  # the interrupted write must end long before this
 
 
 @dataclass(frozen=True)
@@ -181,17 +185,41 @@ def phase_kill_switch(net: MrcNetwork, cfg: SoakConfig) -> dict[str, Any]:
             "transfers": [handle.wait()]}
 
 
+def phase_kill_agent(net: MrcNetwork, cfg: SoakConfig) -> dict[str, Any]:
+    agent = net.agents[DST]
+    handle = net.start_transfer(SRC, DST, cfg.transfer_bytes, timeout=KILLED_WRITE_TIMEOUT_S)
+    time.sleep(0.5)
+    assert agent.proc is not None
+    pid = agent.proc.pid
+    os.kill(pid, signal.SIGKILL)
+    agent.proc.wait()
+    killed_at = time.monotonic()
+    agent.start()  # a fresh agent: new keys, new QP state, PSNs from 0
+    agent.wait_ready()
+    try:
+        handle.wait()
+        interrupted = {"ended_s": time.monotonic() - killed_at, "error": "none: it completed"}
+    except AgentError as exc:  # its receiver died: an error is the expected end
+        interrupted = {"ended_s": time.monotonic() - killed_at, "error": str(exc)}
+    transfers = [net.transfer(SRC, DST, cfg.transfer_bytes, timeout=120),
+                 net.transfer(DST, SRC, cfg.transfer_bytes, timeout=120)]
+    return {"agent": f"h{DST}", "killed_pid": pid, "interrupted": interrupted,
+            "sender_resyncs": net.stats(SRC)["endpoint"]["resyncs"],
+            "restarted_resyncs": net.stats(DST)["endpoint"]["resyncs"], "transfers": transfers}
+
+
 def run(cfg: SoakConfig) -> dict[str, Any]:
     started = time.monotonic()
     with MrcNetwork(NetworkConfig(target=cfg.target)) as net:
         net.start()
         phases = {"mutated": phase_mutated(net, cfg), "flap": phase_flap(net, cfg),
-                  "kill-switch": phase_kill_switch(net, cfg)}
+                  "kill-switch": phase_kill_switch(net, cfg),
+                  "kill-agent": phase_kill_agent(net, cfg)}
     transfers = [t for p in phases.values() for t in p["transfers"]]
     frames = phases["mutated"]["frames"]
     summary = {
         "inputs_tried": sum(f.get("sent", 0) for f in frames.values()),
-        "faults_injected": phases["flap"]["flaps"] * 2 + 1,
+        "faults_injected": phases["flap"]["flaps"] * 2 + 2,
         "transfers": len(transfers),
         "transfers_verified": sum(1 for t in transfers if t.get("verified")),
         "crashed": [name for name in ("agent", "switch")
@@ -199,8 +227,10 @@ def run(cfg: SoakConfig) -> dict[str, Any]:
         "switch_rss_kib": phases["mutated"]["switch_rss_kib"],
         "wall_s": time.monotonic() - started,
     }
+    summary["interrupted_write_ended_s"] = phases["kill-agent"]["interrupted"]["ended_s"]
     summary["ok"] = (summary["transfers"] > 0 and not summary["crashed"]
-                     and summary["transfers_verified"] == summary["transfers"])
+                     and summary["transfers_verified"] == summary["transfers"]
+                     and summary["interrupted_write_ended_s"] < KILLED_WRITE_TIMEOUT_S / 2)
     return {"summary": summary, "phases": phases}
 
 

@@ -36,6 +36,7 @@ STAT_KEYS = (
     "spurious_timeouts",  # also in timeouts: the timed-out transmission was answered later
     "answers_refused",  # a SACK/NACK naming nothing we sent (not counted as malformed)
     "qp_failures",  # QPs failed by a refusal NACK or a write timeout (Sender._fail)
+    "resyncs",  # the peer restarted: outstanding writes failed, PSNs adopted (Sender._resync)
     "port_status_refused",  # PORT_STATUS not on the peer's EVs (Endpoint._on_port_status)
 )  # fmt: skip
 

@@ -274,13 +274,28 @@ class Sender:
         restarted or lost it. Its cumulative ack is beyond anything we sent, or older than
         our snd_una was when the answered transmission left (a receiver's cumulative ack
         never goes back, and that snd_una came from an earlier answer of this receiver).
-        Nothing can resynchronise without a connection exchange (docs/security.md), so the
-        QP fails at once instead of retrying until write_timeout."""
+        The answer was believed (it echoes an EV a tracked PSN was sent on), so it comes from
+        the peer's path: the connection resynchronises to the PSN the peer expects
+        (`_resync`) instead of retrying until write_timeout."""
         una_then = answered.una_by_ev[ev] if answered is not None else cack
         if wire.psn_diff(cack, self.next_psn) > 0 or wire.psn_diff(una_then, cack) > 0:
-            self._fail(FailReason.PEER_OUT_OF_SYNC)
+            self._resync(cack)
             return True
         return False
+
+    def _resync(self, cack: int) -> None:
+        """Every outstanding write fails at once with PEER_OUT_OF_SYNC (what landed went to
+        state the peer no longer has, or is unknown), nothing of them is sent again, and the
+        next write starts at the peer's expected PSN `cack`: the QP stays usable, so a
+        restarted peer is reachable again without restarting this side (docs/security.md)."""
+        for w in [*self._sent, *self._pending]:
+            self._emit(WriteFailed(self._qpn, w.wr_id, FailReason.PEER_OUT_OF_SYNC))
+        self._sent.clear()
+        self._pending.clear()
+        self._forget_inflight()
+        self.next_psn = self.snd_una = cack
+        self._hold_until = 0.0
+        self._stats["resyncs"] += 1
 
     def _refuse(self) -> bool:
         self._stats["answers_refused"] += 1
@@ -491,13 +506,17 @@ class Sender:
                                    reason if w is culprit else FailReason.FLUSHED))
         self._sent.clear()
         self._pending.clear()
+        self._forget_inflight()
+        self._stats["qp_failures"] += 1
+
+    def _forget_inflight(self) -> None:
         self._inflight.clear()
         self._retx.clear()
         self._untriggered.clear()
+        self._newest_acked = None
         self.inflight_bytes = 0
         self._loss = LossDetector(self._cfg.reorder_threshold)
         self._recheck = None
-        self._stats["qp_failures"] += 1
 
     def plane_down(self, plane: int) -> None:
         """Queue for resending what is in flight on a plane that just went away (no EV penalty)."""

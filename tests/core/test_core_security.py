@@ -209,9 +209,11 @@ def _restart(h: Harness, name: str, seed: int) -> None:
     h.eps[name] = fresh
 
 
-def test_a_restarted_receiver_fails_the_senders_writes_at_once() -> None:
+def test_a_restarted_receiver_fails_the_senders_writes_at_once_then_resyncs() -> None:
     """Before: the writes to a restarted peer ran until the agent's timeout while the sender
-    kept transmitting. Its NACK(out of window) carries a cumulative ack from other state."""
+    kept transmitting, and the QP never worked again. Its NACK(out of window) carries a
+    cumulative ack from other state: the outstanding writes fail at once, nothing of them is
+    sent again, and the next write starts at the PSN the restarted peer expects."""
     h = Harness(seed=9)
     mr = h.b.register_memory(64 * 1024)
     h.a.post_write(QP_A, pattern(32 * 1024, 9), mr.va, mr.rkey, now=0.0)
@@ -223,22 +225,34 @@ def test_a_restarted_receiver_fails_the_senders_writes_at_once() -> None:
     h.a.post_write(QP_A, pattern(8192, 11), region.va, region.rkey, now=h.now)
     h.run(until=h.now + 1.0, stop=lambda: len(h.of_type("A", WriteFailed)) == 2)
     assert h.of_type("A", WriteFailed) == [WriteFailed(QP_A, 2, FailReason.PEER_OUT_OF_SYNC),
-                                            WriteFailed(QP_A, 3, FailReason.FLUSHED)]
+                                            WriteFailed(QP_A, 3, FailReason.PEER_OUT_OF_SYNC)]
     assert h.now - start < 20 * BASE_RTT  # at once, not after write_timeout
+    assert h.a.stats()["resyncs"] == 1
     h.sent.clear()
     h.run(until=h.now + 0.1)
-    assert [tx for src, tx in h.sent if src == "A"] == []
+    assert [tx for src, tx in h.sent if src == "A" and tx.dscp != wire.DSCP_CONTROL] == []
+    data = pattern(16 * 1024, 12)
+    h.a.post_write(QP_A, data, region.va, region.rkey, now=h.now)
+    h.run(until=h.now + 1.0, stop=lambda: h.of_type("A", WriteCompleted)[-1].wr_id == 4)
+    assert h.of_type("A", WriteCompleted)[-1].wr_id == 4
+    assert bytes(region.buffer[:len(data)]) == data
 
 
-def test_a_restarted_sender_learns_at_once_that_its_peer_is_out_of_sync() -> None:
+def test_a_restarted_sender_resyncs_to_the_psn_its_peer_expects() -> None:
     h = Harness(seed=10)
     mr = h.a.register_memory(64 * 1024)
     h.b.post_write(QP_B, pattern(32 * 1024, 1), mr.va, mr.rkey, now=0.0)
     h.run(until=1.0, stop=lambda: bool(h.of_type("B", WriteCompleted)))
     _restart(h, "B", 98)
     h.b.post_write(QP_B, pattern(1024, 2), mr.va, mr.rkey, now=h.now)
-    h.run(until=h.now + 1.0, stop=lambda: bool(h.eps["B"].next_event()))
-    assert h.eps["B"].connection(QP_B).sender.error is FailReason.PEER_OUT_OF_SYNC
+    h.run(until=h.now + 1.0, stop=lambda: bool(h.of_type("B", WriteFailed)))
+    assert h.of_type("B", WriteFailed) == [WriteFailed(QP_B, 1, FailReason.PEER_OUT_OF_SYNC)]
+    assert h.eps["B"].connection(QP_B).sender.error is None
+    data = pattern(4096, 3)
+    h.b.post_write(QP_B, data, mr.va, mr.rkey, now=h.now)
+    h.run(until=h.now + 1.0, stop=lambda: h.of_type("B", WriteCompleted)[-1].wr_id == 2)
+    assert [e.wr_id for e in h.of_type("B", WriteCompleted)] == [1, 2]
+    assert bytes(mr.buffer[:len(data)]) == data
 
 
 def test_port_status_off_the_peers_evs_is_refused_once_the_peer_is_known() -> None:

@@ -1,5 +1,6 @@
 """The soak command on the software switch, short (`python -m bench.soak --quick`): mutated
-frames into a live agent and a live switch, link flapping and a killed spine, each with
+frames into a live agent and a live switch, link flapping, a killed spine and a killed
+receiving agent, each with
 transfers running; every transfer verified, nothing crashed, memory of the switch bounded."""
 
 from __future__ import annotations
@@ -31,5 +32,9 @@ def test_quick_soak_verifies_every_transfer_and_nothing_crashes(tmp_path: Path) 
     assert summary["crashed"] == [] and summary["transfers_verified"] == summary["transfers"]
     assert phases["mutated"]["agent_refused"] > 1000  # the frames did reach the agent
     assert phases["flap"]["flaps"] >= 10 and phases["kill-switch"]["killed_pid"]
+    # a killed and restarted receiver: its write ends at once, then both ways work again
+    assert phases["kill-agent"]["killed_pid"] and len(phases["kill-agent"]["transfers"]) == 2
+    assert summary["interrupted_write_ended_s"] < 30, phases["kill-agent"]["interrupted"]
+    assert phases["kill-agent"]["sender_resyncs"] >= 1  # h0 was not restarted
     before, after = summary["switch_rss_kib"]
     assert after < before + 50 * 1024, summary  # no growth beyond 50 MiB under bad frames
