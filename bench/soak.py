@@ -195,6 +195,7 @@ def phase_kill_agent(net: MrcNetwork, cfg: SoakConfig) -> dict[str, Any]:
     agent.proc.wait()
     killed_at = time.monotonic()
     agent.start()  # a fresh agent: new keys, new QP state, PSNs from 0
+    net.record_pids()
     agent.wait_ready()
     try:
         handle.wait()

@@ -40,7 +40,6 @@ veth and ends every host shell (and with it the host's namespace). No name-based
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import tempfile
@@ -65,6 +64,17 @@ from fabric.topology import Fabric, TopologyError
 from p4rt.names import PRIORITY_HIGH, QDEPTH_BITS
 from topologies.agents import AgentError, AgentProcess, AgentProxy, TransferHandle
 from topologies.p4switch import P4RuntimeSwitch
+from topologies.runstate import (
+    RunManifest,
+    RunStateError,
+    acquire_fabric_lock,
+    clean_leftovers,
+    deferred_signals,
+    existing_interface,
+    fabric_interfaces,
+    kill_all,
+    wait_interfaces_gone,
+)
 from topologies.targets import resolve, switch_class
 
 DEFAULT_PORT_RATE_PPS = 500
@@ -77,7 +87,6 @@ DEFAULT_QUEUE_DEPTH = 128
 # incast trims would overflow it and turn into drops and timeouts that a real link would not see.
 CONTROL_RATE_FACTOR = 8
 AGENT_OVERHEAD_S = 0.005  # two Python agents' processing and scheduling per round trip
-FABRIC_LOCK = Path(tempfile.gettempdir()) / "mrc-testbed-fabric.lock"
 RTT_HOPS = 6  # rate-limited egress ports a data packet and its SACK cross (T0, T1, T0 twice)
 # Packet times of standing queue the timers allow for: with only the unloaded RTT (17 ms at
 # 500 pps) a 4:1 incast saw 24-32 timeouts per flow; with 8 packets more (33 ms), none.
@@ -87,7 +96,7 @@ BLACKHOLE_QDISC = "pfifo limit 0"
 NO_TRIM_THRESHOLD = (1 << QDEPTH_BITS) - 1  # the largest trim threshold; trimming=False uses it
 
 
-class NetworkError(RuntimeError):
+class NetworkError(RunStateError):
     """The fabric could not be built, programmed or driven; the message says what failed."""
 
 
@@ -160,6 +169,7 @@ class MrcNetwork:
         self._handles: list[TransferHandle] = []
         self._stopped = False
         self._lock_fd: int | None = None
+        self._manifest: RunManifest | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -183,6 +193,9 @@ class MrcNetwork:
     def _start(self) -> None:
         deadline = time.monotonic() + self.config.lock_timeout
         self._lock_fd = acquire_fabric_lock(self.config.lock_timeout, self.log)
+        clean_leftovers(self.log)  # of a killed run: holding the lock proves it is gone
+        self._manifest = RunManifest(self.workdir, self._own_workdir)
+        self._manifest.add_interfaces(fabric_interfaces(self.fabric))
         wait_interfaces_gone(self.fabric, deadline, self.log)
         t0 = time.monotonic()
         self._build()
@@ -232,6 +245,25 @@ class MrcNetwork:
                 if intf.name != "lo":
                     _sysctl(f"/proc/sys/net/ipv6/conf/{intf.name}/disable_ipv6", "1")
         self.net.start()
+        self.record_pids()
+
+    def record_pids(self) -> None:
+        """Record every process this run owns (for a second Ctrl-C and for the next start);
+        call it after starting a process behind the network's back (bench.soak)."""
+        if self._manifest is None or self.net is None:
+            return
+        for node in self.net.hosts + self.net.switches:
+            self._manifest.add_pid(node.pid)
+            proc = getattr(node, "proc", None)
+            self._manifest.add_pid(proc.pid if proc is not None else None)
+        for agent in self.agents.values():
+            self._manifest.add_pid(agent.proc.pid if agent.proc is not None else None)
+
+    def _kill_tracked(self) -> None:
+        """Second Ctrl-C during stop(): SIGKILL everything recorded, by PID; stop() goes on."""
+        if self._manifest is not None:
+            self.log("second interrupt: killing the fabric's processes")
+            kill_all(self._manifest.live_pids())
 
     def _mac(self, node: str, port: int) -> str:
         if node in self.fabric.by_name:
@@ -280,14 +312,21 @@ class MrcNetwork:
                              keep_ipv6=self.config.keep_ipv6, single_path=single_path)
         self.agents[host] = agent
         agent.start()
+        self.record_pids()
         if wait:
             agent.wait_ready()
 
     def stop(self) -> None:
-        """Idempotent; every step runs even if an earlier one failed."""
+        """Idempotent; every step runs even if an earlier one failed. Ctrl-C/SIGTERM wait
+        until it is done (a second one SIGKILLs the recorded PIDs), then raise
+        KeyboardInterrupt."""
         if self._stopped:
             return
         self._stopped = True
+        with deferred_signals(self._kill_tracked):
+            self._stop()
+
+    def _stop(self) -> None:
         errors: list[str] = []
         if self.convergence is not None:
             self.convergence.scheduler.cancel()  # type: ignore[attr-defined]
@@ -299,7 +338,20 @@ class MrcNetwork:
         if self.controller is not None:
             self.controller.close()
         if self.net is not None:
-            self.net.stop()  # switch processes by PID (node.stop), veths, host shells
+            if any(node.waiting for node in self.net.hosts + self.net.switches):
+                # Ctrl-C cut a Mininet command short: that shell takes no other command
+                errors.append("a Mininet command was interrupted: stopped by PID and name")
+            else:
+                try:
+                    self.net.stop()  # switch processes by PID (node.stop), veths, host shells
+                except Exception as exc:  # noqa: BLE001 (Mininet raises bare ones; swept next)
+                    errors.append(f"Mininet stop: {exc!r}")
+        if self._manifest is not None:
+            swept = self._manifest.sweep()  # what Mininet did not stop: by PID and by name
+            if any(swept.values()) and errors:
+                errors.append(f"removed {swept['processes']} processes and "
+                              f"{swept['interfaces']} interfaces it left")
+            self._manifest.remove()  # everything it listed is gone: nothing for the next run
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
         if self._lock_fd is not None:
@@ -431,6 +483,7 @@ class MrcNetwork:
         node.stop(deleteIntfs=False)
         self.link_log.append({"time": start, "event": "reboot", "a": name, "b": ""})
         node.start([])
+        self.record_pids()
         assert self.controller is not None
         result = self.controller.install(name)
         if not result.ok:
@@ -478,51 +531,6 @@ class MrcNetwork:
         return self.agent(host).call("events", since=since)["events"]
 
 
-def acquire_fabric_lock(timeout: float, log=print) -> int:
-    """Block until no other fabric runs on this machine; close the returned fd to release."""
-    fd = os.open(FABRIC_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
-    deadline = time.monotonic() + timeout
-    waited = False
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                os.close(fd)
-                raise NetworkError(f"another fabric still runs on this machine after "
-                                   f"{timeout:.0f} s (lock {FABRIC_LOCK})") from None
-            if not waited:
-                log("waiting for another fabric on this machine to stop")
-                waited = True
-            time.sleep(0.5)
-
-
-def wait_interfaces_gone(fabric: Fabric, deadline: float, log=print) -> None:
-    """Wait until no switch interface of `fabric` exists in this namespace (a Mininet network
-    built without the fabric lock is still running, or a killed run left its veths)."""
-    waited = False
-    while (busy := existing_interface(fabric)) is not None:
-        if time.monotonic() > deadline:
-            raise NetworkError(f"interface {busy} still exists: another Mininet network runs "
-                               "without the fabric lock, or a killed run left it behind "
-                               f"(if so, remove it with `ip link del {busy}`)")
-        if not waited:
-            log(f"waiting for interface {busy} (another network) to go away")
-            waited = True
-        time.sleep(0.5)
-
-
-def existing_interface(fabric: Fabric) -> str | None:
-    """The first interface of `fabric`'s switches that exists in this namespace, if any."""
-    for lk in fabric.links:
-        for node, port in ((lk.a, lk.a_port), (lk.b, lk.b_port)):
-            name = f"{node}-eth{port}"
-            if node in fabric.by_name and Path(f"/sys/class/net/{name}").exists():
-                return name
-    return None
-
-
 def _sysctl(path: str, value: str) -> None:
     try:
         with open(path, "w", encoding="ascii") as f:
@@ -532,4 +540,5 @@ def _sysctl(path: str, value: str) -> None:
 
 
 __all__ = ["NO_TRIM_THRESHOLD", "AgentError", "MrcNetwork", "NetworkConfig", "NetworkError",
-           "acquire_fabric_lock", "base_rtt_for", "existing_interface", "wait_interfaces_gone"]
+           "acquire_fabric_lock", "base_rtt_for", "existing_interface", "fabric_interfaces",
+           "wait_interfaces_gone"]

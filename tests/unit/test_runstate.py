@@ -1,0 +1,110 @@
+"""The run manifest: PIDs are recognised by start time, writes are atomic, and cleaning up
+after a dead run removes exactly what it recorded (a child process, a veth)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from topologies.runstate import (
+    RunManifest,
+    clean_leftovers,
+    deferred_signals,
+    same_process,
+    start_time,
+)
+
+
+def test_start_time_identifies_a_process_not_just_its_pid() -> None:
+    started = start_time(os.getpid())
+    assert started is not None and same_process(os.getpid(), started)
+    assert not same_process(os.getpid(), started + 1)  # a recycled PID starts at another time
+    assert start_time(2**22 + 7) is None  # above pid_max: no such process
+
+
+def test_manifest_round_trip_and_atomic_save(tmp_path: Path) -> None:
+    path = tmp_path / "run.json"
+    m = RunManifest(tmp_path / "work", True, path=path)
+    m.add_pid(os.getpid())
+    m.add_interfaces(["s1-eth1", "s1-eth2"])
+    m.add_interfaces(["s1-eth1"])
+    data = json.loads(path.read_text())
+    assert data["pids"] == [[os.getpid(), start_time(os.getpid())]]
+    assert data["interfaces"] == ["s1-eth1", "s1-eth2"]
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]  # no temp file left
+    m.remove()
+    assert not path.exists()
+
+
+def _dead_owner(path: Path) -> None:
+    """Make the manifest's owner a process that has exited (as after kill -9)."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    data = json.loads(path.read_text())
+    data["owner"] = [child.pid, 1]
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creates a veth: needs root")
+def test_leftovers_of_a_dead_run_are_removed_exactly(tmp_path: Path) -> None:
+    path = tmp_path / "run.json"
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    leftover = subprocess.Popen(["sleep", "60"])
+    bystander = subprocess.Popen(["sleep", "60"])
+    name = f"mrct{os.getpid() % 100000}"
+    subprocess.run(["ip", "link", "add", name, "type", "veth", "peer", "name", f"{name}p"],
+                   check=True)
+    try:
+        m = RunManifest(workdir, True, path=path)
+        m.add_pid(leftover.pid)
+        m.add_interfaces([name, "mrct-never-made"])
+        _dead_owner(path)
+        lines: list[str] = []
+        found = clean_leftovers(lines.append, path=path)
+        assert found == {"processes": 1, "interfaces": 1}
+        assert leftover.wait(5) == -signal.SIGKILL
+        assert bystander.poll() is None  # not recorded: untouched
+        assert not Path(f"/sys/class/net/{name}").exists()
+        assert not Path(f"/sys/class/net/{name}p").exists()  # the pair went with it
+        assert not workdir.exists() and not path.exists()
+        assert "1 processes, 1 interfaces" in lines[0]
+        assert clean_leftovers(lines.append, path=path) is None  # nothing the second time
+    finally:
+        for proc in (leftover, bystander):
+            proc.kill()
+            proc.wait()
+        subprocess.run(["ip", "link", "del", name], check=False, capture_output=True)
+
+
+def test_a_live_owners_manifest_is_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "run.json"
+    owner = subprocess.Popen(["sleep", "60"])
+    try:
+        RunManifest(tmp_path, False, path=path)
+        data = json.loads(path.read_text())
+        data["owner"] = [owner.pid, start_time(owner.pid)]
+        path.write_text(json.dumps(data))
+        lines: list[str] = []
+        assert clean_leftovers(lines.append, path=path) is None
+        assert path.exists() and "still runs" in lines[0]
+    finally:
+        owner.kill()
+        owner.wait()
+
+
+def test_signals_wait_for_the_block_and_a_second_one_escalates() -> None:
+    escalated: list[bool] = []
+    finished = []
+    with pytest.raises(KeyboardInterrupt), deferred_signals(lambda: escalated.append(True)):
+        os.kill(os.getpid(), signal.SIGINT)
+        finished.append("after first")
+        os.kill(os.getpid(), signal.SIGTERM)
+        finished.append("after second")
+    assert finished == ["after first", "after second"] and escalated == [True]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored

@@ -1,0 +1,219 @@
+"""What a running fabric owns, written down so that a killed run can be cleaned up by the next.
+
+The run holding the fabric lock records, in MANIFEST, its PIDs (each with its start time from
+/proc, so a recycled PID is never touched), the root-namespace interface names it creates and
+its work directory. A clean stop removes the manifest. The next start takes the lock first;
+holding it proves the recorded owner is gone (flock dies with its holder), so whatever the
+manifest still lists is a leftover of ours and is removed at once, by PID and by name.
+
+`deferred_signals` keeps Ctrl-C and SIGTERM from cutting a teardown in half: they are held
+until the teardown is done, and a second one escalates to SIGKILL of the recorded PIDs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from fabric.topology import Fabric
+
+FABRIC_LOCK = Path(tempfile.gettempdir()) / "mrc-testbed-fabric.lock"
+MANIFEST = Path(tempfile.gettempdir()) / "mrc-testbed-run.json"
+KILL_WAIT_S = 5.0
+
+
+class RunStateError(RuntimeError):
+    """Another fabric holds the machine; topologies.network.NetworkError derives from it."""
+
+
+def _stat(pid: int) -> list[str] | None:
+    """Fields 3.. of /proc/PID/stat (after "comm)"), or None if there is no such PID."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat (clock ticks since boot), or None if there is no such PID."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields else None
+
+
+def same_process(pid: int, started: int) -> bool:
+    """The recorded process still runs (a zombie has ended: only its parent's wait is due)."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z" and int(fields[19]) == started
+
+
+class RunManifest:
+    """The manifest of the run in this process; every change is written at once, atomically."""
+
+    def __init__(self, workdir: Path, own_workdir: bool, path: Path = MANIFEST) -> None:
+        self.path = path
+        self.data: dict[str, Any] = {
+            "owner": [os.getpid(), start_time(os.getpid())], "workdir": str(workdir),
+            "own_workdir": own_workdir, "pids": [], "interfaces": []}
+        self.save()
+
+    def add_pid(self, pid: int | None) -> None:
+        started = start_time(pid) if pid else None
+        if started is not None and [pid, started] not in self.data["pids"]:
+            self.data["pids"].append([pid, started])
+            self.save()
+
+    def add_interfaces(self, names: list[str]) -> None:
+        new = [n for n in names if n not in self.data["interfaces"]]
+        if new:
+            self.data["interfaces"].extend(new)
+            self.save()
+
+    def live_pids(self) -> list[int]:
+        return [pid for pid, started in self.data["pids"] if same_process(pid, started)]
+
+    def sweep(self) -> dict[str, int]:
+        """Remove what is still there of this run: SIGKILL its live PIDs, delete its
+        interfaces. Returns how many of each it found."""
+        return remove_recorded(self.data["pids"], self.data["interfaces"])
+
+    def save(self) -> None:
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.data))
+        os.replace(tmp, self.path)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def kill_all(pids: list[int], started: dict[int, int] | None = None) -> None:
+    """SIGKILL each PID (still the recorded process, if `started` says when it started)."""
+    for pid in pids:
+        if started is not None and not same_process(pid, started[pid]):
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def remove_recorded(pids: list[list[int]], interfaces: list[str]) -> dict[str, int]:
+    """SIGKILL the recorded processes still running (by PID and start time) and wait for
+    them, then delete the recorded interfaces that exist; returns how many of each."""
+    started = {pid: s for pid, s in pids}
+    alive = [pid for pid in started if same_process(pid, started[pid])]
+    kill_all(alive, started)
+    deadline = time.monotonic() + KILL_WAIT_S
+    while any(same_process(p, started[p]) for p in alive) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    removed = 0
+    for name in interfaces:
+        if Path(f"/sys/class/net/{name}").exists():
+            subprocess.run(["ip", "link", "del", name], check=False, capture_output=True)
+            removed += 1
+    return {"processes": len(alive), "interfaces": removed}
+
+
+def clean_leftovers(log: Callable[[str], None], path: Path = MANIFEST) -> dict[str, int] | None:
+    """Remove what a dead run recorded; call only while holding the fabric lock."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log(f"ignoring unreadable run manifest {path}: {exc}")
+        path.unlink(missing_ok=True)
+        return None
+    owner, owner_started = data["owner"]
+    if owner != os.getpid() and same_process(owner, owner_started):
+        log(f"run manifest {path}: its owner PID {owner} still runs; leaving it alone")
+        return None
+    found = remove_recorded(data["pids"], data["interfaces"])
+    workdir = Path(data["workdir"])
+    if data["own_workdir"] and workdir.exists():
+        shutil.rmtree(workdir, ignore_errors=True)
+    path.unlink(missing_ok=True)
+    log(f"cleaned up after a run that was killed: {found['processes']} processes, "
+        f"{found['interfaces']} interfaces" + (", its work directory" if data["own_workdir"]
+                                                else ""))
+    return found
+
+
+@contextlib.contextmanager
+def deferred_signals(on_repeat: Callable[[], None]) -> Iterator[None]:
+    """Hold SIGINT/SIGTERM until the block ends, then raise KeyboardInterrupt if one came; a
+    second one during the block calls `on_repeat` (escalation). Outside the main thread
+    (signals cannot be handled there) the block just runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        received.append(signum)
+        if len(received) == 2:
+            on_repeat()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    if received:
+        raise KeyboardInterrupt
+
+
+def acquire_fabric_lock(timeout: float, log=print) -> int:
+    """Block until no other fabric runs on this machine; close the returned fd to release."""
+    fd = os.open(FABRIC_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + timeout
+    waited = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise RunStateError(f"another fabric still runs on this machine after "
+                                   f"{timeout:.0f} s (lock {FABRIC_LOCK})") from None
+            if not waited:
+                log("waiting for another fabric on this machine to stop")
+                waited = True
+            time.sleep(0.5)
+
+
+def wait_interfaces_gone(fabric: Fabric, deadline: float, log=print) -> None:
+    """Wait until no switch interface of `fabric` exists in this namespace (a Mininet network
+    built without the fabric lock is still running, or a killed run left its veths)."""
+    waited = False
+    while (busy := existing_interface(fabric)) is not None:
+        if time.monotonic() > deadline:
+            raise RunStateError(f"interface {busy} still exists: another Mininet network runs "
+                               "without the fabric lock, or a killed run left it behind "
+                               f"(if so, remove it with `ip link del {busy}`)")
+        if not waited:
+            log(f"waiting for interface {busy} (another network) to go away")
+            waited = True
+        time.sleep(0.5)
+
+
+def fabric_interfaces(fabric: Fabric) -> list[str]:
+    """The root-namespace interfaces a fabric creates: its switches' ports."""
+    return [f"{node}-eth{port}" for lk in fabric.links
+            for node, port in ((lk.a, lk.a_port), (lk.b, lk.b_port)) if node in fabric.by_name]
+
+
+def existing_interface(fabric: Fabric) -> str | None:
+    """The first interface of `fabric`'s switches that exists in this namespace, if any."""
+    return next((n for n in fabric_interfaces(fabric) if Path(f"/sys/class/net/{n}").exists()),
+                None)
