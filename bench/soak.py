@@ -10,9 +10,11 @@ Phases, each with transfers h0 -> h3 running and verified byte for byte at the r
 4. kill-agent: kill -9 of the receiving agent mid-transfer and a fresh agent started in its
    place; the interrupted write must end with an error well before its timeout, and
    transfers both ways must then verify without restarting the sender (Sender._resync).
-Reports inputs tried, faults injected, transfers verified, processes that died, the resident
-memory of the switch that took the mutated frames before and after, and prints one JSON object.
-Exit status 0 only if every transfer verified and nothing crashed.
+Reports inputs tried, faults injected, transfers verified, processes that died, what the
+fabric left behind after its teardown (recorded PIDs still alive, interfaces, the manifest),
+the resident memory of the switch that took the mutated frames before and after, and prints
+one JSON object. Exit status 0 only if every transfer verified, nothing crashed and nothing
+was left behind.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 from fabric.topology import Fabric
 from topologies.agents import AgentError
 from topologies.network import MrcNetwork, NetworkConfig, NetworkError
+from topologies.runstate import MANIFEST, same_process
 
 SRC, DST, NOISE_SRC, PLANE = 0, 3, 1, 0
 INJECT_TIMEOUT_S = 600
@@ -216,6 +219,11 @@ def run(cfg: SoakConfig) -> dict[str, Any]:
         phases = {"mutated": phase_mutated(net, cfg), "flap": phase_flap(net, cfg),
                   "kill-switch": phase_kill_switch(net, cfg),
                   "kill-agent": phase_kill_agent(net, cfg)}
+        owned = json.loads(MANIFEST.read_text())  # what the run recorded, for the check below
+    leftovers = {"processes": [p for p, started in owned["pids"] if same_process(p, started)],
+                 "interfaces": [n for n in owned["interfaces"]
+                                if os.path.exists(f"/sys/class/net/{n}")],
+                 "manifest": MANIFEST.exists()}
     transfers = [t for p in phases.values() for t in p["transfers"]]
     frames = phases["mutated"]["frames"]
     summary = {
@@ -226,13 +234,16 @@ def run(cfg: SoakConfig) -> dict[str, Any]:
         "crashed": [name for name in ("agent", "switch")
                     if not phases["mutated"][f"{name}_alive"]],
         "switch_rss_kib": phases["mutated"]["switch_rss_kib"],
+        "leftovers": len(leftovers["processes"]) + len(leftovers["interfaces"])
+        + int(leftovers["manifest"]),
         "wall_s": time.monotonic() - started,
     }
     summary["interrupted_write_ended_s"] = phases["kill-agent"]["interrupted"]["ended_s"]
     summary["ok"] = (summary["transfers"] > 0 and not summary["crashed"]
+                     and not summary["leftovers"]
                      and summary["transfers_verified"] == summary["transfers"]
                      and summary["interrupted_write_ended_s"] < KILLED_WRITE_TIMEOUT_S / 2)
-    return {"summary": summary, "phases": phases}
+    return {"summary": summary, "phases": phases, "leftovers": leftovers}
 
 
 def main(argv: list[str] | None = None) -> int:

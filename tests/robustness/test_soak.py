@@ -30,6 +30,7 @@ def test_quick_soak_verifies_every_transfer_and_nothing_crashes(tmp_path: Path) 
     assert proc.returncode == 0, (summary, proc.stderr[-2000:])
     assert summary["inputs_tried"] >= 2 * 19_000  # a few frames may be too long to send
     assert summary["crashed"] == [] and summary["transfers_verified"] == summary["transfers"]
+    assert summary["leftovers"] == 0, result["leftovers"]
     assert phases["mutated"]["agent_refused"] > 1000  # the frames did reach the agent
     assert phases["flap"]["flaps"] >= 10 and phases["kill-switch"]["killed_pid"]
     # a killed and restarted receiver: its write ends at once, then both ways work again
