@@ -25,14 +25,16 @@ from wire.layout import ETH_LEN, ETH_TYPE
 MUTATIONS = ("flip", "truncate", "extend", "field", "random")
 
 
-def base_frame(fabric: Fabric, src: int, dst: int, plane: int, rng: random.Random) -> bytes:
+def base_frame(fabric: Fabric, src: int, dst: int, plane: int, rng: random.Random,
+               qpn: int | None = None) -> bytes:
+    """A data frame src -> dst to `qpn` (dst's QP for src; default: the 0x100 + src convention)."""
     path = fabric.paths(src, dst, plane)[0]
     src_nic, dst_nic = fabric.nic(src, plane), fabric.nic(dst, plane)
     t0 = fabric.t0(plane, src_nic.t0)
     payload = rng.randbytes(rng.randrange(0, 1025))
     pkt = wire.DataPacket(
-        bth=wire.Bth(opcode=wire.OP_WRITE_ONLY, dest_qp=qpn_for(src), psn=rng.randrange(1 << 24),
-                     ack_req=True),
+        bth=wire.Bth(opcode=wire.OP_WRITE_ONLY, dest_qp=qpn_for(src) if qpn is None else qpn,
+                     psn=rng.randrange(1 << 24), ack_req=True),
         meth=wire.Meth(msn=rng.randrange(1 << 16)),
         reth=wire.Reth(va=rng.getrandbits(48), rkey=rng.getrandbits(32), dma_len=len(payload)),
         payload=payload)
@@ -67,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--src", type=int, required=True)
     p.add_argument("--dst", type=int, required=True)
     p.add_argument("--plane", type=int, default=0)
+    p.add_argument("--qpn", type=lambda v: int(v, 0), default=None,
+                   help="dst's QPN for src (an exchanged one); default 0x100 + src")
     p.add_argument("--planes", type=int, default=4)
     p.add_argument("--t0", type=int, default=2)
     p.add_argument("--t1", type=int, default=2)
@@ -79,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as sock:
         sock.bind((args.ifname, 0))
         for _ in range(args.count):
-            frame = mutate(base_frame(fabric, args.src, args.dst, args.plane, rng), rng)
+            frame = mutate(base_frame(fabric, args.src, args.dst, args.plane, rng, args.qpn), rng)
             try:
                 sock.send(frame)
                 sent += 1

@@ -72,9 +72,11 @@ def alive(pid: int | None) -> bool:
     return True
 
 
-def _inject_cmd(fabric: Fabric, ifname: str, count: int, seed: int, src: int, dst: int) -> list:
+def _inject_cmd(fabric: Fabric, ifname: str, count: int, seed: int, src: int, dst: int,
+                qpn: int) -> list:
     return [sys.executable, "-m", "bench.inject", "--ifname", ifname, "--count", str(count),
             "--seed", str(seed), "--src", str(src), "--dst", str(dst), "--plane", str(PLANE),
+            "--qpn", str(qpn),
             "--planes", str(fabric.planes), "--t0", str(fabric.t0_per_plane),
             "--t1", str(fabric.t1_per_plane), "--hosts-per-t0", str(fabric.hosts_per_t0)]
 
@@ -110,6 +112,7 @@ def phase_mutated(net: MrcNetwork, cfg: SoakConfig) -> dict[str, Any]:
     dst_t0 = fabric.t0(PLANE, dst_nic.t0).name
     noise_t0 = fabric.t0(PLANE, noise_nic.t0).name
     agent_pid, switch_pid = net.agent_pid(DST), net.switch_pid(noise_t0)
+    qpn = net.agent(DST).call("status")["qps"][str(NOISE_SRC)]  # h3's QP for h1: exchanged
     rss_before = rss_kib(switch_pid)
     malformed_before = _agent_refused(net)
     stop = threading.Event()
@@ -121,9 +124,9 @@ def phase_mutated(net: MrcNetwork, cfg: SoakConfig) -> dict[str, Any]:
     try:
         procs.append(subprocess.Popen(  # root namespace: out of the T0's port, into h3's NIC
             _inject_cmd(fabric, f"{dst_t0}-eth{fabric.host_port(dst_nic.local)}", cfg.frames,
-                        1, NOISE_SRC, DST), stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+                        1, NOISE_SRC, DST, qpn), stdout=subprocess.PIPE, stderr=subprocess.PIPE))
         procs.append(net.host(NOISE_SRC).popen(  # h1's namespace: into its T0's port
-            _inject_cmd(fabric, noise_nic.ifname, cfg.frames, 2, NOISE_SRC, DST),
+            _inject_cmd(fabric, noise_nic.ifname, cfg.frames, 2, NOISE_SRC, DST, qpn),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE))
         sent = {"agent": _finish(procs[0]), "switch": _finish(procs[1])}
     finally:
@@ -197,9 +200,9 @@ def phase_kill_agent(net: MrcNetwork, cfg: SoakConfig) -> dict[str, Any]:
     os.kill(pid, signal.SIGKILL)
     agent.proc.wait()
     killed_at = time.monotonic()
-    agent.start()  # a fresh agent: new keys, new QP state, PSNs from 0
+    agent.start()  # a fresh agent: new keys, new QPNs and PSNs
     net.record_pids()
-    agent.wait_ready()
+    net.reconnect_agent(DST)
     try:
         handle.wait()
         interrupted = {"ended_s": time.monotonic() - killed_at, "error": "none: it completed"}

@@ -46,7 +46,7 @@ class EndpointAdapter:
         self._next_hop_mac = [nic.next_hop_mac for nic in config.nics]
         self._peer_address = config.peer_address
         self._peer_of = config.peer_of()
-        self._connected: set[int] = set()
+        self._qpn_of: dict[int, int] = {}  # peer -> local QPN of its open QP
         # per plane: rx_frames, rx_non_mrc, rx_malformed, rx_unknown_peer
         self.rx: list[Counter[str]] = [Counter() for _ in range(config.planes)]
         self.tx_per_plane = [0] * config.planes
@@ -57,26 +57,34 @@ class EndpointAdapter:
         self.last_data_tx_plane: dict[int, float] = {}
 
     # --- connections ------------------------------------------------------------------------
-    def connect(self, peer: int, local_qpn: int, remote_qpn: int) -> list[PathInfo]:
-        """Open a QP to `peer` over every route the host config lists (all planes, spines)."""
+    def connect(self, peer: int, local_qpn: int, remote_qpn: int, *, initial_psn: int = 0,
+                expected_psn: int = 0) -> list[PathInfo]:
+        """Open a QP to `peer` over every route the host config lists (all planes, spines);
+        a QP already open to `peer` is destroyed first (a re-exchange after a restart)."""
         paths = self.config.paths.get(peer)
         if not paths:
             raise HostConfigError(f"no paths to host {peer}: known peers are "
                                   f"{sorted(self.config.paths)}")
-        self.endpoint.connect(peer, local_qpn, remote_qpn, paths)
-        self._connected.add(peer)
+        if peer in self._qpn_of:
+            self.endpoint.disconnect(self._qpn_of.pop(peer))
+        self.endpoint.connect(peer, local_qpn, remote_qpn, paths, initial_psn=initial_psn,
+                              expected_psn=expected_psn)
+        self._qpn_of[peer] = local_qpn
         return list(paths)
 
     def ensure_connected(self, peer: int) -> int:
-        """Open the QP pair to `peer` by the QPN convention if needed; returns the local QPN."""
-        local = qpn_for(peer)
-        if peer not in self._connected:
-            self.connect(peer, local, qpn_for(self.config.host))
-        return local
+        """The local QPN to `peer`, opening the QP by the QPN convention (PSNs from 0) if none
+        is open: for the simulator and agents run without an out-of-band exchange."""
+        if peer not in self._qpn_of:
+            self.connect(peer, qpn_for(peer), qpn_for(self.config.host))
+        return self._qpn_of[peer]
+
+    def qpn_of(self, peer: int) -> int | None:
+        return self._qpn_of.get(peer)
 
     @property
     def connected(self) -> set[int]:
-        return set(self._connected)
+        return set(self._qpn_of)
 
     # --- network -> endpoint ----------------------------------------------------------------
     def receive_frame(self, plane: int, frame: bytes, now: float) -> None:

@@ -8,9 +8,12 @@ with `python -m host_agent.cli --socket PATH ...` or control.ControlClient. It r
 SIGTERM, SIGINT or the `shutdown` command, then closes its sockets and removes the socket file.
 
 Conventions:
-- QPNs: the QP towards peer P is 0x100 + P, so P's QP towards us is 0x100 + our index
-  (hostconfig.qpn_for). QPs open on demand: on the first command naming a peer or the first
-  packet from it (--connect-all opens them all at start so PORT_STATUS reaches every peer).
+- QPNs: with --exchange-qps (what topologies.network runs), each QP's QPN and initial PSN come
+  from `secrets` and are exchanged out of band through the control sockets (qp_info on both
+  sides, then qp_connect with the other's answer), as RC applications exchange them over TCP;
+  only exchanged QPs take packets. Without it (a hand-run agent), the QP towards peer P is
+  0x100 + P with PSNs from 0 (hostconfig.qpn_for), opened on the first command naming a peer
+  or the first packet from it (--connect-all opens them all at start).
 - Test pattern: `write` sends random.Random(seed).randbytes(n); `verify` on the receiver
   regenerates it from the same seed and compares byte for byte.
 
@@ -27,6 +30,7 @@ import logging
 import os
 import random
 import resource
+import secrets
 import signal
 import socket
 import sys
@@ -38,6 +42,8 @@ from fabric import hostpaths
 from fabric.topology import Fabric, TopologyError
 from host_agent.control import ControlServer, Reply, RequestError
 from host_agent.core import (
+    MAX_QPN,
+    MIN_QPN,
     Endpoint,
     EndpointConfig,
     EvConfig,
@@ -53,8 +59,9 @@ from host_agent.core import (
     WriteFailed,
 )
 from host_agent.driver import Driver
-from host_agent.hostconfig import HostConfig, HostConfigError, qpn_for
+from host_agent.hostconfig import HostConfig, HostConfigError
 from host_agent.nic import NicError, kernel_setup
+from wire import PSN_MOD
 
 log = logging.getLogger("host_agent")
 
@@ -112,8 +119,9 @@ class Commands:
             "status": self.status, "register": self.register, "deregister": self.deregister,
             "write": self.write, "verify": self.verify, "messages": self.list_messages,
             "stats": self.stats, "events": self.events, "deny": self.deny, "allow": self.allow,
-            "shutdown": self.shutdown,
+            "shutdown": self.shutdown, "qp_info": self.qp_info, "qp_connect": self.qp_connect,
         }
+        self.offers: dict[int, tuple[int, int]] = {}  # peer -> (local QPN, initial PSN)
 
     def handle(self, request: dict[str, Any], reply: Reply) -> None:
         command = self.table.get(request["cmd"])
@@ -137,7 +145,8 @@ class Commands:
         level = logging.DEBUG if isinstance(event, EvStateChanged) else logging.INFO
         log.log(level, "event %s", json.dumps(record, default=str))
         if isinstance(event, MessageReceived):
-            self.messages.append({**record, "peer": event.qpn - qpn_for(0)})
+            peer = self.agent.endpoint.connection(event.qpn).peer
+            self.messages.append({**record, "peer": peer})
         elif isinstance(event, (WriteCompleted, WriteFailed)):
             pending = self.pending.pop((event.qpn, event.wr_id), None)
             if pending is not None:
@@ -176,6 +185,7 @@ class Commands:
             "nics": [{"plane": n.plane, "ifname": n.ifname, "mac": n.mac,
                       "address": str(n.address)} for n in config.nics],
             "peers": sorted(config.paths), "connected": sorted(driver.connected),
+            "qps": {str(p): driver.adapter.qpn_of(p) for p in sorted(driver.connected)},
             "regions": [{"va": r.va, "rkey": r.rkey, "length": r.length}
                         for r in self.regions.values()],
             "pending_writes": len(self.pending),
@@ -204,7 +214,7 @@ class Commands:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
             raise RequestError(f"write: timeout={timeout!r} must be a positive number of seconds")
         driver, endpoint = self.agent.driver, self.agent.endpoint
-        qpn = driver.ensure_connected(peer)
+        qpn = self.agent.qpn(peer)
         data = pattern(seed, length)
         stats = endpoint.stats()
         before = {k: int(stats[k]) for k in WRITE_STATS}  # type: ignore[call-overload]
@@ -276,7 +286,7 @@ class Commands:
     def _set_denied(self, request: dict[str, Any], denied: bool) -> dict[str, Any]:
         peer = _int_arg(request, "peer", high=255)
         ev = _int_arg(request, "ev", high=(1 << 32) - 1)
-        qpn = self.agent.driver.ensure_connected(peer)
+        qpn = self.agent.qpn(peer)
         self.agent.endpoint.set_ev_denied(qpn, ev, denied)
         return {"peer": peer, "ev": ev, "state": self.agent.endpoint.ev_states(qpn)[ev].name}
 
@@ -285,6 +295,40 @@ class Commands:
 
     def allow(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
         return self._set_denied(request, False)
+
+    def qp_info(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        """This side's half of an out-of-band QP exchange (as RC applications do over TCP):
+        a QPN and an initial PSN from `secrets`, kept until qp_connect uses them."""
+        peer = self._peer(request)
+        if peer not in self.offers:
+            in_use = {self.agent.driver.adapter.qpn_of(p) for p in self.agent.config.paths}
+            in_use |= {qpn for qpn, _ in self.offers.values()}
+            qpn = MIN_QPN + secrets.randbelow(MAX_QPN - MIN_QPN + 1)
+            while qpn in in_use:
+                qpn = MIN_QPN + secrets.randbelow(MAX_QPN - MIN_QPN + 1)
+            self.offers[peer] = (qpn, secrets.randbelow(PSN_MOD))
+        qpn, psn = self.offers[peer]
+        return {"peer": peer, "qpn": qpn, "psn": psn}
+
+    def qp_connect(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        """Open the QP to `peer` with the peer's qp_info (replacing an open one: the peer
+        restarted); this side's own half is the one qp_info offered."""
+        peer = self._peer(request)
+        remote_qpn = _int_arg(request, "qpn", low=MIN_QPN, high=MAX_QPN)
+        remote_psn = _int_arg(request, "psn", high=PSN_MOD - 1)
+        if peer not in self.offers:
+            raise RequestError(f"qp_connect: no qp_info offered to h{peer}: call it first")
+        qpn, psn = self.offers.pop(peer)
+        self.agent.driver.adapter.connect(peer, qpn, remote_qpn, initial_psn=psn,
+                                          expected_psn=remote_psn)
+        return {"peer": peer, "qpn": qpn}
+
+    def _peer(self, request: dict[str, Any]) -> int:
+        peer = _int_arg(request, "peer", high=255)
+        if peer not in self.agent.config.paths:
+            raise RequestError(f"{request['cmd']}: h{peer} is not a peer of this host (peers: "
+                               f"{sorted(self.agent.config.paths)})")
+        return peer
 
     def shutdown(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
         self.agent.driver.stop()
@@ -295,22 +339,35 @@ class Agent:
     """Wires the endpoint, the driver, the control server and signals together."""
 
     def __init__(self, config: HostConfig, endpoint_config: EndpointConfig, socket_path: str,
-                 seed: int | None, single_path: bool = False) -> None:
+                 seed: int | None, single_path: bool = False, exchange: bool = False) -> None:
         self.config = config
+        self.exchange = exchange
         self.single_path = single_path
         self.endpoint = Endpoint(endpoint_config, planes=config.planes,
                                  name=f"h{config.host}", seed=seed)
         self.commands = Commands(self)
         self.driver = Driver(self.endpoint, config, on_event=self.commands.on_event)
+        self.driver.adapter.accept_peers = not exchange  # only exchanged QPs take packets
         self.socket_path = socket_path
         self._wake_r, self._wake_w = socket.socketpair()
+
+    def qpn(self, peer: int) -> int:
+        """The local QPN to `peer`: the exchanged one, or (without --exchange-qps) opened by
+        the QPN convention on first use."""
+        if not self.exchange:
+            return self.driver.ensure_connected(peer)
+        qpn = self.driver.adapter.qpn_of(peer)
+        if qpn is None:
+            raise RequestError(f"no QP to h{peer} yet: with --exchange-qps, QPs open only "
+                               "through qp_info/qp_connect")
+        return qpn
 
     def run(self, connect_all: bool) -> None:
         self.driver.open()
         server = None
         old_wakeup = -1
         try:
-            if connect_all:
+            if connect_all and not self.exchange:
                 for peer in sorted(self.config.paths):
                     self.driver.ensure_connected(peer)
             server = ControlServer(self.socket_path, self.driver.loop, self.commands.handle)
@@ -373,6 +430,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="seconds a write may stay unacknowledged before it fails and its QP "
                         "with it (default %(default)s)")
     p.add_argument("--connect-all", action="store_true", help="open QPs to every peer at start")
+    p.add_argument("--exchange-qps", action="store_true",
+                   help="QPNs and initial PSNs from secrets, exchanged out of band through the "
+                   "control socket (qp_info/qp_connect) instead of the 0x100+host convention")
     p.add_argument("--single-path", action="store_true",
                    help="RoCE-like baseline: one EV per connection on plane 0 whose outer DA is "
                    "the peer's NIC address, so switches route it by IPv6 LPM/ECMP (hash-pinned); "
@@ -428,8 +488,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.seed is not None:
             log.warning("--seed %d: keys and EV tags are predictable (reproducible run, "
                         "insecure)", args.seed)
-        Agent(config, endpoint_config, args.socket, args.seed, args.single_path).run(
-            args.connect_all)
+        Agent(config, endpoint_config, args.socket, args.seed, args.single_path,
+              args.exchange_qps).run(args.connect_all)
     except (NicError, TopologyError, ValueError, OSError) as exc:
         log.error("%s", exc)
         print(f"host agent: {exc}", file=sys.stderr)

@@ -65,7 +65,7 @@ class AgentProcess:
                "--planes", str(f.planes), "--t0", str(f.t0_per_plane), "--t1",
                str(f.t1_per_plane), "--hosts-per-t0", str(f.hosts_per_t0),
                "--socket", str(self.socket_path), "--log", str(self.log_path),
-               "--base-rtt", f"{self.base_rtt:.6f}", "--connect-all"]
+               "--base-rtt", f"{self.base_rtt:.6f}", "--exchange-qps"]
         if self.keep_ipv6:
             cmd.append("--keep-ipv6")
         if self.single_path:
@@ -115,6 +115,19 @@ class AgentProcess:
 
 
 _seeds = itertools.count(1)
+
+
+def exchange_qps(agents: dict[int, AgentProxy], only: int | None = None) -> None:
+    """Open a QP pair between every two agents, or between `only` (a restarted agent) and
+    every other: each side's QPN and initial PSN (drawn from `secrets` by the agent) reach the
+    other through the control sockets, out of band, as RC applications exchange them."""
+    for a, b in itertools.combinations(sorted(agents), 2):
+        if only is not None and only not in (a, b):
+            continue
+        offer_a = agents[a].call("qp_info", peer=b)
+        offer_b = agents[b].call("qp_info", peer=a)
+        agents[a].call("qp_connect", peer=b, qpn=offer_b["qpn"], psn=offer_b["psn"])
+        agents[b].call("qp_connect", peer=a, qpn=offer_a["qpn"], psn=offer_a["psn"])
 
 
 def run_transfer(src: AgentProxy, dst: AgentProxy, nbytes: int, timeout: float) -> dict:

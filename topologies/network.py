@@ -62,7 +62,13 @@ from controller.tables import (
 )
 from fabric.topology import Fabric, TopologyError
 from p4rt.names import PRIORITY_HIGH, QDEPTH_BITS
-from topologies.agents import AgentError, AgentProcess, AgentProxy, TransferHandle
+from topologies.agents import (
+    AgentError,
+    AgentProcess,
+    AgentProxy,
+    TransferHandle,
+    exchange_qps,
+)
 from topologies.p4switch import P4RuntimeSwitch
 from topologies.runstate import (
     RunManifest,
@@ -219,6 +225,7 @@ class MrcNetwork:
                 self._start_agent(h, self.config.single_path, wait=False)
             for agent in self.agents.values():
                 agent.wait_ready()
+            exchange_qps(self._proxies())
         t3 = time.monotonic()
         self.timings = {"mininet_s": t1 - t0, "program_s": t2 - t1, "agents_s": t3 - t2,
                         "total_s": t3 - t0}
@@ -314,7 +321,16 @@ class MrcNetwork:
         agent.start()
         self.record_pids()
         if wait:
-            agent.wait_ready()
+            self.reconnect_agent(host)
+
+    def _proxies(self) -> dict[int, AgentProxy]:
+        return {h: a.proxy for h, a in self.agents.items()}
+
+    def reconnect_agent(self, host: int) -> None:
+        """After h`host`'s agent (re)started: wait for it, then exchange QPs with every other
+        (their old QPs to it are replaced; writes still on them are flushed)."""
+        self.agents[host].wait_ready()
+        exchange_qps(self._proxies(), only=host)
 
     def stop(self) -> None:
         """Idempotent; every step runs even if an earlier one failed. Ctrl-C/SIGTERM wait

@@ -15,7 +15,7 @@ from host_agent.core.cc import (
     NsccConfig,
 )
 from host_agent.core.config import EndpointConfig, RecoveryMode
-from host_agent.core.endpoint import MAX_PLANES, MIN_QPN, Endpoint
+from host_agent.core.endpoint import MAX_PLANES, MAX_QPN, MIN_QPN, Endpoint
 from host_agent.core.errors import (
     ConfigError,
     LocalProtocolError,
@@ -37,10 +37,10 @@ from host_agent.core.memory import MemoryRegion
 from host_agent.core.types import EvState, PathInfo, RxMeta, TxPacket
 
 __all__ = [
-    "DEFAULT_BASE_RTT", "DEFAULT_MTU", "MAX_PLANES", "MIN_QPN", "CongestionControl", "ConfigError",
-    "Endpoint", "EndpointConfig", "EvConfig", "EvState", "EvStateChanged", "EvTrigger", "Event",
-    "FailReason", "FixedWindow", "LocalProtocolError", "MalformedPacket", "MemoryRegion",
-    "MessageReceived", "Nscc", "NsccConfig", "PathInfo", "PeerPlaneChanged", "PlaneStateChanged",
-    "Pool", "RecoveryMode", "RemoteProtocolError", "RxMeta", "TxPacket", "WriteCompleted",
-    "WriteFailed",
+    "DEFAULT_BASE_RTT", "DEFAULT_MTU", "MAX_PLANES", "MAX_QPN", "MIN_QPN", "CongestionControl",
+    "ConfigError", "Endpoint", "EndpointConfig", "EvConfig", "EvState", "EvStateChanged",
+    "EvTrigger", "Event", "FailReason", "FixedWindow", "LocalProtocolError", "MalformedPacket",
+    "MemoryRegion", "MessageReceived", "Nscc", "NsccConfig", "PathInfo", "PeerPlaneChanged",
+    "PlaneStateChanged", "Pool", "RecoveryMode", "RemoteProtocolError", "RxMeta", "TxPacket",
+    "WriteCompleted", "WriteFailed",
 ]  # fmt: skip

@@ -115,6 +115,12 @@ class Endpoint:
             conn.set_plane_usable(plane, self._local_up[plane] and plane in peer_up)
         conn.drain_ev_changes()
 
+    def disconnect(self, qpn: int) -> None:
+        """Destroy a QP (before connecting the peer anew): its pending writes are flushed."""
+        conn = self._conn(qpn)
+        conn.sender.flush()
+        del self._conns[qpn]
+
     def _conn(self, qpn: int) -> Connection:
         conn = self._conns.get(qpn)
         if conn is None:

@@ -509,6 +509,14 @@ class Sender:
         self._forget_inflight()
         self._stats["qp_failures"] += 1
 
+    def flush(self) -> None:
+        """The QP is destroyed: every write not yet completed ends FLUSHED."""
+        for w in [*self._sent, *self._pending]:
+            self._emit(WriteFailed(self._qpn, w.wr_id, FailReason.FLUSHED))
+        self._sent.clear()
+        self._pending.clear()
+        self._forget_inflight()
+
     def _forget_inflight(self) -> None:
         self._inflight.clear()
         self._retx.clear()

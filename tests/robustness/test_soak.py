@@ -36,6 +36,5 @@ def test_quick_soak_verifies_every_transfer_and_nothing_crashes(tmp_path: Path) 
     # a killed and restarted receiver: its write ends at once, then both ways work again
     assert phases["kill-agent"]["killed_pid"] and len(phases["kill-agent"]["transfers"]) == 2
     assert summary["interrupted_write_ended_s"] < 30, phases["kill-agent"]["interrupted"]
-    assert phases["kill-agent"]["sender_resyncs"] >= 1  # h0 was not restarted
     before, after = summary["switch_rss_kib"]
     assert after < before + 50 * 1024, summary  # no growth beyond 50 MiB under bad frames

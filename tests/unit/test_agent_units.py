@@ -23,7 +23,7 @@ from host_agent.control import (
     ControlServer,
     RequestError,
 )
-from host_agent.core import EndpointConfig, EvState
+from host_agent.core import EndpointConfig, EvState, LocalProtocolError
 from host_agent.hostconfig import HostConfig, HostConfigError, qpn_for
 from host_agent.loop import EventLoop
 from host_agent.nic import IFF_RUNNING, IFF_UP, RTM_DELLINK, RTM_NEWLINK, parse_link_messages
@@ -240,3 +240,40 @@ def test_cli_parser_and_formatting() -> None:
                                        "verified": False, "first_mismatch": 3})
     assert "MISMATCH at byte 3" in text and "timeouts 2 (1 spurious)" in text
     assert cli.main(["--socket", "/nonexistent/agent.sock", "status"]) == 2
+
+
+@pytest.fixture
+def exchanging(tmp_path: Path) -> tuple[Agent, Agent]:
+    """Two agents (h0, h1) in --exchange-qps mode, never started: commands only."""
+    fabric = Fabric(2, 1, 1, 2)
+    return tuple(Agent(HostConfig.from_fabric(fabric, h), EndpointConfig(),  # type: ignore
+                       str(tmp_path / f"h{h}.sock"), seed=None, exchange=True)
+                 for h in (0, 1))
+
+
+def test_qps_are_exchanged_out_of_band_with_secret_qpns_and_psns(exchanging) -> None:
+    a, b = exchanging
+    offer_a, offer_b = call(a, "qp_info", peer=1), call(b, "qp_info", peer=0)
+    assert call(a, "qp_info", peer=1) == offer_a  # kept until qp_connect uses it
+    for offer in (offer_a, offer_b):
+        assert 0x100 <= offer["qpn"] < 1 << 24 and 0 <= offer["psn"] < 1 << 24
+    assert (offer_a["qpn"], offer_b["qpn"]) != (qpn_for(1), qpn_for(0))  # not the convention
+    # a write before the exchange is refused: no QP opens by convention
+    with pytest.raises(RequestError, match="no QP to h1"):
+        call(a, "write", peer=1, bytes=10, va=0, rkey=1)
+    call(a, "qp_connect", peer=1, qpn=offer_b["qpn"], psn=offer_b["psn"])
+    call(b, "qp_connect", peer=0, qpn=offer_a["qpn"], psn=offer_a["psn"])
+    conn = a.endpoint.connection(offer_a["qpn"])
+    assert (conn.remote_qpn, conn.sender.next_psn) == (offer_b["qpn"], offer_a["psn"])
+    assert call(a, "status")["qps"] == {"1": offer_a["qpn"]}
+    with pytest.raises(RequestError, match="call it first"):  # each offer is used once
+        call(a, "qp_connect", peer=1, qpn=offer_b["qpn"], psn=offer_b["psn"])
+    with pytest.raises(RequestError, match="not a peer"):
+        call(a, "qp_info", peer=7)
+    # a re-exchange (the peer restarted) replaces the QP with fresh values
+    again = call(a, "qp_info", peer=1)
+    assert again["qpn"] != offer_a["qpn"]
+    call(a, "qp_connect", peer=1, qpn=0x4242, psn=5)
+    assert call(a, "status")["qps"] == {"1": again["qpn"]}
+    with pytest.raises(LocalProtocolError):
+        a.endpoint.connection(offer_a["qpn"])  # the old QP is gone
