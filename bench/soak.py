@@ -9,7 +9,8 @@ Phases, each with transfers h0 -> h3 running and verified byte for byte at the r
 3. kill-switch: kill -9 of a spine switch mid-transfer, then restart and reinstall it;
 4. kill-agent: kill -9 of the receiving agent mid-transfer and a fresh agent started in its
    place; the interrupted write must end with an error well before its timeout, and
-   transfers both ways must then verify without restarting the sender (Sender._resync).
+   transfers both ways must then verify without restarting the sender (the fresh agent is
+   reconnected out of band, MrcNetwork.reconnect_agent).
 Reports inputs tried, faults injected, transfers verified, processes that died, what the
 fabric left behind after its teardown (recorded PIDs still alive, interfaces, the manifest),
 the resident memory of the switch that took the mutated frames before and after, and prints
