@@ -1,8 +1,10 @@
-"""Benchmarks: MRC against single-path RoCE-like, kernel TCP and MPTCP on the emulated fabric.
+"""Benchmarks: MRC against RoCE-like QPs, kernel TCP and MPTCP on the emulated fabric.
 
     sudo .venv/bin/python -m bench SCENARIO|all [--quick] [--out DIR] [--target soft|bmv2|auto]
+        [--rate PPS|auto] [--contenders LIST]
 
-Scenarios: permutation, link-failure, plane-failure, switch-reboot, incast, allreduce.
+Scenarios: permutation, link-failure, plane-failure, switch-reboot, flap, incast, allreduce,
+loss, victim, startup.
 Writes DIR/results.json (default results/<UTC timestamp>/), DIR/summary.md and PNG plots;
 docs/benchmarks.md explains every figure. Needs root (Mininet). Only one emulated fabric can
 run on a machine at a time (interface names are global); the bench waits for a busy one.
@@ -28,9 +30,10 @@ if __name__ == "__main__":  # before the heavy imports: re-run with .venv if the
 
 from tqdm import tqdm  # noqa: E402
 
-from bench import plots, results  # noqa: E402
+from bench import calibrate, paper, plots, results, scenarios  # noqa: E402
 from bench.runner import CONTENDERS  # noqa: E402
-from bench.scenarios import FULL, QUICK, SCENARIOS, Context, runs_expected  # noqa: E402
+from bench.scenarios import FULL, QUICK, Context  # noqa: E402
+from topologies.network import DEFAULT_PORT_RATE_PPS  # noqa: E402
 from topologies.targets import TARGETS  # noqa: E402
 
 
@@ -43,8 +46,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--target", choices=TARGETS, default="auto", help="switch implementation")
     p.add_argument("--contenders", default=",".join(CONTENDERS),
                    help=f"comma-separated subset of {','.join(CONTENDERS)}")
+    p.add_argument("--rate", default=str(DEFAULT_PORT_RATE_PPS),
+                   help="packets/s per switch port, or 'auto': calibrate on this machine "
+                   "first (bench.calibrate), with headroom (default %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
     args = p.parse_args(argv)
+    if args.rate != "auto":
+        try:
+            args.rate = int(args.rate)
+        except ValueError:
+            p.error(f"--rate {args.rate!r}: give packets/s per port (an int) or 'auto'")
+        if args.rate < 1:
+            p.error(f"--rate {args.rate}: at least 1 packet/s")
     chosen = tuple(c for c in args.contenders.split(",") if c)
     unknown = [c for c in chosen if c not in CONTENDERS]
     if unknown or not chosen:
@@ -67,10 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     sizes = QUICK if args.quick else FULL
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     total = sum(runs_expected(n, sizes, args.contenders) for n in names)
+    calibration = None
+    if args.rate == "auto":
+        calibration = calibrate.calibrate(args.target, sizes.perm_fabric, print)
+        args.rate = calibration["rate_pps"]
     run = {"schema": results.SCHEMA, "command": ["python", "-m", "bench", *(argv or sys.argv[1:])],
            "started": started.isoformat(timespec="seconds"), "quick": args.quick,
            "target": args.target, "contenders": list(args.contenders),
-           "environment": results.environment(), "sizes": asdict(sizes), "scenarios": {}}
+           "environment": results.environment(), "sizes": asdict(sizes), "rate_pps": args.rate,
+           "calibration": calibration, "paper": paper.PAPER, "scenarios": {}}
     with tqdm(total=total, unit="run", disable=args.no_progress, file=sys.stderr) as bar:
         def tick(what: str) -> None:
             bar.set_postfix_str(what, refresh=False)
@@ -81,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
         for name in names:
             bar.set_description(name)
-            ctx = Context(sizes, args.target, log, tick, args.contenders)
+            ctx = Context(sizes, args.target, log, tick, args.contenders, args.rate)
             began, cpu = time.monotonic(), results.cpu_times()
             try:
                 sc = SCENARIOS[name](ctx)
@@ -99,6 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"results: {path}\nsummary: {out / 'summary.md'}\nplots: "
           + ", ".join(p.name for p in written))
     return 0 if all(sc.get("ok") for sc in run["scenarios"].values()) else 1
+
+
+SCENARIOS = {**scenarios.SCENARIOS, **paper.SCENARIOS}
+
+
+def runs_expected(name: str, sizes, contenders: tuple[str, ...]) -> int:
+    if name in paper.SCENARIOS:
+        return paper.runs_expected(name, contenders)
+    return scenarios.runs_expected(name, sizes, contenders)
 
 
 def _all_ok(sc: dict) -> bool:

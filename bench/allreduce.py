@@ -29,11 +29,11 @@ class AllreduceError(RuntimeError):
     """A phase failed (write refused or timed out, or data did not verify)."""
 
 
-def run_allreduce(net: MrcNetwork, buffer_bytes: int, steps: int, *, single_path: bool,
+def run_allreduce(net: MrcNetwork, buffer_bytes: int, steps: int, *, contender: str,
                   fail_step: int | None, timeout: float, tick=None) -> dict[str, Any]:
     n = net.fabric.hosts
     ring = [FlowSpec(h, (h + 1) % n, 1) for h in range(n)]
-    set_mode(net, ring, single_path)
+    set_mode(net, ring, contender)
     chunk = -(-buffer_bytes // n)
     regions = {h: net.agent(h).call("register", size=chunk) for h in range(n)}
     injector = Injector(net, 1, 2, 0.0, "link") if fail_step is not None else None

@@ -1,10 +1,11 @@
 """Kernel TCP / MPTCP flows between Mininet hosts (bench.kernel_flows inside each namespace).
 
-One server per destination host binds every NIC address of that host; each flow's client
-binds its own NIC address on plane 0, the plane the single-path agent mode uses
-(host_agent.agent.single_path_config), so both single-path contenders see the same fabric; an
-MPTCP connection starts there and adds one subflow per other plane. Every
-process is started with host.popen and ended by its own PID if it outlives its timeout.
+One server per destination host binds every NIC address of that host. TCP uses the whole
+NIC as a RoCE application with one QP per plane would: each flow is one connection per plane
+(client bound to its plane-p address, towards the peer's plane-p address, 1/P of the bytes),
+hash-pinned by the baseline ECMP inside its plane; the flow's timeline is their sum. An MPTCP
+connection starts on plane 0 and adds one subflow per other plane. Every process is started
+with host.popen and ended by its own PID if it outlives its timeout.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class KernelRunError(RuntimeError):
     """A server did not come up or a host command failed."""
 
 
-SINGLE_PLANE = 0
+MPTCP_PLANE = 0  # where an MPTCP connection starts (its subflows join on the others)
 
 
 def configure_mptcp(net, hosts_as_server: set[int], hosts: set[int]) -> None:
@@ -71,7 +72,7 @@ def run_kernel_flows(net, specs: list[FlowSpec], proto: str, *, timeout: float,
     clients: list[subprocess.Popen] = []
     try:
         for dst in sorted({s.dst for s in specs}):
-            count = sum(1 for s in specs if s.dst == dst)
+            count = sum(len(_parts(s, proto, fabric.planes)) for s in specs if s.dst == dst)
             binds = [a for p in range(fabric.planes)
                      for a in ("--bind", str(fabric.nic(dst, p).address))]
             servers[dst] = _popen(net, dst, ["server", *binds, "--port", str(port), "--proto",
@@ -83,12 +84,14 @@ def run_kernel_flows(net, specs: list[FlowSpec], proto: str, *, timeout: float,
                 err = proc.stderr.read() if proc.stderr and proc.poll() is not None else ""
                 raise KernelRunError(f"h{dst}: {proto} server did not start: {line!r} {err}")
         start = time.monotonic()
-        for s in specs:
-            plane = SINGLE_PLANE
-            clients.append(_popen(net, s.src, [
-                "client", "--src", str(fabric.nic(s.src, plane).address),
-                "--dst", str(fabric.nic(s.dst, plane).address), "--port", str(port),
-                "--proto", proto, "--bytes", str(s.nbytes), "--timeout", str(timeout)]))
+        owner = []  # (index into specs, bytes) of each client
+        for i, s in enumerate(specs):
+            for plane, nbytes in _parts(s, proto, fabric.planes):
+                owner.append((i, nbytes))
+                clients.append(_popen(net, s.src, [
+                    "client", "--src", str(fabric.nic(s.src, plane).address),
+                    "--dst", str(fabric.nic(s.dst, plane).address), "--port", str(port),
+                    "--proto", proto, "--bytes", str(nbytes), "--timeout", str(timeout)]))
         first_lines = []
         for proc in clients:  # failures are timed from the moment every flow can send
             first_lines.append(proc.stdout.readline() if proc.stdout is not None else "")
@@ -113,8 +116,48 @@ def run_kernel_flows(net, specs: list[FlowSpec], proto: str, *, timeout: float,
     finally:
         for proc in [*clients, *servers.values()]:
             _end(proc)
-    return [_result(s, c, server_reports.get(s.dst, []))
-            for s, c in zip(specs, client_reports, strict=True)]
+    subs: list[list[dict[str, Any]]] = [[] for _ in specs]
+    for (i, nbytes), report in zip(owner, client_reports, strict=True):
+        part = FlowSpec(specs[i].src, specs[i].dst, nbytes)
+        subs[i].append(_result(part, report, server_reports.get(part.dst, [])))
+    return [_merge(s, parts) for s, parts in zip(specs, subs, strict=True)]
+
+
+def _parts(spec: FlowSpec, proto: str, planes: int) -> list[tuple[int, int]]:
+    """(plane, bytes) of each connection of a flow: TCP one per plane, MPTCP one."""
+    if proto != "tcp":
+        return [(MPTCP_PLANE, spec.nbytes)]
+    share = -(-spec.nbytes // planes)
+    return [(p, min(share, spec.nbytes - p * share)) for p in range(planes)
+            if spec.nbytes > p * share]
+
+
+def _merge(spec: FlowSpec, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One flow from its connections: delivered bytes summed over one timeline."""
+    if len(parts) == 1:
+        return {**parts[0], "bytes": spec.nbytes}
+    ok = all(p["ok"] for p in parts)
+    errors = [p["error"] for p in parts if p.get("error")]
+    out: dict[str, Any] = {"src": spec.src, "dst": spec.dst, "bytes": spec.nbytes,
+                           "connections": len(parts), "ok": ok,
+                           "error": "; ".join(errors[:2]) or None, "timeline": []}
+    started = [p for p in parts if "start" in p]
+    if not started:
+        return out
+    start, end = min(p["start"] for p in started), max(p["end"] for p in started)
+    steps = sorted((p["start"] + t, b - prev) for p in started
+                   for (t, b), prev in zip(p["timeline"], [0, *(b for _, b in p["timeline"])],
+                                           strict=False))
+    timeline, got = [], 0
+    for t, added in steps:
+        got += added
+        timeline.append((t - start, got))
+    duration = end - start
+    out.update(mss=min((p["mss"] for p in started if p.get("mss")), default=None),
+               start=start, end=end, duration_s=duration, delivered=got, timeline=timeline,
+               goodput_bps=got * 8 / duration if duration > 0 else 0.0,
+               completion_s=timeline[-1][0] if ok and timeline else None)
+    return out
 
 
 def _parse(out: str, err: str) -> dict[str, Any]:
@@ -128,7 +171,7 @@ def _result(spec: FlowSpec, client: dict[str, Any], server: list[dict[str, Any]]
             ) -> dict[str, Any]:
     """Match the client's report with the server connection from its address."""
     result: dict[str, Any] = {"src": spec.src, "dst": spec.dst, "bytes": spec.nbytes,
-                              "plane": SINGLE_PLANE, "ok": False, "error": client.get("error"),
+                              "ok": False, "error": client.get("error"),
                               "timeline": []}
     conn = next((c for c in server if c["peer"] == client.get("src")), None)
     if conn is None or "start" not in client:

@@ -12,7 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 
 from bench import metrics  # noqa: E402
 
-COLORS = {"mrc": "tab:blue", "mrc_no_trim": "tab:cyan", "single_path": "tab:red",
+COLORS = {"mrc": "tab:blue", "mrc_no_trim": "tab:cyan", "roce": "tab:red",
+          "roce:8": "tab:purple", "roce:16": "tab:brown", "single_port": "tab:gray",
           "tcp": "tab:orange", "mptcp": "tab:green"}
 BINS = 60  # goodput-over-time intervals per plot
 MIN_BIN_S = 0.1
@@ -25,6 +26,8 @@ def plot_run(run: dict[str, Any], out_dir: Path) -> list[Path]:
         contenders = sc.get("contenders", {})
         if any("failed" in c for c in contenders.values()):
             out.append(goodput_over_time(name, contenders, out_dir / f"{name}-goodput.png"))
+        elif any("salts" in c for c in contenders.values()):
+            out.append(flow_rate_cdf(name, contenders, out_dir / f"{name}-flows.png"))
         elif any("flows" in c for c in contenders.values()):
             out.append(per_flow_bars(name, contenders, out_dir / f"{name}-flows.png"))
         if any("step_times_s" in c for c in contenders.values()):
@@ -74,6 +77,24 @@ def per_flow_bars(name: str, contenders: dict[str, Any], path: Path) -> Path:
     ax.set_title(f"{name}: per-flow goodput (0 = did not complete)")
     ax.legend()
     ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def flow_rate_cdf(name: str, contenders: dict[str, Any], path: Path) -> Path:
+    """Per-flow goodput (size / completion) over every salt, as a CDF per contender: hash
+    collisions show as a step at a fraction of the fair rate."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for cname, c in contenders.items():
+        rates = sorted(f["bytes"] * 8 / f["completion_s"] / 1e6 if f.get("completion_s")
+                       else 0.0 for r in c.get("salts", []) for f in r["flows"])
+        if rates:
+            ax.step(rates, [(i + 1) / len(rates) for i in range(len(rates))], where="post",
+                    label=cname, color=COLORS.get(cname))
+    ax.set_xlabel("flow goodput (Mbit/s, size / completion time; 0 = did not complete)")
+    ax.set_ylabel("fraction of flows (all salts)")
+    ax.set_title(f"{name}: per-flow goodput CDF")
+    ax.legend()
+    ax.grid(alpha=0.3)
     return _save(fig, path)
 
 

@@ -105,6 +105,8 @@ def validate(run: dict[str, Any]) -> list[str]:
 def _flows(contender: dict[str, Any]) -> list[dict[str, Any]]:
     if "flows" in contender:
         return contender["flows"]
+    if "salts" in contender:
+        return [f for r in contender["salts"] for f in r["flows"]]
     return [f for key in ("clean", "failed") for f in contender.get(key, {}).get("flows", [])]
 
 
@@ -151,7 +153,14 @@ def summary_markdown(run: dict[str, Any]) -> str:
                       f"{net.get('convergence_delay_s')} s. Both CPUs busy "
                       f"{_fmt(100 * sc['cpu_busy'] if sc.get('cpu_busy') is not None else None)}"
                       f"% of the scenario's {_fmt(sc.get('wall_s'))} s.", ""]
+        if sc.get("skipped"):
+            lines += [f"**Skipped:** {sc['skipped']}", ""]
         lines += _contender_table(sc.get("contenders", {}))
+        lines += _figures(sc.get("figures", {}))
+        if name in run.get("paper", {}):
+            lines += [f"Paper, same experiment: {run['paper'][name]}. (Its NICs run at "
+                      "hundreds of Gbit/s, these ports at hundreds of packets/s: compare "
+                      "ratios, not rates.)", ""]
         targets = sc.get("targets", [])
         if targets:
             lines += ["| figure | target | measured | met |", "|---|---|---|---|"]
@@ -170,11 +179,42 @@ def _contender_table(contenders: dict[str, Any]) -> list[str]:
             continue
         t = _key_time(c)
         rows.append(f"| {name} | {_fmt(t, ' s')} | {_fmt(_ratio(t, base))} | "
-                    f"{_fmt(_detail(c))} | {_fmt(_ok(c))} |")
+                    f"{_fmt(_detail(c))} | {_fmt(_ok(c))} | {_fidelity(c)} |")
     if not rows:
         return []
-    return ["| contender | key time | / MRC | stall RTTs, aggregate/capacity or step P99 | ok |",
-            "|---|---|---|---|---|", *rows, ""]
+    return ["| contender | key time | / MRC | stall RTTs, aggregate/capacity or step P99 | ok "
+            "| fidelity |", "|---|---|---|---|---|---|", *rows, ""]
+
+
+def _fidelity(c: dict[str, Any]) -> str:
+    """The monitor's verdicts over a contender's runs (bench.fidelity), worst first."""
+    found = []
+    for part in (c, c.get("clean", {}), c.get("failed", {}), *c.get("salts", [])):
+        fid = part.get("fidelity") if isinstance(part, dict) else None
+        if fid and fid.get("verdict"):
+            found.append(fid)
+    if not found:
+        return "n/a"
+    bound = [f for f in found if f["verdict"] == "emulation-bound"]
+    if bound:
+        return f"**emulation-bound** ({bound[0]['why']})"
+    rates = [f.get("bottleneck_over_rate") for f in found if f.get("bottleneck_over_rate")]
+    return "faithful" + (f" (bottleneck at {min(rates):.2f} of rate)" if rates else "")
+
+
+def _figures(figures: dict[str, Any]) -> list[str]:
+    """The scenario's figures, one line per entry."""
+    if not figures:
+        return []
+    out = []
+    for key, value in figures.items():
+        if isinstance(value, dict):
+            inner = ", ".join(f"{k} {_fmt(v)}" for k, v in value.items()
+                              if not isinstance(v, (dict, list)) or k == "verdicts")
+            out.append(f"- {key}: {inner}")
+        elif not isinstance(value, list):
+            out.append(f"- {key}: {_fmt(value)}")
+    return ["Figures:", "", *out, ""]
 
 
 def _detail(c: dict[str, Any]) -> float | None:

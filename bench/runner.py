@@ -1,9 +1,11 @@
 """Running contenders on one emulated fabric: networks, agent modes, failure injection.
 
-Contenders: `mrc` (agents spraying over every plane and path), `single_path` (agents in the
-RoCE-like single-path mode: one EV on plane 0, baseline LPM/ECMP routes), `tcp` and `mptcp`
-(the kernel's stacks, bench.kernel_run). All four run one after the other on the same running
-fabric with the same port rates.
+Contenders, all on the whole NIC unless named otherwise: `mrc` (one QP sprayed over every plane
+and path), `roce` (one RoCE-like QP per plane, each hash-pinned by the baseline ECMP,
+go-back-N; writes striped over them), `roce:8` / `roce:16` (8 / 16 QPs spread over the planes),
+`tcp` (one kernel TCP connection per plane) and `mptcp` (one subflow per plane), plus the
+plane-0-only extra `single_port` (one RoCE-like QP). They run one after the other on the same
+running fabric with the same port rates.
 
 Failures are injected by a timer thread started when every flow can send (agents: just
 before the writes are posted; kernel flows: once every client has connected). The link to
@@ -26,12 +28,15 @@ from bench.kernel_flows import mptcp_enabled
 from bench.kernel_run import run_kernel_flows
 from bench.mrc_flows import FlowSpec, run_flows
 from host_agent.core import DEFAULT_MTU
+from host_agent.modes import AgentMode, ModeError
 from topologies.network import MrcNetwork, NetworkConfig
 
-CONTENDERS = ("mrc", "single_path", "tcp", "mptcp")
+CONTENDERS = ("mrc", "roce", "roce:8", "roce:16", "tcp", "mptcp", "single_port")
+KERNEL = ("tcp", "mptcp")
 FAILURE_PLANE = 0
 QUIET_POLL_S = 0.25
 QUIET_LIMIT_S = 30.0
+FLAP_HALF_PERIOD_S = 0.5  # a flapping link is down 0.5 s, up 0.5 s, ...
 SETTLE_S = 0.5  # after convergence_delay: routes written back, queues drained
 BUSY_WAIT_S = 900.0  # longest wait for another network on this machine to go away
 
@@ -48,10 +53,22 @@ def open_network(config: NetworkConfig, log: Callable[[str], None]) -> MrcNetwor
     return net
 
 
-def set_mode(net: MrcNetwork, specs: list[FlowSpec], single_path: bool) -> None:
-    """Put the agents of every flow's hosts in the mode."""
-    for host in sorted({h for s in specs for h in (s.src, s.dst)}):
-        net.set_agent_mode(host, single_path)
+def agent_mode(net: MrcNetwork, name: str) -> AgentMode:
+    try:
+        return AgentMode.parse(name, net.fabric.planes)
+    except ModeError as exc:
+        raise BenchError(f"unknown contender {name!r}; choose from {', '.join(CONTENDERS)}"
+                         ) from exc
+
+
+def set_mode(net: MrcNetwork, specs: list[FlowSpec], name: str) -> None:
+    """Put the agents of every flow's hosts in the contender's mode, with fresh QPs: every
+    run draws new EV tags, so the baseline ECMP hashes each run's QPs anew (a new salt)."""
+    mode = agent_mode(net, name)
+    hosts = sorted({h for s in specs for h in (s.src, s.dst)})
+    for host in hosts:
+        net.set_agent_mode(host, mode)
+    net.exchange_qps(hosts)
 
 
 def kernel_skip_reason(name: str) -> str | None:
@@ -64,20 +81,18 @@ def kernel_skip_reason(name: str) -> str | None:
 def run_contender(net: MrcNetwork, name: str, specs: list[FlowSpec], timeout: float,
                   on_start: Callable[[], None] | None = None) -> list[dict[str, Any]]:
     """One contender's flows, concurrently; `on_start` runs just before they are launched."""
-    if name in ("mrc", "single_path"):
-        set_mode(net, specs, name == "single_path")
-        if on_start is not None:
-            on_start()
-        return run_flows(net, specs, timeout=timeout)
-    if name in ("tcp", "mptcp"):
+    if name in KERNEL:
         return run_kernel_flows(net, specs, name, timeout=timeout,
                                 on_start=(lambda _t: on_start()) if on_start else None)
-    raise BenchError(f"unknown contender {name!r}; choose from {', '.join(CONTENDERS)}")
+    set_mode(net, specs, name)
+    if on_start is not None:
+        on_start()
+    return run_flows(net, specs, timeout=timeout)
 
 
 def payload_bytes(name: str, flows: list[dict[str, Any]]) -> int:
     """Payload per packet: the agents' MTU, or the kernel's MSS as the client measured it."""
-    if name in ("mrc", "single_path"):
+    if name not in KERNEL:
         return DEFAULT_MTU
     mss = [f["mss"] for f in flows if f.get("mss")]
     return min(mss) if mss else DEFAULT_MTU
@@ -94,7 +109,8 @@ class Injector:
     """Breaks something `after` seconds into the flow, from a thread.
 
     kind: "link" (busiest plane-0 uplink of the sender's T0), "nic" (the receiver's plane-0
-    NIC link), "reboot" (the T1 at the far end of that busiest uplink restarts).
+    NIC link), "reboot" (the T1 at the far end of that busiest uplink restarts), "flap" (that
+    uplink goes down and up every FLAP_HALF_PERIOD_S until finish(): a flapping transceiver).
     """
 
     def __init__(self, net: MrcNetwork, src: int, dst: int, after: float, kind: str) -> None:
@@ -122,6 +138,11 @@ class Injector:
         try:
             if not self._stop.wait(self.after):
                 self.fire()
+            if self.kind == "flap":
+                up = False
+                while not self._stop.wait(FLAP_HALF_PERIOD_S):
+                    self._set_flap(up)
+                    up = not up
         except Exception as exc:  # reported in the results, not swallowed
             self.info["error"] = f"{type(exc).__name__}: {exc}"
 
@@ -138,11 +159,25 @@ class Injector:
             net.nic_down(self.dst, FAILURE_PLANE)
             self.info.update(nic=[self.dst, FAILURE_PLANE])
             self.undo = lambda: net.nic_up(self.dst, FAILURE_PLANE)
+        elif self.kind == "flap":
+            self.info.update(link=[self.t0, spine], half_period_s=FLAP_HALF_PERIOD_S, flaps=0)
+            self._flap_link = (self.t0, spine)
+            self._set_flap(False)
         elif self.kind == "reboot":
             self.info.update(switch=spine, reboot_s=net.reboot_switch(spine))
         else:
             raise BenchError(f"unknown failure kind {self.kind!r}")
         self.info["uplink_packets_before"] = used
+
+    def _set_flap(self, up: bool) -> None:
+        a, b = self._flap_link
+        if up:
+            self.net.link_up(a, b)
+            self.undo = None
+        else:
+            self.net.link_down(a, b)
+            self.info["flaps"] += 1
+            self.undo = lambda: self.net.link_up(a, b)
 
     def finish(self) -> dict[str, Any]:
         """Stop waiting, repair what was broken, wait until baseline routes are back and the

@@ -14,6 +14,7 @@ from typing import Any
 
 from bench import metrics, results
 from bench.allreduce import run_allreduce
+from bench.fidelity import EMULATION_BOUND, Monitor
 from bench.mrc_flows import FlowSpec
 from bench.runner import (
     CONTENDERS,
@@ -27,13 +28,21 @@ from bench.runner import (
     run_contender,
 )
 from fabric.topology import Fabric
-from topologies.network import MrcNetwork, NetworkConfig
+from topologies.network import DEFAULT_PORT_RATE_PPS, MrcNetwork, NetworkConfig
 
 DEFAULT_FABRIC = Fabric(planes=4, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=2)
 INCAST_FABRIC = Fabric(planes=4, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=4)
+# two flows leave every T0 on every plane over two uplinks: the baseline's hash can collide
+COLLISION_FABRIC = Fabric(planes=4, t0_per_plane=4, t1_per_plane=2, hosts_per_t0=2)
 FAILURE_AT = 0.3  # failures strike at this fraction of MRC's ideal transfer time
 FAILURE_FIGURES = ("stall_s", "stall_rtts", "completed", "completion_ratio",
-                   "goodput_after_over_clean", "retire_rtts")
+                   "goodput_after_over_clean", "goodput_next_second_over_clean",
+                   "goodput_over_clean", "retire_rtts")
+NEXT_SECOND = 1.0  # goodput in the second after a failure, against the clean run
+FAILURE_CONTENDERS = ("mrc", "roce", "tcp", "mptcp", "single_port")
+INCAST_CONTENDERS = ("mrc", "roce", "tcp", "mptcp")
+ALLREDUCE_CONTENDERS = ("mrc", "roce")
+SLOW_FLOW = 0.5  # a flow below this fraction of its fair rate counts as hit by collisions
 
 
 @dataclass(frozen=True)
@@ -44,10 +53,17 @@ class Sizes:
     allreduce_steps: int
     convergence_delay: float
     incast_fabric: Fabric
+    perm_fabric: Fabric
+    salts: int  # permutation repetitions, each with fresh QPs (new ECMP hashes)
+    loss_bytes: int
+    victim_bytes: int  # the victim's flow; the incast moves 4x as much
+    startup_bytes: int  # per host pair of the start-up all-to-all
 
 
-QUICK = Sizes(256 * 1024, 384 * 1024, 96 * 1024, 5, 1.0, DEFAULT_FABRIC)
-FULL = Sizes(4 * 1024 * 1024, 6 * 1024 * 1024, 768 * 1024, 40, 3.0, INCAST_FABRIC)
+QUICK = Sizes(256 * 1024, 384 * 1024, 96 * 1024, 5, 1.0, DEFAULT_FABRIC, DEFAULT_FABRIC, 1,
+              128 * 1024, 128 * 1024, 32 * 1024)
+FULL = Sizes(4 * 1024 * 1024, 6 * 1024 * 1024, 768 * 1024, 40, 3.0, INCAST_FABRIC,
+             COLLISION_FABRIC, 3, 1024 * 1024, 1024 * 1024, 256 * 1024)
 
 
 @dataclass
@@ -57,6 +73,11 @@ class Context:
     log: Callable[[str], None]
     tick: Callable[[str], None]  # progress: one call per contender run
     contenders: tuple[str, ...] = CONTENDERS
+    rate: int | None = DEFAULT_PORT_RATE_PPS  # port packets/s (bench --rate, or calibrated)
+
+    def chosen(self, wanted: tuple[str, ...]) -> list[str]:
+        """The scenario's contenders the user asked for, in the scenario's order."""
+        return [c for c in wanted if c in self.contenders]
 
 
 def network_params(net: MrcNetwork, capacity_pps: float) -> dict[str, Any]:
@@ -75,13 +96,14 @@ def network_params(net: MrcNetwork, capacity_pps: float) -> dict[str, Any]:
     }
 
 
-def _network(ctx: Context, fabric: Fabric, trimming: bool = True) -> MrcNetwork:
+def open_fabric(ctx: Context, fabric: Fabric, trimming: bool = True) -> MrcNetwork:
     return open_network(NetworkConfig(fabric=fabric, target=ctx.target, keep_ipv6=True,
+                                      port_rate_pps=ctx.rate,
                                       convergence_delay=ctx.sizes.convergence_delay,
                                       trimming=trimming), ctx.log)
 
 
-def _ideal_s(nbytes: int, capacity_pps: float) -> float:
+def ideal_s(nbytes: int, capacity_pps: float) -> float:
     return nbytes / (capacity_pps * metrics_payload())
 
 
@@ -89,14 +111,20 @@ def metrics_payload() -> int:
     return payload_bytes("mrc", [])
 
 
-def _contender(ctx: Context, net: MrcNetwork, name: str, specs: list[FlowSpec], timeout: float,
-               capacity_pps: float, injector: Injector | None = None) -> dict[str, Any]:
+def run_one(ctx: Context, net: MrcNetwork, name: str, specs: list[FlowSpec], timeout: float,
+            capacity_pps: float, injector: Injector | None = None) -> dict[str, Any]:
+    """One contender's flows with the fidelity monitor running; flows, summary, verdict."""
     skip = kernel_skip_reason(name)
     if skip is not None:
         ctx.tick(f"{name} skipped")
         return {"skipped": skip}
     cpu = results.cpu_times()
-    flows = run_contender(net, name, specs, timeout, injector.start if injector else None)
+    monitor = Monitor(net)
+    monitor.start()
+    try:
+        flows = run_contender(net, name, specs, timeout, injector.start if injector else None)
+    finally:
+        fidelity = monitor.stop()
     busy = results.cpu_busy(cpu, results.cpu_times())
     info = injector.finish() if injector else None
     ctx.tick(name)
@@ -108,19 +136,34 @@ def _contender(ctx: Context, net: MrcNetwork, name: str, specs: list[FlowSpec], 
     if summary.get("aggregate_goodput_bps"):
         summary["aggregate_over_capacity"] = (summary["aggregate_goodput_bps"]
                                               / summary["capacity_bps"])
-    out: dict[str, Any] = {"flows": flows, "summary": summary}
+    out: dict[str, Any] = {"flows": flows, "summary": summary, "fidelity": fidelity}
     if info is not None:
         out["failure"] = info
     return out
 
 
-def _target(figure: str, target: str, measured: float | None,
-            test: Callable[[float], bool]) -> dict[str, Any]:
-    return {"figure": figure, "target": target, "measured": measured,
-            "met": None if measured is None else bool(test(measured))}
+def target(figure: str, want: str, measured: float | None,
+           test: Callable[[float], bool], *, bound: bool = False) -> dict[str, Any]:
+    """A figure against its target; `bound`: a contender it depends on was emulation-bound."""
+    return {"figure": figure + (" [emulation-bound]" if bound else ""), "target": want,
+            "measured": measured, "met": None if measured is None else bool(test(measured))}
 
 
-def _completion(result: dict[str, Any], key: str = "max") -> float | None:
+def bound(*runs: dict[str, Any]) -> bool:
+    """Whether any of these contender results was marked emulation-bound."""
+    return any(verdicts(r) & {EMULATION_BOUND} for r in runs)
+
+
+def verdicts(run: dict[str, Any]) -> set[str]:
+    found = set()
+    for part in (run, run.get("clean", {}), run.get("failed", {}), *run.get("salts", [])):
+        v = part.get("fidelity", {}).get("verdict") if isinstance(part, dict) else None
+        if v:
+            found.add(v)
+    return found
+
+
+def completion(result: dict[str, Any], key: str = "max") -> float | None:
     dist = result.get("summary", {}).get("completion_s")
     return dist[key] if dist and result["summary"]["completed"] == result["summary"]["flows"] \
         else None
@@ -129,32 +172,80 @@ def _completion(result: dict[str, Any], key: str = "max") -> float | None:
 # ---- permutation ---------------------------------------------------------------------------
 
 def permutation(ctx: Context) -> dict[str, Any]:
-    fabric = DEFAULT_FABRIC
-    shift = fabric.hosts // 2  # host i -> i + hosts/2: always a different T0, across spines
+    """Host i -> i + hosts/2 (always another T0, across spines), all at once, `salts` times
+    with fresh QPs (new ECMP hashes) per contender; per-flow distributions pooled."""
+    fabric = ctx.sizes.perm_fabric
+    shift = fabric.hosts // 2
     specs = [FlowSpec(i, (i + shift) % fabric.hosts, ctx.sizes.flow_bytes)
              for i in range(fabric.hosts)]
-    with _network(ctx, fabric) as net:
-        cap = sum(metrics.capacity_pps(fabric, net.config.port_rate_pps, [s.src], [s.dst])
-                  for s in specs)
-        timeout = 20 * _ideal_s(ctx.sizes.flow_bytes * len(specs), cap) + 20
+    with open_fabric(ctx, fabric) as net:
+        per_flow = [metrics.capacity_pps(fabric, net.config.port_rate_pps, [s.src], [s.dst])
+                    for s in specs]
+        cap = sum(per_flow)
+        timeout = 20 * ideal_s(ctx.sizes.flow_bytes * len(specs), cap) * fabric.planes + 20
         result = network_params(net, cap)
-        result["contenders"] = {n: _contender(ctx, net, n, specs, timeout, cap)
-                                for n in ctx.contenders}
+        runs: dict[str, Any] = {}
+        for _salt in range(ctx.sizes.salts):
+            for name in ctx.chosen(CONTENDERS):
+                r = run_one(ctx, net, name, specs, timeout, cap)
+                if "skipped" in r:
+                    runs[name] = r
+                    continue
+                runs.setdefault(name, {"salts": []})["salts"].append(r)
+        result["contenders"] = {n: _pool(r, per_flow, specs) for n, r in runs.items()}
+    result["salts"] = ctx.sizes.salts
     c = result["contenders"]
-    mrc_p100, sp_p100 = _completion(c.get("mrc", {})), _completion(c.get("single_path", {}))
-    speedup = metrics.ratio(sp_p100, mrc_p100)
-    agg = c.get("mrc", {}).get("summary", {}).get("aggregate_over_capacity")
-    result["figures"] = {
-        "slowest_flow_s": {n: _completion(r) for n, r in c.items()},
-        "median_flow_s": {n: _completion(r, "p50") for n, r in c.items()},
-        "slowest_speedup_mrc_vs_single_path": speedup,
-        "aggregate_over_capacity": {n: r.get("summary", {}).get("aggregate_over_capacity")
-                                    for n, r in c.items()},
-    }
+    mrc, roce = c.get("mrc", {}), c.get("roce", {})
+    p100 = metrics.ratio(_p100(roce), _p100(mrc))
+    agg = mrc.get("summary", {}).get("aggregate_over_capacity")
+    result["figures"] = {n: {k: r.get("summary", {}).get(k) for k in (
+        "completion_p50_s", "completion_p100_s", "slow_flow_fraction",
+        "aggregate_over_capacity")} | {"verdicts": sorted(verdicts(r))}
+        for n, r in c.items() if "skipped" not in r}
+    result["figures"]["p100_roce_over_mrc"] = p100
     result["targets"] = [
-        _target("slowest flow: single-path / MRC", ">= 1.5", speedup, lambda v: v >= 1.5),
-        _target("MRC aggregate / capacity", ">= 0.9", agg, lambda v: v >= 0.9)]
+        target("P100: roce (1 QP per plane) / MRC", ">= 1.5", p100, lambda v: v >= 1.5,
+               bound=bound(mrc, roce)),
+        target("MRC aggregate / capacity", ">= 0.9", agg, lambda v: v >= 0.9, bound=bound(mrc))]
     return result
+
+
+def _p100(pooled: dict[str, Any]) -> float | None:
+    return pooled.get("summary", {}).get("completion_p100_s")
+
+
+def _pool(run: dict[str, Any], per_flow_pps: list[float], specs: list[FlowSpec]
+          ) -> dict[str, Any]:
+    """Per-flow figures over every salt: completion P50/P100 (P100 = median over salts of
+    each salt's slowest flow), the fraction of flows below SLOW_FLOW of their fair rate."""
+    if "skipped" in run:
+        return run
+    salts = run["salts"]
+    done = [f["completion_s"] for r in salts for f in r["flows"] if f.get("completion_s")]
+    slowest = [completion(r) for r in salts]
+    slow = 0
+    for r in salts:
+        payload = r["summary"]["payload_bytes_per_packet"]
+        for f, pps, spec in zip(r["flows"], per_flow_pps, specs, strict=True):
+            took = f.get("completion_s") or f.get("duration_s")
+            if not took or spec.nbytes * 8 / took < SLOW_FLOW * pps * payload * 8:
+                slow += 1
+    aggregate = [r["summary"].get("aggregate_over_capacity") for r in salts]
+    summary = {
+        "flows": sum(r["summary"]["flows"] for r in salts),
+        "completed": sum(r["summary"]["completed"] for r in salts),
+        "ok": all(r["summary"]["ok"] for r in salts),
+        "completion_s": metrics.distribution(done) if done else None,
+        "completion_p50_s": metrics.percentile(done, 50) if done else None,
+        "completion_p100_s": (None if None in slowest
+                              else metrics.percentile(slowest, 50)),
+        "slowest_per_salt_s": slowest,
+        "slow_flow_fraction": slow / max(1, sum(len(r["flows"]) for r in salts)),
+        "aggregate_over_capacity": (None if None in aggregate
+                                    else metrics.percentile(aggregate, 50)),
+        "payload_bytes_per_packet": salts[0]["summary"]["payload_bytes_per_packet"],
+    }
+    return {"salts": salts, "summary": summary}
 
 
 # ---- failures on one flow ------------------------------------------------------------------
@@ -163,22 +254,22 @@ def _failure_scenario(ctx: Context, kind: str) -> dict[str, Any]:
     fabric = DEFAULT_FABRIC
     src, dst = 0, fabric.hosts - 1  # different T0s
     spec = FlowSpec(src, dst, ctx.sizes.flow_bytes)
-    with _network(ctx, fabric) as net:
+    with open_fabric(ctx, fabric) as net:
         cap = metrics.capacity_pps(fabric, net.config.port_rate_pps, [src], [dst])
-        ideal = _ideal_s(spec.nbytes, cap)
+        ideal = ideal_s(spec.nbytes, cap)
         # a single-plane flow takes `planes` x the ideal; a dead NIC never lets it finish
         timeout = 4 * ideal * fabric.planes + 2 * ctx.sizes.convergence_delay + 5
         result = network_params(net, cap)
         rtt = net.config.effective_base_rtt
         runs: dict[str, Any] = {}
-        for name in ctx.contenders:
-            clean = _contender(ctx, net, name, [spec], timeout, cap)
+        for name in ctx.chosen(FAILURE_CONTENDERS):
+            clean = run_one(ctx, net, name, [spec], timeout, cap)
             if "skipped" in clean:
                 runs[name] = clean
                 ctx.tick(f"{name} skipped")  # its failure run is skipped too
                 continue
             injector = Injector(net, src, dst, FAILURE_AT * ideal, kind)
-            failed = _contender(ctx, net, name, [spec], timeout, cap, injector)
+            failed = run_one(ctx, net, name, [spec], timeout, cap, injector)
             runs[name] = {"clean": clean, "failed": failed,
                           **_failure_figures(net, name, spec, clean, failed, rtt, kind)}
         result["contenders"] = runs
@@ -195,7 +286,7 @@ def _failure_figures(net: MrcNetwork, name: str, spec: FlowSpec, clean: dict[str
     out: dict[str, Any] = {"failure_at_s": at}
     if at is None or not flow.get("timeline"):
         return out
-    clean_t, failed_t = _completion(clean), _completion(failed)
+    clean_t, failed_t = completion(clean), completion(failed)
     # a flow that never finished is observed until it was given up
     end = failed_t if failed_t is not None else flow.get("duration_s", flow["timeline"][-1][0])
     stall = metrics.longest_stall(flow["timeline"], after=at, until=end)
@@ -208,6 +299,10 @@ def _failure_figures(net: MrcNetwork, name: str, spec: FlowSpec, clean: dict[str
         out["goodput_before_bps"] = metrics.rate_bps(flow["timeline"], 0.0, at)
     clean_bps = clean["flows"][0].get("goodput_bps")
     out["goodput_after_over_clean"] = metrics.ratio(out.get("goodput_after_bps"), clean_bps)
+    if end >= at + NEXT_SECOND:
+        out["goodput_next_second_over_clean"] = metrics.ratio(
+            metrics.rate_bps(flow["timeline"], at, at + NEXT_SECOND), clean_bps)
+    out["goodput_over_clean"] = metrics.ratio(flow.get("goodput_bps"), clean_bps)
     if name == "mrc" and kind == "link" and "link" in info:
         out["retire_rtts"] = retire_rtts(net, spec.src, spec.dst, info["link"], info["at"])
     return out
@@ -218,13 +313,29 @@ def link_failure(ctx: Context) -> dict[str, Any]:
     c, delay = result["contenders"], ctx.sizes.convergence_delay
     mrc = c.get("mrc", {})
     result["targets"] = [
-        _target("MRC stall (base RTTs)", "< 5", mrc.get("stall_rtts"), lambda v: v < 5),
-        _target("MRC completion failed / clean", "<= 1.10", mrc.get("completion_ratio"),
-                lambda v: v <= 1.10)]
-    for name in ("single_path", "tcp"):
-        result["targets"].append(_target(
+        target("MRC stall (base RTTs)", "< 5", mrc.get("stall_rtts"), lambda v: v < 5,
+               bound=bound(mrc)),
+        target("MRC completion failed / clean", "<= 1.05", mrc.get("completion_ratio"),
+               lambda v: v <= 1.05, bound=bound(mrc)),
+        target("MRC goodput in the second after the failure / clean", ">= 0.8",
+               mrc.get("goodput_next_second_over_clean"), lambda v: v >= 0.8,
+               bound=bound(mrc))]
+    for name in ("roce", "tcp"):
+        result["targets"].append(target(
             f"{name} stall (s)", f">= convergence delay {delay} s",
             c.get(name, {}).get("stall_s"), lambda v: v >= delay))
+    return result
+
+
+def flap(ctx: Context) -> dict[str, Any]:
+    """The plane-0 uplink a flow uses flaps (down 0.5 s, up 0.5 s) from 0.3 of MRC's ideal
+    time until the flow ends; throughput reduction = 1 - goodput / clean goodput."""
+    result = _failure_scenario(ctx, "flap")
+    result["figures"] = {n: {"throughput_reduction": None if r.get("goodput_over_clean") is None
+                             else 1 - r["goodput_over_clean"],
+                             "completion_ratio": r.get("completion_ratio")}
+                         for n, r in result["contenders"].items() if "skipped" not in r}
+    result["targets"] = []  # compared with the paper's figure in the summary
     return result
 
 
@@ -233,7 +344,7 @@ def plane_failure(ctx: Context) -> dict[str, Any]:
     planes = result["fabric"]["planes"]
     want = 0.9 * (planes - 1) / planes
     measured = result["contenders"].get("mrc", {}).get("goodput_after_over_clean")
-    result["targets"] = [_target("MRC goodput after / clean", f">= {want:.3f}", measured,
+    result["targets"] = [target("MRC goodput after / clean", f">= {want:.3f}", measured,
                                  lambda v: v >= want)]
     return result
 
@@ -258,16 +369,16 @@ def incast(ctx: Context) -> dict[str, Any]:
     senders = [h for h in range(fabric.hosts) if h != receiver]
     per = max(1, ctx.sizes.incast_bytes // len(senders))
     specs = [FlowSpec(s, receiver, per) for s in senders]
-    with _network(ctx, fabric) as net:
+    with open_fabric(ctx, fabric) as net:
         cap = metrics.capacity_pps(fabric, net.config.port_rate_pps, senders, [receiver])
-        ideal = _ideal_s(per * len(senders), cap)
+        ideal = ideal_s(per * len(senders), cap)
         timeout = 20 * ideal * fabric.planes + 20
         result = network_params(net, cap)
-        runs = {name: _contender(ctx, net, name, specs, timeout, cap)
-                for name in ctx.contenders}
+        runs = {name: run_one(ctx, net, name, specs, timeout, cap)
+                for name in ctx.chosen(INCAST_CONTENDERS)}
     if "mrc" in ctx.contenders:  # the same MRC flows on a fabric that tail-drops
-        with _network(ctx, fabric, trimming=False) as net:
-            runs["mrc_no_trim"] = _contender(ctx, net, "mrc", specs, timeout, cap)
+        with open_fabric(ctx, fabric, trimming=False) as net:
+            runs["mrc_no_trim"] = run_one(ctx, net, "mrc", specs, timeout, cap)
             result["no_trim_threshold"] = net.thresholds.trim
         runs = {name: runs[name] for name in sorted(runs, key=_contender_order)}
     result["contenders"] = runs
@@ -279,7 +390,7 @@ def incast(ctx: Context) -> dict[str, Any]:
         s = r["summary"]
         # the ideal is in MRC payload terms; kernel flows carry more payload per packet
         scale = s["payload_bytes_per_packet"] / metrics_payload()
-        figures[name] = {"completion_over_ideal": metrics.ratio(_completion(r), ideal / scale),
+        figures[name] = {"completion_over_ideal": metrics.ratio(completion(r), ideal / scale),
                          "timeouts": s.get("timeouts"),
                          "spurious_timeouts": s.get("spurious_timeouts"), "nacks": s.get("nacks"),
                          "trims": s.get("trims")}
@@ -287,8 +398,8 @@ def incast(ctx: Context) -> dict[str, Any]:
     mrc = figures.get("mrc", {})
     result["targets"] = [
         # a timeout answered later by the timed-out transmission was a host pause, not a loss
-        _target("MRC (trimming) timeouts, not spurious", "== 0", _lost(mrc), lambda v: v == 0),
-        _target("MRC (trimming) completion / ideal", "<= 1.3", mrc.get("completion_over_ideal"),
+        target("MRC (trimming) timeouts, not spurious", "== 0", _lost(mrc), lambda v: v == 0),
+        target("MRC (trimming) completion / ideal", "<= 1.3", mrc.get("completion_over_ideal"),
                 lambda v: v <= 1.3)]
     return result
 
@@ -305,39 +416,40 @@ def allreduce(ctx: Context) -> dict[str, Any]:
     fabric = DEFAULT_FABRIC
     steps = ctx.sizes.allreduce_steps
     fail_step = steps // 3
-    with _network(ctx, fabric) as net:
+    with open_fabric(ctx, fabric) as net:
         cap = metrics.capacity_pps(fabric, net.config.port_rate_pps, [0], [1])
         result = network_params(net, cap)
         timeout = 10 * ctx.sizes.convergence_delay + 30
         runs: dict[str, Any] = {}
-        for name in ("mrc", "single_path"):
-            if name not in ctx.contenders:
-                continue
+        for name in ctx.chosen(ALLREDUCE_CONTENDERS):
             runs[name] = run_allreduce(net, ctx.sizes.allreduce_bytes, steps,
-                                       single_path=name == "single_path", fail_step=fail_step,
+                                       contender=name, fail_step=fail_step,
                                        timeout=timeout, tick=lambda: ctx.tick("step"))
         result["contenders"] = runs
     result["figures"] = {name: r.get("step_time_s") for name, r in runs.items()}
-    mrc, sp = runs.get("mrc", {}), runs.get("single_path", {})
+    mrc, sp = runs.get("mrc", {}), runs.get("roce", {})
     worst = metrics.ratio(sp.get("step_time_s", {}).get("max"),
                           mrc.get("step_time_s", {}).get("max"))
-    result["figures"]["max_step_single_path_over_mrc"] = worst
+    result["figures"]["max_step_roce_over_mrc"] = worst
     result["targets"] = []  # the issue asks for the distribution, with no target figure
     return result
 
 
 SCENARIOS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "permutation": permutation, "link-failure": link_failure, "plane-failure": plane_failure,
-    "switch-reboot": switch_reboot, "incast": incast, "allreduce": allreduce}
+    "switch-reboot": switch_reboot, "incast": incast, "allreduce": allreduce, "flap": flap}
 
 
 def runs_expected(name: str, sizes: Sizes, contenders: tuple[str, ...]) -> int:
     """Progress-bar units a scenario will report (one per contender run or all-reduce step)."""
-    n = len(contenders)
+    def n(wanted: tuple[str, ...]) -> int:
+        return len([c for c in wanted if c in contenders])
     if name == "permutation":
-        return n
+        return sizes.salts * n(CONTENDERS)
     if name == "incast":
-        return n + ("mrc" in contenders)
+        return n(INCAST_CONTENDERS) + ("mrc" in contenders)
     if name == "allreduce":
-        return sizes.allreduce_steps * len([c for c in contenders if c in ("mrc", "single_path")])
-    return 2 * n
+        return sizes.allreduce_steps * n(ALLREDUCE_CONTENDERS)
+    if name in ("link-failure", "plane-failure", "switch-reboot", "flap"):
+        return 2 * n(FAILURE_CONTENDERS)
+    return n(CONTENDERS)

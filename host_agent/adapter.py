@@ -14,6 +14,7 @@ from collections.abc import Callable, Hashable
 
 from host_agent.core import Endpoint, Event, PathInfo, RxMeta, TxPacket
 from host_agent.hostconfig import HostConfig, HostConfigError, qpn_for
+from host_agent.modes import MRC_MODE, AgentMode
 from wire import (
     ETH_TYPE_IPV6,
     IPPROTO_IPV6,
@@ -33,11 +34,11 @@ class EndpointAdapter:
 
     def __init__(self, endpoint: Endpoint, config: HostConfig, send: SendFrame, *,
                  on_event: Callable[[Event], None] | None = None,
-                 accept_peers: bool = False) -> None:
+                 accept_peers: bool = False, mode: AgentMode = MRC_MODE) -> None:
         if endpoint.planes != config.planes:
             raise HostConfigError(f"endpoint has {endpoint.planes} planes, host config "
                                   f"{config.planes}: build both from the same fabric")
-        self.endpoint, self.config = endpoint, config
+        self.endpoint, self.config, self.mode = endpoint, config, mode
         self._send_frame = send
         self.on_event = on_event
         self.accept_peers = accept_peers  # open a QP for a known peer's first packet
@@ -46,7 +47,7 @@ class EndpointAdapter:
         self._next_hop_mac = [nic.next_hop_mac for nic in config.nics]
         self._peer_address = config.peer_address
         self._peer_of = config.peer_of()
-        self._qpn_of: dict[int, int] = {}  # peer -> local QPN of its open QP
+        self._qpns: dict[int, dict[int, int]] = {}  # peer -> lane -> local QPN of its QP
         # per plane: rx_frames, rx_non_mrc, rx_malformed, rx_unknown_peer
         self.rx: list[Counter[str]] = [Counter() for _ in range(config.planes)]
         self.tx_per_plane = [0] * config.planes
@@ -57,34 +58,44 @@ class EndpointAdapter:
         self.last_data_tx_plane: dict[int, float] = {}
 
     # --- connections ------------------------------------------------------------------------
-    def connect(self, peer: int, local_qpn: int, remote_qpn: int, *, initial_psn: int = 0,
-                expected_psn: int = 0) -> list[PathInfo]:
-        """Open a QP to `peer` over every route the host config lists (all planes, spines);
-        a QP already open to `peer` is destroyed first (a re-exchange after a restart)."""
-        paths = self.config.paths.get(peer)
-        if not paths:
+    def connect(self, peer: int, local_qpn: int, remote_qpn: int, *, lane: int = 0,
+                initial_psn: int = 0, expected_psn: int = 0) -> list[PathInfo]:
+        """Open lane `lane`'s QP to `peer` over the routes the agent mode gives it (MRC: every
+        plane and spine); a QP already open on that lane is destroyed first (a re-exchange
+        after a restart)."""
+        if peer not in self.config.paths:
             raise HostConfigError(f"no paths to host {peer}: known peers are "
                                   f"{sorted(self.config.paths)}")
-        if peer in self._qpn_of:
-            self.endpoint.disconnect(self._qpn_of.pop(peer))
+        paths = self.mode.lane_paths(self.config, peer, lane)
+        lanes = self._qpns.setdefault(peer, {})
+        if lane in lanes:
+            self.endpoint.disconnect(lanes.pop(lane))
         self.endpoint.connect(peer, local_qpn, remote_qpn, paths, initial_psn=initial_psn,
                               expected_psn=expected_psn)
-        self._qpn_of[peer] = local_qpn
+        lanes[lane] = local_qpn
         return list(paths)
 
-    def ensure_connected(self, peer: int) -> int:
-        """The local QPN to `peer`, opening the QP by the QPN convention (PSNs from 0) if none
-        is open: for the simulator and agents run without an out-of-band exchange."""
-        if peer not in self._qpn_of:
-            self.connect(peer, qpn_for(peer), qpn_for(self.config.host))
-        return self._qpn_of[peer]
+    def ensure_connected(self, peer: int) -> list[int]:
+        """The local QPNs to `peer` by lane, opening every lane by the QPN convention (PSNs
+        from 0) if none is open: for the simulator and agents run without an out-of-band
+        exchange."""
+        if peer not in self._qpns:
+            for lane in range(self.mode.qps):
+                self.connect(peer, qpn_for(peer, lane), qpn_for(self.config.host, lane),
+                             lane=lane)
+        return self.qpns_of(peer)
 
-    def qpn_of(self, peer: int) -> int | None:
-        return self._qpn_of.get(peer)
+    def qpn_of(self, peer: int, lane: int = 0) -> int | None:
+        return self._qpns.get(peer, {}).get(lane)
+
+    def qpns_of(self, peer: int) -> list[int]:
+        """Local QPNs of the open lanes to `peer`, in lane order."""
+        lanes = self._qpns.get(peer, {})
+        return [lanes[k] for k in sorted(lanes)]
 
     @property
     def connected(self) -> set[int]:
-        return set(self._qpn_of)
+        return set(self._qpns)
 
     # --- network -> endpoint ----------------------------------------------------------------
     def receive_frame(self, plane: int, frame: bytes, now: float) -> None:

@@ -14,6 +14,10 @@ Conventions:
   only exchanged QPs take packets. Without it (a hand-run agent), the QP towards peer P is
   0x100 + P with PSNs from 0 (hostconfig.qpn_for), opened on the first command naming a peer
   or the first packet from it (--connect-all opens them all at start).
+- Modes (host_agent.modes): `--mode mrc` sprays one QP per peer; `--mode roce[:K]` opens K QPs
+  per peer (default one per plane), each pinned to a plane and hashed by ECMP, and stripes
+  every write over them; `single_port` is roce with one QP, on plane 0. qp_info/qp_connect
+  take the QP's `lane`.
 - Test pattern: `write` sends random.Random(seed).randbytes(n); `verify` on the receiver
   regenerates it from the same seed and compares byte for byte.
 
@@ -42,6 +46,7 @@ from fabric import hostpaths
 from fabric.topology import Fabric, TopologyError
 from host_agent.control import ControlServer, Reply, RequestError
 from host_agent.core import (
+    DEFAULT_MTU,
     MAX_QPN,
     MIN_QPN,
     Endpoint,
@@ -53,13 +58,13 @@ from host_agent.core import (
     LocalProtocolError,
     MemoryRegion,
     MessageReceived,
-    PathInfo,
     RecoveryMode,
     WriteCompleted,
     WriteFailed,
 )
 from host_agent.driver import Driver
 from host_agent.hostconfig import HostConfig, HostConfigError
+from host_agent.modes import MODE_HELP, MRC_MODE, AgentMode, stripe
 from host_agent.nic import NicError, kernel_setup
 from wire import PSN_MOD
 
@@ -97,12 +102,15 @@ def _event_record(seq: int, now: float, event: Event) -> dict[str, Any]:
 
 @dataclasses.dataclass
 class PendingWrite:
+    """One write command: its parts (one per lane it was striped over) still outstanding."""
+
     reply: Reply
     peer: int
     length: int
     start: float
     stats_before: dict[str, int]
     timer: Any
+    parts: set[tuple[int, int]]  # (local QPN, wr_id)
 
 
 class Commands:
@@ -121,7 +129,7 @@ class Commands:
             "stats": self.stats, "events": self.events, "deny": self.deny, "allow": self.allow,
             "shutdown": self.shutdown, "qp_info": self.qp_info, "qp_connect": self.qp_connect,
         }
-        self.offers: dict[int, tuple[int, int]] = {}  # peer -> (local QPN, initial PSN)
+        self.offers: dict[tuple[int, int], tuple[int, int]] = {}  # (peer, lane) -> (QPN, PSN)
 
     def handle(self, request: dict[str, Any], reply: Reply) -> None:
         command = self.table.get(request["cmd"])
@@ -149,7 +157,12 @@ class Commands:
             self.messages.append({**record, "peer": peer})
         elif isinstance(event, (WriteCompleted, WriteFailed)):
             pending = self.pending.pop((event.qpn, event.wr_id), None)
-            if pending is not None:
+            if pending is None:
+                return
+            pending.parts.discard((event.qpn, event.wr_id))
+            if isinstance(event, WriteFailed) or not pending.parts:
+                for key in pending.parts:  # the write has failed: its other parts are moot
+                    self.pending.pop(key, None)
                 pending.timer.cancel()
                 self._finish(pending, event, now)
 
@@ -170,7 +183,7 @@ class Commands:
                        **delta})
 
     def fail_pending(self, reason: str) -> None:
-        for pending in self.pending.values():
+        for pending in {id(p): p for p in self.pending.values()}.values():
             pending.timer.cancel()
             pending.reply({"ok": False, "error": reason})
         self.pending.clear()
@@ -185,10 +198,11 @@ class Commands:
             "nics": [{"plane": n.plane, "ifname": n.ifname, "mac": n.mac,
                       "address": str(n.address)} for n in config.nics],
             "peers": sorted(config.paths), "connected": sorted(driver.connected),
-            "qps": {str(p): driver.adapter.qpn_of(p) for p in sorted(driver.connected)},
+            "mode": self.agent.mode.name, "lanes": self.agent.mode.qps,
+            "qps": {str(p): driver.adapter.qpns_of(p) for p in sorted(driver.connected)},
             "regions": [{"va": r.va, "rkey": r.rkey, "length": r.length}
                         for r in self.regions.values()],
-            "pending_writes": len(self.pending),
+            "pending_writes": len({id(p) for p in self.pending.values()}),
         }
 
     def register(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
@@ -214,22 +228,34 @@ class Commands:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
             raise RequestError(f"write: timeout={timeout!r} must be a positive number of seconds")
         driver, endpoint = self.agent.driver, self.agent.endpoint
-        qpn = self.agent.qpn(peer)
+        qpns = self.agent.qpns(peer)
         data = pattern(seed, length)
         stats = endpoint.stats()
         before = {k: int(stats[k]) for k in WRITE_STATS}  # type: ignore[call-overload]
         start = driver.clock()
-        wr_id = endpoint.post_write(qpn, data, va, rkey, imm=imm, now=start)
-        key = (qpn, wr_id)
-        timer = driver.loop.call_at(start + timeout, lambda: self._timeout(key, timeout))
-        self.pending[key] = PendingWrite(reply, peer, length, start, before, timer)
+        parts = stripe(length, len(qpns), DEFAULT_MTU)
+        if imm is not None and len(parts) > 1:
+            raise RequestError("write: imm with a write striped over several QPs would reach "
+                               "the peer once per part; use one QP (mode mrc or single_port)")
+        keys = set()
+        for qpn, (off, size) in zip(qpns, parts, strict=False):
+            wr_id = endpoint.post_write(qpn, data[off:off + size], va + off, rkey, imm=imm,
+                                        now=start)
+            keys.add((qpn, wr_id))
+        pending = PendingWrite(reply, peer, length, start, before, None, set(keys))
+        pending.timer = driver.loop.call_at(start + timeout,
+                                            lambda: self._timeout(pending, timeout))
+        for key in keys:
+            self.pending[key] = pending
         return None
 
-    def _timeout(self, key: tuple[int, int], timeout: float) -> None:
-        pending = self.pending.pop(key, None)
-        if pending is not None:
-            pending.reply({"ok": False, "error": f"write to host {pending.peer} not complete "
-                                                 f"after {timeout} s (it keeps running)"})
+    def _timeout(self, pending: PendingWrite, timeout: float) -> None:
+        if not pending.parts or self.pending.get(next(iter(pending.parts))) is not pending:
+            return
+        for key in pending.parts:
+            self.pending.pop(key, None)
+        pending.reply({"ok": False, "error": f"write to host {pending.peer} not complete "
+                                             f"after {timeout} s (it keeps running)"})
 
     def verify(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
         rkey = _int_arg(request, "rkey", high=(1 << 32) - 1)
@@ -276,7 +302,7 @@ class Commands:
             "cpu_seconds": usage.ru_utime + usage.ru_stime,
             "max_timer_lateness_s": driver.max_timer_lateness,
             "per_route": driver.route_stats(),
-            "single_path": self.agent.single_path,
+            "mode": self.agent.mode.name,
             "recovery": str(endpoint.config.recovery),
         }
         if request.get("per_ev"):
@@ -286,7 +312,7 @@ class Commands:
     def _set_denied(self, request: dict[str, Any], denied: bool) -> dict[str, Any]:
         peer = _int_arg(request, "peer", high=255)
         ev = _int_arg(request, "ev", high=(1 << 32) - 1)
-        qpn = self.agent.qpn(peer)
+        qpn = self.agent.qpns(peer)[0]
         self.agent.endpoint.set_ev_denied(qpn, ev, denied)
         return {"peer": peer, "ev": ev, "state": self.agent.endpoint.ev_states(qpn)[ev].name}
 
@@ -299,29 +325,34 @@ class Commands:
     def qp_info(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
         """This side's half of an out-of-band QP exchange (as RC applications do over TCP):
         a QPN and an initial PSN from `secrets`, kept until qp_connect uses them."""
-        peer = self._peer(request)
-        if peer not in self.offers:
-            in_use = {self.agent.driver.adapter.qpn_of(p) for p in self.agent.config.paths}
+        peer, lane = self._peer(request), self._lane(request)
+        if (peer, lane) not in self.offers:
+            adapter = self.agent.driver.adapter
+            in_use = {q for p in self.agent.config.paths for q in adapter.qpns_of(p)}
             in_use |= {qpn for qpn, _ in self.offers.values()}
             qpn = MIN_QPN + secrets.randbelow(MAX_QPN - MIN_QPN + 1)
             while qpn in in_use:
                 qpn = MIN_QPN + secrets.randbelow(MAX_QPN - MIN_QPN + 1)
-            self.offers[peer] = (qpn, secrets.randbelow(PSN_MOD))
-        qpn, psn = self.offers[peer]
-        return {"peer": peer, "qpn": qpn, "psn": psn}
+            self.offers[(peer, lane)] = (qpn, secrets.randbelow(PSN_MOD))
+        qpn, psn = self.offers[(peer, lane)]
+        return {"peer": peer, "lane": lane, "qpn": qpn, "psn": psn}
 
     def qp_connect(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
         """Open the QP to `peer` with the peer's qp_info (replacing an open one: the peer
         restarted); this side's own half is the one qp_info offered."""
-        peer = self._peer(request)
+        peer, lane = self._peer(request), self._lane(request)
         remote_qpn = _int_arg(request, "qpn", low=MIN_QPN, high=MAX_QPN)
         remote_psn = _int_arg(request, "psn", high=PSN_MOD - 1)
-        if peer not in self.offers:
-            raise RequestError(f"qp_connect: no qp_info offered to h{peer}: call it first")
-        qpn, psn = self.offers.pop(peer)
-        self.agent.driver.adapter.connect(peer, qpn, remote_qpn, initial_psn=psn,
+        if (peer, lane) not in self.offers:
+            raise RequestError(f"qp_connect: no qp_info offered to h{peer} lane {lane}: "
+                               "call it first")
+        qpn, psn = self.offers.pop((peer, lane))
+        self.agent.driver.adapter.connect(peer, qpn, remote_qpn, lane=lane, initial_psn=psn,
                                           expected_psn=remote_psn)
-        return {"peer": peer, "qpn": qpn}
+        return {"peer": peer, "lane": lane, "qpn": qpn}
+
+    def _lane(self, request: dict[str, Any]) -> int:
+        return _int_arg(request, "lane", 0, high=self.agent.mode.qps - 1)
 
     def _peer(self, request: dict[str, Any]) -> int:
         peer = _int_arg(request, "peer", high=255)
@@ -339,28 +370,28 @@ class Agent:
     """Wires the endpoint, the driver, the control server and signals together."""
 
     def __init__(self, config: HostConfig, endpoint_config: EndpointConfig, socket_path: str,
-                 seed: int | None, single_path: bool = False, exchange: bool = False) -> None:
+                 seed: int | None, mode: AgentMode = MRC_MODE, exchange: bool = False) -> None:
         self.config = config
         self.exchange = exchange
-        self.single_path = single_path
+        self.mode = mode
         self.endpoint = Endpoint(endpoint_config, planes=config.planes,
                                  name=f"h{config.host}", seed=seed)
         self.commands = Commands(self)
-        self.driver = Driver(self.endpoint, config, on_event=self.commands.on_event)
+        self.driver = Driver(self.endpoint, config, on_event=self.commands.on_event, mode=mode)
         self.driver.adapter.accept_peers = not exchange  # only exchanged QPs take packets
         self.socket_path = socket_path
         self._wake_r, self._wake_w = socket.socketpair()
 
-    def qpn(self, peer: int) -> int:
-        """The local QPN to `peer`: the exchanged one, or (without --exchange-qps) opened by
-        the QPN convention on first use."""
+    def qpns(self, peer: int) -> list[int]:
+        """The local QPNs to `peer` by lane: the exchanged ones, or (without --exchange-qps)
+        opened by the QPN convention on first use."""
         if not self.exchange:
             return self.driver.ensure_connected(peer)
-        qpn = self.driver.adapter.qpn_of(peer)
-        if qpn is None:
-            raise RequestError(f"no QP to h{peer} yet: with --exchange-qps, QPs open only "
-                               "through qp_info/qp_connect")
-        return qpn
+        qpns = self.driver.adapter.qpns_of(peer)
+        if len(qpns) < self.mode.qps:
+            raise RequestError(f"{len(qpns)} of {self.mode.qps} QPs to h{peer} open: with "
+                               "--exchange-qps, QPs open only through qp_info/qp_connect")
+        return qpns
 
     def run(self, connect_all: bool) -> None:
         self.driver.open()
@@ -433,10 +464,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--exchange-qps", action="store_true",
                    help="QPNs and initial PSNs from secrets, exchanged out of band through the "
                    "control socket (qp_info/qp_connect) instead of the 0x100+host convention")
-    p.add_argument("--single-path", action="store_true",
-                   help="RoCE-like baseline: one EV per connection on plane 0 whose outer DA is "
-                   "the peer's NIC address, so switches route it by IPv6 LPM/ECMP (hash-pinned); "
-                   "go-back-N recovery when the core offers it")
+    p.add_argument("--mode", default="mrc", help=MODE_HELP)
     return p.parse_args(argv)
 
 
@@ -452,16 +480,9 @@ def load_host_config(args: argparse.Namespace) -> HostConfig:
     return HostConfig.from_paths(args.host, fabric.planes, paths)
 
 
-def single_path_config(config: HostConfig) -> HostConfig:
-    """Every peer reached by one route on plane 0: the peer's NIC address (baseline LPM)."""
-    paths = {peer: (PathInfo(plane=0, route=config.peer_address[(peer, 0)]),)
-             for peer in config.paths}
-    return dataclasses.replace(config, paths=paths)
-
-
-def single_path_endpoint_config(base_rtt: float, **overrides: Any) -> EndpointConfig:
-    """One EV, no backups, the floor at one EV (a failed path keeps being retried, as in RoCE),
-    go-back-N recovery."""
+def roce_endpoint_config(base_rtt: float, **overrides: Any) -> EndpointConfig:
+    """Per QP: one EV, no backups, the floor at one EV (a failed path keeps being retried, as
+    in RoCE), go-back-N recovery."""
     ev = EvConfig.for_base_rtt(base_rtt, evs_per_connection=1, backups_per_plane=0,
                                ev_min_active=1)
     return EndpointConfig.for_base_rtt(base_rtt, ev=ev, recovery=RecoveryMode.GO_BACK_N,
@@ -475,10 +496,10 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         config = load_host_config(args)
-        if args.single_path:
-            config = single_path_config(config)
-            endpoint_config = single_path_endpoint_config(args.base_rtt,
-                                                          write_timeout=args.write_timeout)
+        mode = AgentMode.parse(args.mode, config.planes)
+        if not mode.is_mrc:
+            endpoint_config = roce_endpoint_config(args.base_rtt,
+                                                   write_timeout=args.write_timeout)
         else:
             endpoint_config = EndpointConfig.for_base_rtt(args.base_rtt,
                                                           write_timeout=args.write_timeout)
@@ -488,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.seed is not None:
             log.warning("--seed %d: keys and EV tags are predictable (reproducible run, "
                         "insecure)", args.seed)
-        Agent(config, endpoint_config, args.socket, args.seed, args.single_path,
+        Agent(config, endpoint_config, args.socket, args.seed, mode,
               args.exchange_qps).run(args.connect_all)
     except (NicError, TopologyError, ValueError, OSError) as exc:
         log.error("%s", exc)

@@ -15,6 +15,7 @@ from host_agent.adapter import EndpointAdapter
 from host_agent.core import Endpoint, Event
 from host_agent.hostconfig import HostConfig
 from host_agent.loop import EventLoop
+from host_agent.modes import MRC_MODE, AgentMode
 from host_agent.nic import Nics
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,8 @@ class Driver:
 
     def __init__(self, endpoint: Endpoint, config: HostConfig, *,
                  on_event: Callable[[Event], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 mode: AgentMode = MRC_MODE) -> None:
         self.endpoint = endpoint
         self.config = config
         self.loop = EventLoop(clock)
@@ -36,7 +38,7 @@ class Driver:
         self.nics = Nics(config.nics, self.loop, on_readable=self._drain_nics,
                          on_link=self._on_link)
         self.adapter = EndpointAdapter(endpoint, config, self.nics.send, on_event=on_event,
-                                       accept_peers=True)
+                                       accept_peers=True, mode=mode)
 
     @property
     def plane_up(self) -> list[bool]:
@@ -46,7 +48,7 @@ class Driver:
     def connected(self) -> set[int]:
         return self.adapter.connected
 
-    def ensure_connected(self, peer: int) -> int:
+    def ensure_connected(self, peer: int) -> list[int]:
         return self.adapter.ensure_connected(peer)
 
     def open(self) -> None:

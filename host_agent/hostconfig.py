@@ -68,6 +68,7 @@ class HostConfig:
         return {addr: peer for (peer, _), addr in self.peer_address.items()}
 
 
-def qpn_for(host: int) -> int:
-    """QPN convention: a host's QP towards peer P is 0x100 + P, so the peer's is 0x100 + me."""
-    return 0x100 + host
+def qpn_for(host: int, lane: int = 0) -> int:
+    """QPN convention: a host's QP on lane L towards peer P is (L + 1) * 0x100 + P, so the
+    peer's is (L + 1) * 0x100 + me."""
+    return ((lane + 1) << 8) + host

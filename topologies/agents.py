@@ -18,6 +18,7 @@ from typing import Any
 
 from fabric.topology import Fabric
 from host_agent.control import ControlClient, ControlError
+from host_agent.modes import AgentMode
 from topologies.procs import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,11 +52,11 @@ class AgentProcess:
     """One agent: its Popen (by PID), log file, socket and proxy."""
 
     def __init__(self, node, host: int, fabric: Fabric, workdir: Path, *, base_rtt: float,
-                 keep_ipv6: bool, single_path: bool) -> None:
+                 keep_ipv6: bool, mode: AgentMode) -> None:
         self.node, self.host, self.fabric = node, host, fabric
         self.socket_path = workdir / f"h{host}.sock"
         self.log_path = workdir / f"h{host}-agent.log"
-        self.base_rtt, self.keep_ipv6, self.single_path = base_rtt, keep_ipv6, single_path
+        self.base_rtt, self.keep_ipv6, self.mode = base_rtt, keep_ipv6, mode
         self.proc: subprocess.Popen | None = None
         self.proxy = AgentProxy(host, self.socket_path)
 
@@ -65,11 +66,10 @@ class AgentProcess:
                "--planes", str(f.planes), "--t0", str(f.t0_per_plane), "--t1",
                str(f.t1_per_plane), "--hosts-per-t0", str(f.hosts_per_t0),
                "--socket", str(self.socket_path), "--log", str(self.log_path),
-               "--base-rtt", f"{self.base_rtt:.6f}", "--exchange-qps"]
+               "--base-rtt", f"{self.base_rtt:.6f}", "--exchange-qps", "--mode",
+               self.mode.name]
         if self.keep_ipv6:
             cmd.append("--keep-ipv6")
-        if self.single_path:
-            cmd.append("--single-path")
         return cmd
 
     def start(self) -> None:
@@ -118,16 +118,21 @@ _seeds = itertools.count(1)
 
 
 def exchange_qps(agents: dict[int, AgentProxy], only: int | None = None) -> None:
-    """Open a QP pair between every two agents, or between `only` (a restarted agent) and
+    """Open QP pairs between every two agents, or between `only` (a restarted agent) and
     every other: each side's QPN and initial PSN (drawn from `secrets` by the agent) reach the
-    other through the control sockets, out of band, as RC applications exchange them."""
+    other through the control sockets, out of band, as RC applications exchange them. Two
+    agents open as many QPs (lanes) as the one with fewer runs (1 unless both run roce)."""
+    lanes = {h: a.call("status")["lanes"] for h, a in agents.items()}
     for a, b in itertools.combinations(sorted(agents), 2):
         if only is not None and only not in (a, b):
             continue
-        offer_a = agents[a].call("qp_info", peer=b)
-        offer_b = agents[b].call("qp_info", peer=a)
-        agents[a].call("qp_connect", peer=b, qpn=offer_b["qpn"], psn=offer_b["psn"])
-        agents[b].call("qp_connect", peer=a, qpn=offer_a["qpn"], psn=offer_a["psn"])
+        for lane in range(min(lanes[a], lanes[b])):
+            offer_a = agents[a].call("qp_info", peer=b, lane=lane)
+            offer_b = agents[b].call("qp_info", peer=a, lane=lane)
+            agents[a].call("qp_connect", peer=b, lane=lane, qpn=offer_b["qpn"],
+                           psn=offer_b["psn"])
+            agents[b].call("qp_connect", peer=a, lane=lane, qpn=offer_a["qpn"],
+                           psn=offer_a["psn"])
 
 
 def run_transfer(src: AgentProxy, dst: AgentProxy, nbytes: int, timeout: float) -> dict:

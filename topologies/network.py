@@ -14,7 +14,8 @@ The API (README "Mininet demo" shows it in use), beyond start/stop/transfer/link
   (MRC tables are static), so MRC traffic is unaffected while single-path traffic sees a
   conventional network's hold-timer repair.
 - link_log (monotonic times of link and NIC events), agent_pid(host), switch_pid(name).
-- set_agent_mode(host, single_path): restart one agent in the given mode (what transfer does
+- set_agent_mode(host, mode): restart one agent in the given host_agent.modes mode (what
+  transfer does
   implicitly), for callers that drive agents themselves.
 - NetworkConfig.trimming=False: every port's trim threshold is NO_TRIM_THRESHOLD, which no
   queue reaches (queue_depth must stay below it), so a full queue tail-drops instead of
@@ -61,6 +62,7 @@ from controller.tables import (
     link_key,
 )
 from fabric.topology import Fabric, TopologyError
+from host_agent.modes import MRC_MODE, ROCE, AgentMode
 from p4rt.names import PRIORITY_HIGH, QDEPTH_BITS
 from topologies.agents import (
     AgentError,
@@ -69,6 +71,7 @@ from topologies.agents import (
     TransferHandle,
     exchange_qps,
 )
+from topologies.impair import remove_loss
 from topologies.p4switch import P4RuntimeSwitch
 from topologies.runstate import (
     RunManifest,
@@ -222,7 +225,7 @@ class MrcNetwork:
                 self._configure_kernel_ipv6(h)
         if self.config.agents:
             for h in range(self.fabric.hosts):
-                self._start_agent(h, self.config.single_path, wait=False)
+                self._start_agent(h, _mode(self.config.single_path), wait=False)
             for agent in self.agents.values():
                 agent.wait_ready()
             exchange_qps(self._proxies())
@@ -313,10 +316,10 @@ class MrcNetwork:
             if not out.endswith("OK"):
                 raise NetworkError(f"h{host}: `{cmd}` failed: {out}")
 
-    def _start_agent(self, host: int, single_path: bool, wait: bool = True) -> None:
+    def _start_agent(self, host: int, mode: AgentMode, wait: bool = True) -> None:
         agent = AgentProcess(self.net[self.fabric.host_name(host)], host,  # type: ignore[index]
                              self.fabric, self.workdir, base_rtt=self.config.effective_base_rtt,
-                             keep_ipv6=self.config.keep_ipv6, single_path=single_path)
+                             keep_ipv6=self.config.keep_ipv6, mode=mode)
         self.agents[host] = agent
         agent.start()
         self.record_pids()
@@ -325,6 +328,11 @@ class MrcNetwork:
 
     def _proxies(self) -> dict[int, AgentProxy]:
         return {h: a.proxy for h, a in self.agents.items()}
+
+    def exchange_qps(self, hosts: list[int]) -> None:
+        """Fresh QPs (new QPNs, PSNs and EV tags) between every two of `hosts`."""
+        proxies = self._proxies()
+        exchange_qps({h: proxies[h] for h in hosts})
 
     def reconnect_agent(self, host: int) -> None:
         """After h`host`'s agent (re)started: wait for it, then exchange QPs with every other
@@ -353,6 +361,7 @@ class MrcNetwork:
                 errors.append(f"h{agent.host}: {exc}")
         if self.controller is not None:
             self.controller.close()
+        remove_loss()  # a loss experiment cut short leaves its (now idle) nftables table
         if self.net is not None:
             if any(node.waiting for node in self.net.hosts + self.net.switches):
                 # Ctrl-C cut a Mininet command short: that shell takes no other command
@@ -414,26 +423,26 @@ class MrcNetwork:
         if nbytes < 1:
             raise NetworkError(f"transfer size must be at least 1 byte, got {nbytes}")
         for h in (src, dst):
-            self.set_agent_mode(h, single_path)
+            self.set_agent_mode(h, _mode(single_path))
         handle = TransferHandle(self.agent(src), self.agent(dst), nbytes, timeout)
         handle.single_path = single_path  # type: ignore[attr-defined]
         self._handles.append(handle)
         return handle
 
-    def set_agent_mode(self, host: int, single_path: bool) -> None:
-        """Run h`host`'s agent in single-path or MRC mode (restarts it if the mode differs);
-        refuses while the agent has a transfer running."""
+    def set_agent_mode(self, host: int, mode: AgentMode) -> None:
+        """Run h`host`'s agent in `mode` (restarts it if the mode differs); refuses while the
+        agent has a transfer running."""
         self.agent(host)
-        if self.agents[host].single_path != single_path:
-            self._switch_mode(host, single_path)
+        if self.agents[host].mode != mode:
+            self._switch_mode(host, mode)
 
-    def _switch_mode(self, host: int, single_path: bool) -> None:
+    def _switch_mode(self, host: int, mode: AgentMode) -> None:
         self._handles = [h for h in self._handles if not h.done()]
         if any(host in (h.src, h.dst) for h in self._handles):
-            raise NetworkError(f"h{host}'s agent runs {'MRC' if single_path else 'single-path'}"
-                               " transfers right now; wait for them before switching its mode")
+            raise NetworkError(f"h{host}'s agent runs {self.agents[host].mode.name} transfers "
+                               "right now; wait for them before switching its mode")
         self.agents[host].stop()
-        self._start_agent(host, single_path)
+        self._start_agent(host, mode)
 
     # ---- failures ----------------------------------------------------------------------------
 
@@ -526,6 +535,10 @@ class MrcNetwork:
                 raise NetworkError(f"{name}: cannot read {counter} of {ifname}: {exc}") from exc
         return out
 
+    def switch_ports(self, name: str) -> dict[int, str]:
+        """Port number -> interface name of a switch's data ports."""
+        return dict(self._need_net()[name]._data_ports())
+
     def port_sent(self, name: str) -> dict[int, int]:
         """Frames each port of a switch has sent (all priorities), from the kernel."""
         return self._port_counters(name, "tx_packets")
@@ -545,6 +558,11 @@ class MrcNetwork:
 
     def events(self, host: int, since: int = 0) -> list:
         return self.agent(host).call("events", since=since)["events"]
+
+
+def _mode(single_path: bool) -> AgentMode:
+    """The demo's baseline (`single_path`) is the single_port mode: one QP on plane 0."""
+    return AgentMode(ROCE, 1) if single_path else MRC_MODE
 
 
 def _sysctl(path: str, value: str) -> None:

@@ -212,7 +212,7 @@ def test_commands_register_verify_and_validate(agent: Agent) -> None:
 
 
 def test_deny_allow_and_stats(agent: Agent) -> None:
-    qpn = agent.driver.ensure_connected(1)
+    qpn = agent.driver.ensure_connected(1)[0]
     ev = next(iter(agent.endpoint.ev_states(qpn)))
     assert call(agent, "deny", peer=1, ev=ev)["state"] == "DENIED"
     assert agent.endpoint.ev_states(qpn)[ev] is EvState.DENIED
@@ -259,13 +259,13 @@ def test_qps_are_exchanged_out_of_band_with_secret_qpns_and_psns(exchanging) -> 
         assert 0x100 <= offer["qpn"] < 1 << 24 and 0 <= offer["psn"] < 1 << 24
     assert (offer_a["qpn"], offer_b["qpn"]) != (qpn_for(1), qpn_for(0))  # not the convention
     # a write before the exchange is refused: no QP opens by convention
-    with pytest.raises(RequestError, match="no QP to h1"):
+    with pytest.raises(RequestError, match="0 of 1 QPs to h1 open"):
         call(a, "write", peer=1, bytes=10, va=0, rkey=1)
     call(a, "qp_connect", peer=1, qpn=offer_b["qpn"], psn=offer_b["psn"])
     call(b, "qp_connect", peer=0, qpn=offer_a["qpn"], psn=offer_a["psn"])
     conn = a.endpoint.connection(offer_a["qpn"])
     assert (conn.remote_qpn, conn.sender.next_psn) == (offer_b["qpn"], offer_a["psn"])
-    assert call(a, "status")["qps"] == {"1": offer_a["qpn"]}
+    assert call(a, "status")["qps"] == {"1": [offer_a["qpn"]]}
     with pytest.raises(RequestError, match="call it first"):  # each offer is used once
         call(a, "qp_connect", peer=1, qpn=offer_b["qpn"], psn=offer_b["psn"])
     with pytest.raises(RequestError, match="not a peer"):
@@ -274,6 +274,6 @@ def test_qps_are_exchanged_out_of_band_with_secret_qpns_and_psns(exchanging) -> 
     again = call(a, "qp_info", peer=1)
     assert again["qpn"] != offer_a["qpn"]
     call(a, "qp_connect", peer=1, qpn=0x4242, psn=5)
-    assert call(a, "status")["qps"] == {"1": again["qpn"]}
+    assert call(a, "status")["qps"] == {"1": [again["qpn"]]}
     with pytest.raises(LocalProtocolError):
         a.endpoint.connection(offer_a["qpn"])  # the old QP is gone

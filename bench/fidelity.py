@@ -1,0 +1,128 @@
+"""Fidelity monitor: was a contender's figure limited by the emulated network or by the emulation?
+
+Every switch and agent is a process on the same few CPUs. When they cannot keep up, ports run
+below their configured packets/s and the figure measures Python, not the fabric. While a
+contender runs, a thread samples every SAMPLE_S seconds: CPU time of every switch and agent
+process (/proc/PID/stat), all CPUs' busy time (/proc/stat) and every switch port's transmitted
+frames (kernel interface counters, the same for every target). Per sample window the busiest
+port's packets/s is the bottleneck's achieved rate; its median over windows with traffic,
+over the configured rate, says whether the bottleneck ran at its rate.
+
+Verdict: "emulation-bound" when the CPUs (median window >= CPU_SATURATED of all CPUs) or one
+process (>= PROCESS_SATURATED of a core) were saturated AND the bottleneck ran below
+PORT_AT_RATE of its rate; "faithful" otherwise (a port at its rate is the network's limit; a
+contender that leaves ports idle without saturating the CPUs is limited by its protocol).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import results
+
+SAMPLE_S = 0.5
+CPU_SATURATED = 0.9
+PROCESS_SATURATED = 0.9
+PORT_AT_RATE = 0.9
+EMULATION_BOUND = "emulation-bound"
+FAITHFUL = "faithful"
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """utime + stime of a process in seconds (None once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+class Monitor:
+    """Samples a running MrcNetwork from a thread between start() and stop()."""
+
+    def __init__(self, net: Any, interval: float = SAMPLE_S) -> None:
+        self.net, self.interval = net, interval
+        self.rate = net.config.port_rate_pps
+        self.switches = [sw.name for sw in net.fabric.switches]
+        self.samples: list[tuple[float, tuple[int, int], dict[str, float | None],
+                                 dict[str, int]]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _pids(self) -> dict[str, int]:
+        pids = {f"h{h}": self.net.agent_pid(h) for h in range(self.net.fabric.hosts)}
+        pids.update({name: self.net.switch_pid(name) for name in self.switches})
+        return {name: pid for name, pid in pids.items() if pid is not None}
+
+    def _sample(self) -> None:
+        ports = {f"{name}:{port}": count for name in self.switches
+                 for port, count in self.net.port_sent(name).items()}
+        cpu = {name: process_cpu_s(pid) for name, pid in self._pids().items()}
+        self.samples.append((time.monotonic(), results.cpu_times(), cpu, ports))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def start(self) -> None:
+        self._sample()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="fidelity")
+        self._thread.start()
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        self._sample()
+        return report(self.samples, self.rate)
+
+
+def report(samples: list, rate: int | None) -> dict[str, Any]:
+    """The verdict and its evidence from consecutive samples (see the module docstring)."""
+    busy, proc_use, bottleneck = [], {}, []
+    for (t0, m0, c0, p0), (t1, m1, c1, p1) in zip(samples, samples[1:], strict=False):
+        span = t1 - t0
+        if span <= 0:
+            continue
+        sent = {k: p1[k] - p0.get(k, p1[k]) for k in p1}
+        if sum(sent.values()) <= 0:
+            continue  # no traffic in this window
+        busy.append(results.cpu_busy(m0, m1) or 0.0)
+        for name, cpu in c1.items():
+            if cpu is not None and c0.get(name) is not None:
+                proc_use.setdefault(name, []).append((cpu - c0[name]) / span)
+        bottleneck.append(max(sent.values()) / span)
+    out: dict[str, Any] = {"windows": len(busy), "port_rate_pps": rate}
+    if not busy:
+        out.update(verdict=None, why="no traffic was seen")
+        return out
+    per_process = {n: statistics.median(v) for n, v in proc_use.items()}
+    top = max(per_process, key=per_process.__getitem__) if per_process else None
+    achieved = statistics.median(bottleneck)
+    out.update(machine_busy=statistics.median(busy), machine_busy_max=max(busy),
+               busiest_process=top, busiest_process_cpu=per_process.get(top) if top else None,
+               process_cpu={n: round(v, 3) for n, v in sorted(
+                   per_process.items(), key=lambda kv: -kv[1])[:6]},
+               bottleneck_pps=achieved,
+               bottleneck_over_rate=achieved / rate if rate else None)
+    saturated = (out["machine_busy"] >= CPU_SATURATED
+                 or (out["busiest_process_cpu"] or 0.0) >= PROCESS_SATURATED)
+    below = rate is None or achieved < PORT_AT_RATE * rate
+    if saturated and below:
+        what = (f"CPUs {out['machine_busy']:.0%} busy" if out["machine_busy"] >= CPU_SATURATED
+                else f"{top} used {out['busiest_process_cpu']:.0%} of a core")
+        out.update(verdict=EMULATION_BOUND,
+                   why=f"{what} while the busiest port sent {achieved:.0f} packets/s"
+                       + (f" of {rate}" if rate else " (no port rate)"))
+    else:
+        out.update(verdict=FAITHFUL,
+                   why=("the busiest port ran at its rate" if not below
+                        else "ports below their rate, CPUs not saturated: protocol-limited"))
+    return out
