@@ -4,9 +4,11 @@ Every switch and agent is a process on the same few CPUs. When they cannot keep 
 below their configured packets/s and the figure measures Python, not the fabric. While a
 contender runs, a thread samples every SAMPLE_S seconds: CPU time of every switch and agent
 process (/proc/PID/stat), all CPUs' busy time (/proc/stat) and every switch port's transmitted
-frames (kernel interface counters, the same for every target). Per sample window the busiest
-port's packets/s is the bottleneck's achieved rate; its median over windows with traffic,
-over the configured rate, says whether the bottleneck ran at its rate.
+bytes (kernel interface counters, the same for every target). Per sample window the busiest
+port's bytes/s, in full-size MRC data frames (DATA_FRAME_BYTES), is the bottleneck's achieved
+rate: counted in bytes so the small ACKs a port also carries (on their own, faster queue) do
+not pass for data. Its median over windows with traffic, over the configured rate, says whether
+the bottleneck ran at its rate (kernel TCP's larger frames count as more than one).
 
 Verdict: "emulation-bound" when the CPUs (median window >= CPU_SATURATED of all CPUs) or one
 process (>= PROCESS_SATURATED of a core) were saturated AND the bottleneck ran below
@@ -24,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import results
+from host_agent.core import DEFAULT_MTU
+from wire.layout import BTH_LEN, FRAME_HEADERS_LEN
 
 SAMPLE_S = 0.5
 CPU_SATURATED = 0.9
@@ -31,6 +35,7 @@ PROCESS_SATURATED = 0.9
 PORT_AT_RATE = 0.9
 EMULATION_BOUND = "emulation-bound"
 FAITHFUL = "faithful"
+DATA_FRAME_BYTES = FRAME_HEADERS_LEN + BTH_LEN + DEFAULT_MTU  # a full MRC data frame
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -63,7 +68,7 @@ class Monitor:
 
     def _sample(self) -> None:
         ports = {f"{name}:{port}": count for name in self.switches
-                 for port, count in self.net.port_sent(name).items()}
+                 for port, count in self.net.port_sent_bytes(name).items()}
         cpu = {name: process_cpu_s(pid) for name, pid in self._pids().items()}
         self.samples.append((time.monotonic(), results.cpu_times(), cpu, ports))
 
@@ -98,7 +103,7 @@ def report(samples: list, rate: int | None) -> dict[str, Any]:
         for name, cpu in c1.items():
             if cpu is not None and c0.get(name) is not None:
                 proc_use.setdefault(name, []).append((cpu - c0[name]) / span)
-        bottleneck.append(max(sent.values()) / span)
+        bottleneck.append(max(sent.values()) / DATA_FRAME_BYTES / span)
     out: dict[str, Any] = {"windows": len(busy), "port_rate_pps": rate}
     if not busy:
         out.update(verdict=None, why="no traffic was seen")

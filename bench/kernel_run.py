@@ -99,8 +99,12 @@ def run_kernel_flows(net, specs: list[FlowSpec], proto: str, *, timeout: float,
             on_start(start)
         client_reports = []
         for proc, first in zip(clients, first_lines, strict=True):
+            # not communicate(): it reads the pipe beneath the text buffer, where readline()
+            # may already hold the report of a client that finished quickly
             try:
-                out, err = proc.communicate(timeout=timeout + STARTUP_S)
+                proc.wait(timeout=timeout + STARTUP_S)
+                out = proc.stdout.read() if proc.stdout is not None else ""
+                err = proc.stderr.read() if proc.stderr is not None else ""
             except subprocess.TimeoutExpired:
                 _end(proc)
                 out, err = "", "client outlived its timeout"

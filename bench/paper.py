@@ -29,8 +29,10 @@ LOSS_CONTENDERS = ("mrc", "roce", "roce:8", "tcp")
 VICTIM_CONTENDERS = ("mrc", "roce")
 STARTUP_CONTENDERS = ("mrc", "roce")
 # 7 senders on T0s 1-2 write to h0 on T0 0; the victim h11 (T0 2) -> h1 (T0 0) shares their
-# spines' downlinks into T0 0. Two planes keep the switch count (10) within the CPUs' reach.
-VICTIM_FABRIC = Fabric(planes=2, t0_per_plane=3, t1_per_plane=2, hosts_per_t0=4)
+# spines' downlinks into T0 0, which have room for both (3 spines: 1.5x h0's and h1's NIC
+# capacity together) only if the incast is held to h0's rate. Two planes keep the switch count
+# (12) within the CPUs' reach.
+VICTIM_FABRIC = Fabric(planes=2, t0_per_plane=3, t1_per_plane=3, hosts_per_t0=4)
 VICTIM_INCAST = (list(range(4, 11)), 0)
 VICTIM_FLOW = (11, 1)
 INCAST_PER_VICTIM = 4  # the incast moves this many times the victim's bytes

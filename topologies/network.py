@@ -543,6 +543,10 @@ class MrcNetwork:
         """Frames each port of a switch has sent (all priorities), from the kernel."""
         return self._port_counters(name, "tx_packets")
 
+    def port_sent_bytes(self, name: str) -> dict[int, int]:
+        """Bytes each port of a switch has sent (all priorities), from the kernel."""
+        return self._port_counters(name, "tx_bytes")
+
     def switch_frames(self) -> dict[str, dict[str, int]]:
         """Frames each switch process took in and sent out, from its interfaces' kernel
         counters. `consumed` = in - out: P4 drops, queue tail drops and anything the switch

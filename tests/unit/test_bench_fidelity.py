@@ -1,0 +1,39 @@
+"""The fidelity monitor's verdict from synthetic samples (bench.fidelity.report)."""
+
+from __future__ import annotations
+
+from bench.fidelity import DATA_FRAME_BYTES, EMULATION_BOUND, FAITHFUL, report
+
+
+def _samples(port_pps: float, busy: float, proc_core: float, windows: int = 6) -> list:
+    """Samples 1 s apart: one port sending port_pps full frames, CPUs `busy`, h0 `proc_core`."""
+    out = []
+    for i in range(windows + 1):
+        machine = (int(busy * 100 * i), 100 * i)
+        out.append((float(i), machine, {"h0": proc_core * i, "s1": 0.1 * i},
+                    {"s1:1": int(port_pps * DATA_FRAME_BYTES * i), "s1:2": 0}))
+    return out
+
+
+def test_saturated_cpus_and_a_slow_bottleneck_are_emulation_bound() -> None:
+    r = report(_samples(200, busy=0.97, proc_core=0.5), rate=500)
+    assert r["verdict"] == EMULATION_BOUND and "97%" in r["why"]
+    assert abs(r["bottleneck_over_rate"] - 0.4) < 1e-6
+
+
+def test_one_saturated_process_is_enough() -> None:
+    r = report(_samples(200, busy=0.6, proc_core=0.95), rate=500)
+    assert r["verdict"] == EMULATION_BOUND and "h0" in r["why"]
+
+
+def test_a_port_at_its_rate_is_faithful_even_with_busy_cpus() -> None:
+    assert report(_samples(480, busy=0.97, proc_core=0.95), rate=500)["verdict"] == FAITHFUL
+
+
+def test_idle_ports_with_idle_cpus_are_protocol_limited_not_emulation() -> None:
+    r = report(_samples(100, busy=0.3, proc_core=0.2), rate=500)
+    assert r["verdict"] == FAITHFUL and "protocol" in r["why"]
+
+
+def test_no_traffic_gives_no_verdict() -> None:
+    assert report(_samples(0, busy=0.2, proc_core=0.1), rate=500)["verdict"] is None
