@@ -1,5 +1,6 @@
 """`python -m bench all --quick` on each switch target (the software switch and BMv2, same
-fabric and rates): the results file is complete and sane.
+fabric and rates): the results file is complete and sane. The software switch runs the
+contenders CONTENDERS_SOFT, BMv2 only MRC and roce (CI time).
 
 Runs every scenario once (a few minutes on 2 cores) and checks structure, not performance:
 every key present, numbers finite and non-negative, every MRC run and every clean run
@@ -19,11 +20,13 @@ from pathlib import Path
 import pytest
 
 from bench import results
-from bench.scenarios import SCENARIOS
+from bench.__main__ import SCENARIOS
 from tests.support import require_bmv2
 from topologies.network import NO_TRIM_THRESHOLD
 
 REPO = Path(__file__).resolve().parents[2]
+CONTENDERS = {"soft": ("mrc", "roce", "roce:8", "tcp", "mptcp", "single_port"),
+              "bmv2": ("mrc", "roce")}
 RUN_TIMEOUT_S = 1200  # about 3 minutes alone; the rest is waiting for other fabrics to stop
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(RUN_TIMEOUT_S + 300),
@@ -38,7 +41,7 @@ def run(request: pytest.FixtureRequest,
         require_bmv2()
     out = tmp_path_factory.mktemp(f"bench-{request.param}")
     proc = subprocess.Popen([sys.executable, "-m", "bench", "all", "--quick", "--target",
-                             request.param,
+                             request.param, "--contenders", ",".join(CONTENDERS[request.param]),
                              "--out", str(out), "--no-progress"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -51,7 +54,9 @@ def run(request: pytest.FixtureRequest,
             proc.communicate(timeout=120)
     path = out / "results.json"
     assert path.exists(), err[-3000:]
-    return json.loads(path.read_text()), out
+    data = json.loads(path.read_text())
+    data["_target"] = request.param
+    return data, out
 
 
 def test_every_scenario_ran_and_validates(run: tuple[dict, Path]) -> None:
@@ -72,11 +77,27 @@ def test_fabric_parameters_recorded(run: tuple[dict, Path]) -> None:
 
 def test_contenders_present(run: tuple[dict, Path]) -> None:
     data, _ = run
+    chosen = set(CONTENDERS[data["_target"]])
+    wanted = {"permutation": chosen, "allreduce": {"mrc", "roce"},
+              "victim": {"mrc", "roce"}, "startup": {"mrc", "roce"},
+              "loss": chosen & {"mrc", "roce", "roce:8", "tcp"},
+              "incast": chosen & {"mrc", "roce", "tcp", "mptcp"}}
     for name, sc in data["scenarios"].items():
-        expected = {"mrc", "single_path"} if name == "allreduce" else \
-            {"mrc", "single_path", "tcp", "mptcp"}
-        assert expected <= set(sc["contenders"]), name
+        expected = wanted.get(name, chosen & {"mrc", "roce", "tcp", "mptcp", "single_port"})
+        assert set(sc["contenders"]) - {"mrc_no_trim"} == expected, name
     assert "mrc_no_trim" in data["scenarios"]["incast"]["contenders"]
+
+
+def test_every_contender_run_has_a_fidelity_verdict(run: tuple[dict, Path]) -> None:
+    for name, sc in run[0]["scenarios"].items():
+        for cname, c in sc["contenders"].items():
+            parts = c.get("salts") or [p for p in (c, c.get("clean"), c.get("failed"))
+                                       if isinstance(p, dict) and "fidelity" in p]
+            if "skipped" in c or "step_time_s" in c:
+                continue
+            assert parts, (name, cname)
+            for p in parts:
+                assert p["fidelity"]["verdict"] in ("faithful", "emulation-bound"), (name, cname)
 
 
 def test_no_trim_variant_never_trims(run: tuple[dict, Path]) -> None:
@@ -89,7 +110,7 @@ def test_kernel_flows_work_after_nic_failures(run: tuple[dict, Path]) -> None:
     """The agents' NIC-failure runs come first: nic_up must have restored the NICs' IPv6."""
     contenders = run[0]["scenarios"]["plane-failure"]["contenders"]
     for name in ("tcp", "mptcp"):
-        if "skipped" not in contenders[name]:
+        if name in contenders and "skipped" not in contenders[name]:
             assert contenders[name]["clean"]["summary"]["ok"], name
 
 
@@ -100,7 +121,13 @@ def test_figures_in_range(run: tuple[dict, Path]) -> None:
     for c in perm["contenders"].values():
         if "skipped" not in c:
             assert 0 < c["summary"]["aggregate_over_capacity"] <= 1.5
-    assert perm["figures"]["slowest_speedup_mrc_vs_single_path"] > 0
+            assert 0 <= c["summary"]["slow_flow_fraction"] <= 1
+    assert perm["figures"]["p100_roce_over_mrc"] > 0
+    assert 0 < sc["loss"]["figures"]["mrc"]["goodput_over_capacity"] <= 1.5
+    assert sc["loss"]["contenders"]["mrc"]["dropped_by_loss_rules"] > 0
+    assert 0 < sc["victim"]["figures"]["mrc"]["victim_over_clean"] <= 1.5
+    assert sc["startup"]["figures"]["mrc"]["drops_per_qp"] >= 0
+    assert sc["flap"]["contenders"]["mrc"]["failed"]["failure"]["flaps"] >= 1
     for name in ("link-failure", "plane-failure", "switch-reboot"):
         mrc = sc[name]["contenders"]["mrc"]
         assert 0 <= mrc["failure_at_s"] < mrc["completion_failed_s"]
@@ -131,3 +158,4 @@ def test_summary_and_plots_written(run: tuple[dict, Path]) -> None:
     pngs = sorted(p.name for p in out.glob("*.png"))
     assert "permutation-flows.png" in pngs and "allreduce-steps.png" in pngs
     assert "link-failure-goodput.png" in pngs and "incast-flows.png" in pngs
+    assert "Paper, same experiment" in text and "fidelity" in text
