@@ -18,7 +18,7 @@ from bench.runner import open_network, run_contender
 from fabric.topology import Fabric
 from topologies.network import NetworkConfig
 
-CALIBRATION_BYTES = 512 * 1024
+CALIBRATION_BYTES = 1024 * 1024
 HEADROOM = 0.5
 ROUND = 10
 MIN_RATE = 20  # below this, base RTTs reach seconds: a machine this slow cannot run the bench

@@ -47,23 +47,24 @@ SLOW_FLOW = 0.5  # a flow below this fraction of its fair rate counts as hit by 
 
 @dataclass(frozen=True)
 class Sizes:
-    flow_bytes: int
+    flow_bytes: int  # one flow of the failure scenarios
     incast_bytes: int  # total over all senders
     allreduce_bytes: int  # the buffer every host reduces
     allreduce_steps: int
     convergence_delay: float
     incast_fabric: Fabric
     perm_fabric: Fabric
+    perm_bytes: int  # per permutation flow
     salts: int  # permutation repetitions, each with fresh QPs (new ECMP hashes)
     loss_bytes: int
     victim_bytes: int  # the victim's flow; the incast moves 4x as much
     startup_bytes: int  # per host pair of the start-up all-to-all
 
 
-QUICK = Sizes(256 * 1024, 384 * 1024, 96 * 1024, 5, 1.0, DEFAULT_FABRIC, DEFAULT_FABRIC, 1,
-              128 * 1024, 128 * 1024, 32 * 1024)
-FULL = Sizes(4 * 1024 * 1024, 6 * 1024 * 1024, 768 * 1024, 40, 3.0, INCAST_FABRIC,
-             COLLISION_FABRIC, 3, 1024 * 1024, 1024 * 1024, 256 * 1024)
+QUICK = Sizes(256 * 1024, 384 * 1024, 96 * 1024, 5, 1.0, DEFAULT_FABRIC, DEFAULT_FABRIC,
+              256 * 1024, 1, 128 * 1024, 128 * 1024, 32 * 1024)
+FULL = Sizes(2 * 1024 * 1024, 6 * 1024 * 1024, 768 * 1024, 40, 3.0, INCAST_FABRIC,
+             COLLISION_FABRIC, 4 * 1024 * 1024, 3, 1024 * 1024, 1024 * 1024, 256 * 1024)
 
 
 @dataclass
@@ -176,13 +177,13 @@ def permutation(ctx: Context) -> dict[str, Any]:
     with fresh QPs (new ECMP hashes) per contender; per-flow distributions pooled."""
     fabric = ctx.sizes.perm_fabric
     shift = fabric.hosts // 2
-    specs = [FlowSpec(i, (i + shift) % fabric.hosts, ctx.sizes.flow_bytes)
+    specs = [FlowSpec(i, (i + shift) % fabric.hosts, ctx.sizes.perm_bytes)
              for i in range(fabric.hosts)]
     with open_fabric(ctx, fabric) as net:
         per_flow = [metrics.capacity_pps(fabric, net.config.port_rate_pps, [s.src], [s.dst])
                     for s in specs]
         cap = sum(per_flow)
-        timeout = 20 * ideal_s(ctx.sizes.flow_bytes * len(specs), cap) * fabric.planes + 20
+        timeout = 20 * ideal_s(ctx.sizes.perm_bytes * len(specs), cap) * fabric.planes + 20
         result = network_params(net, cap)
         runs: dict[str, Any] = {}
         for _salt in range(ctx.sizes.salts):
