@@ -41,7 +41,7 @@ FAILURE_FIGURES = ("stall_s", "stall_rtts", "completed", "completion_ratio",
 NEXT_SECOND = 1.0  # goodput in the second after a failure, against the clean run
 FAILURE_CONTENDERS = ("mrc", "roce", "tcp", "mptcp", "single_port")
 INCAST_CONTENDERS = ("mrc", "roce", "tcp", "mptcp")
-ALLREDUCE_CONTENDERS = ("mrc", "roce")
+ALLREDUCE_CONTENDERS = ("mrc", "roce", "roce:16")  # the paper: one MRC QP beats 16
 SLOW_FLOW = 0.5  # a flow below this fraction of its fair rate counts as hit by collisions
 
 
