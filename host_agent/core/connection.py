@@ -72,12 +72,13 @@ class Connection:
             if pkt.sack.probe_resp:
                 self._stats["probe_replies"] += 1
                 outstanding = self.evs.on_probe_reply(pkt.sack.entropy, now)
-            if self.sender.on_sack(pkt.sack, now, probe_outstanding=outstanding):
+            if self.sender.on_sack(pkt.sack, now, probe_outstanding=outstanding,
+                                   plane=meta.plane):
                 self._learn_peer_tag(meta.ev)
         elif isinstance(pkt, wire.NackPacket):
             self._check_ev(pkt.nack.entropy)
             self._stats["nacks_received"] += 1
-            if self.sender.on_nack(pkt.nack, now):
+            if self.sender.on_nack(pkt.nack, now, plane=meta.plane):
                 self._learn_peer_tag(meta.ev)
         elif isinstance(pkt, wire.ProbePacket):
             self._control(self.receiver.probe_reply(pkt, meta), now, out, meta.plane,

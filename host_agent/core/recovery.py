@@ -5,17 +5,32 @@ by several base RTTs (one congested spine), so "a packet sent later was acknowle
 nothing about loss unless both took the same route. A source route, however, is a FIFO: the
 fabric does not hash an SRv6 path and data frames of one route share one queue per hop.
 
+Why only a plane's own answers count as evidence for its paths: answers reach the sender
+through one NIC per plane, each plane's in arrival order, but a host drains its NICs one after
+the other, so after a pause it judges one plane's fresh answers (and the SACK bitmaps and
+cumulative acks in them, which report deliveries on every plane) while older answers of the
+other planes still wait in their queues. Measured in the Mininet demo: every EV retired off
+the failed link belonged to a packet whose answer was waiting there (docs/decisions.md, "Loss
+detection judges a path by its own plane's answers"). So the sender reports a delivery to
+this detector only when the answer that told it came in on the packet's plane (a packet
+acknowledged through another plane still leaves flight; it is just no evidence), and rule B
+compares a packet with later transmissions of its own plane.
+
 A packet P in flight on path X is declared lost when either rule holds:
   A (RACK on X): a transmission sent on X after P was delivered, and P has been out longer
     than that transmission's RTT + the reorder window (the window absorbs SACKs overtaking
     each other on different reverse paths).
-  B (X went silent): a transmission sent `reorder_threshold` or more transmissions after P on
-    any path was delivered, P has been out longer than the largest recent RTT seen on X + the
-    reorder window (until X has an RTT sample: the caller's fallback, the RTO), and nothing
-    sent on X has been delivered for a reorder window. Rule B is what notices a dead path
-    within about two RTTs. A path whose queue is merely growing keeps delivering what was sent
-    on it before P, so the silence condition keeps rule B quiet there even when P's RTT
-    exceeds every earlier sample.
+  B (X went silent): a transmission of X's plane sent `reorder_threshold` or more
+    transmissions after P was delivered, P has been out longer than the reorder window plus
+    the larger of the largest recent RTT seen on X and the RTT of the newest-sent transmission
+    delivered on X's plane (RACK's RTT: a queue that every path of the plane shares, or the
+    sender's own lateness in reading answers, delays the evidence as much as P; until X has an
+    RTT sample: the caller's fallback, the RTO), and nothing sent on X has been delivered for a
+    reorder window. Rule B is what notices a dead path within about two RTTs. A path whose
+    queue is merely growing keeps delivering what was sent on it before P, so the silence
+    condition keeps rule B quiet there even when P's RTT exceeds every earlier sample; a first
+    window that leaves at once (every packet sent at one time) queues without any of its
+    packets being overdue against another.
 Only transmissions whose delivery is unambiguous feed the rules: first transmissions, and a
 retransmitted packet's transmission named by the EV echoed in the SACK it triggered.
 
@@ -91,7 +106,8 @@ class LossDetector:
     def __init__(self, reorder_threshold: int) -> None:
         self._threshold = reorder_threshold
         self._paths: dict[PathInfo, _PathState] = {}
-        self.delivered_seq = -1  # newest transmission (any path) known delivered
+        # per plane: the newest-sent transmission known delivered and its RTT (rule B)
+        self._planes: dict[int, tuple[int, float]] = {}
 
     def _state(self, path: PathInfo) -> _PathState:
         state = self._paths.get(path)
@@ -109,14 +125,17 @@ class LossDetector:
         del self._paths[pkt.path].queue[pkt.tx_seq]
 
     def delivered(self, path: PathInfo, tx_seq: int, rtt: float, now: float) -> None:
-        """An unambiguous transmission on `path`, sent `rtt` seconds ago, arrived."""
+        """An unambiguous transmission on `path`, sent `rtt` seconds ago, arrived, as told by
+        an answer that came in on `path`'s plane (module docstring)."""
         state = self._state(path)
         state.silent_losses = 0
         state.last_delivery = max(state.last_delivery, now)
         if tx_seq > state.rack_seq:
             state.rack_seq, state.rack_rtt = tx_seq, rtt
         state.rtt_max = max(rtt, state.rtt_max * _RTT_MAX_DECAY)
-        self.delivered_seq = max(self.delivered_seq, tx_seq)
+        newest = self._planes.get(path.plane)
+        if newest is None or tx_seq > newest[0]:
+            self._planes[path.plane] = (tx_seq, rtt)
 
     def detect(
         self, now: float, reorder_window: float, fallback_patience: float
@@ -127,8 +146,9 @@ class LossDetector:
         dark: list[PathInfo] = []
         recheck: float | None = None
         for path, state in self._paths.items():
+            newest = self._planes.get(path.plane, (-1, 0.0))
             for pkt in state.queue.values():
-                due, silent = self._due(state, pkt, reorder_window, fallback_patience)
+                due, silent = self._due(state, newest, pkt, reorder_window, fallback_patience)
                 if due is None:
                     break  # neither rule applies, nor to anything sent later on this path
                 if now < due:
@@ -143,16 +163,19 @@ class LossDetector:
         return lost, recheck, dark
 
     def _due(
-        self, state: _PathState, pkt: OutPkt, reorder_window: float, fallback: float
+        self, state: _PathState, newest: tuple[int, float], pkt: OutPkt, reorder_window: float,
+        fallback: float,
     ) -> tuple[float | None, bool]:
         """When `pkt` is lost, and whether by rule B alone (nothing sent later on its path
-        was delivered)."""
+        was delivered). `newest`: the plane's newest-sent delivered transmission and its RTT."""
         rack: float | None = None
         if pkt.tx_seq < state.rack_seq:
             rack = pkt.sent_time + state.rack_rtt + reorder_window
-        if self.delivered_seq - self._threshold >= pkt.tx_seq:
+        plane_seq, plane_rtt = newest
+        if plane_seq - self._threshold >= pkt.tx_seq:
             if state.rtt_max:
-                silent = max(pkt.sent_time + state.rtt_max, state.last_delivery) + reorder_window
+                overdue = pkt.sent_time + max(state.rtt_max, plane_rtt)
+                silent = max(overdue, state.last_delivery) + reorder_window
             else:
                 silent = pkt.sent_time + fallback
             if rack is None or silent < rack:

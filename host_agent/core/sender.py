@@ -94,6 +94,7 @@ class Sender:
         self._loss = LossDetector(config.reorder_threshold)
         self._untriggered: OrderedDict[int, OutPkt] = OrderedDict()  # acked, own SACK not seen
         self._newest_acked: OutPkt | None = None  # RACK sample candidate of the current SACK
+        self._answer_plane: int | None = None  # plane the answer being applied came in on
         self.rto = RtoEstimator(config.rto_initial, config.rto_min, config.rto_max)
         self._hold_until = 0.0  # after NACK(PSN_OOR_WINDOW): send nothing before this
         self._progress_at = 0.0  # last forward progress: the RTO runs from here (docstring)
@@ -215,11 +216,15 @@ class Sender:
         pkt = self._tracked(psn)
         return pkt if pkt is not None and ev in pkt.una_by_ev else None
 
-    def on_sack(self, sack: wire.SackExt, now: float, *, probe_outstanding: bool = False) -> bool:
+    def on_sack(self, sack: wire.SackExt, now: float, *, probe_outstanding: bool = False,
+                plane: int | None = None) -> bool:
         """Apply a SACK; False (and nothing changed) if it answers nothing we sent. A probe
-        reply counts only if the EvSet had a probe outstanding on its EV."""
+        reply counts only if the EvSet had a probe outstanding on its EV. `plane`: the plane
+        it came in on; only deliveries on that plane feed loss detection (recovery module
+        docstring); None trusts it for every plane."""
         rtt: float | None = None
         self._newest_acked = None
+        self._answer_plane = plane
         if self.error is not None:
             return self._refuse()
         answered: OutPkt | None = None
@@ -301,8 +306,10 @@ class Sender:
         self._stats["answers_refused"] += 1
         return False
 
-    def on_nack(self, nack: wire.NackExt, now: float) -> bool:
-        """Apply a NACK; False (and nothing changed) if it answers nothing we sent."""
+    def on_nack(self, nack: wire.NackExt, now: float, *, plane: int | None = None) -> bool:
+        """Apply a NACK; False (and nothing changed) if it answers nothing we sent. `plane`:
+        as for on_sack."""
+        self._answer_plane = plane
         reason = nack.reason
         answered = self._answered(nack.nack_psn, nack.entropy)
         if answered is None or self.error is not None:
@@ -354,8 +361,7 @@ class Sender:
             # cumulatively, so there an arrival above the cumulative ack is RoCE's
             # sequence-error NAK: evidence for loss detection, not an acknowledgement
             if pkt.tx_count > 1 or (self._go_back and pkt.in_flight):
-                assert pkt.path is not None
-                self._loss.delivered(pkt.path, pkt.tx_seq, now - pkt.sent_time, now)
+                self._evidence(pkt, now)
             return now - pkt.sent_time
         if ev == pkt.prev_ev:
             self._stats["spurious_retransmits"] += 1
@@ -390,8 +396,7 @@ class Sender:
         if pkt is not None:
             self._landed(pkt)
             if pkt.tx_count == 1:  # unambiguous: only one transmission could have arrived
-                assert pkt.path is not None
-                self._loss.delivered(pkt.path, pkt.tx_seq, now - pkt.sent_time, now)
+                self._evidence(pkt, now)
                 if self._newest_acked is None or pkt.tx_seq > self._newest_acked.tx_seq:
                     self._newest_acked = pkt
         else:
@@ -402,6 +407,13 @@ class Sender:
         if len(self._untriggered) > self._cfg.window:
             self._untriggered.popitem(last=False)
         return pkt.length
+
+    def _evidence(self, pkt: OutPkt, now: float) -> None:
+        """`pkt`'s latest transmission arrived: evidence for loss detection on its path if the
+        answer telling it came in on that path's plane (recovery module docstring)."""
+        assert pkt.path is not None
+        if self._answer_plane is None or self._answer_plane == pkt.path.plane:
+            self._loss.delivered(pkt.path, pkt.tx_seq, now - pkt.sent_time, now)
 
     def _complete_writes(self) -> None:
         while self._sent:
