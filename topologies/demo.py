@@ -1,18 +1,34 @@
 """The two_tier.py demo: a transfer across spines while one T0-T1 link fails and recovers.
 
-Time to bypass = from the link going down until the sender hands the NIC its last data
+The failure begins when the demo starts taking the link down (the first switch end is
+blackholed within that call; `link_down_call_s` says how long the call took).
+
+Time to bypass = from the failure's beginning until the sender hands the NIC its last data
 packet on a route through the failed link (per-route last transmission times from the sender
-agent's driver, read just before the link comes back); 0 if that was before the link went
-down. It is given in base RTTs (the agents' configured base RTT, which their timers scale
-with: packet times per rate-limited hop, a short standing queue, agent overhead) and in
-measured unloaded RTTs (a one-packet write sees empty queues and the rate limiter's burst
-allowance, so it is far below the RTT under load). A single-path flow has one route and
-cannot bypass: the report says whether baseline routing (controller.convergence, hold timer)
-repaired it while the link was down.
+agent's driver, read just before the link comes back). If the sender put no data on those
+routes after the failure began, there was nothing to bypass and no time is given: the report
+says so and how many of their EVs were already retired, and why. It is given in base RTTs
+(the agents' configured base RTT, which their timers scale with: packet times per
+rate-limited hop, a short standing queue, agent overhead) and in measured unloaded RTTs (a
+one-packet write sees empty queues and the rate limiter's burst allowance, so it is far below
+the RTT under load). A single-path flow has one route and cannot bypass: the report says
+whether baseline routing (controller.convergence, hold timer) repaired it while the link was
+down.
+
+EVs retired are counted per route from the sender's EV events: on the failed route(s) after
+the failure began, on the failed route(s) before it (nothing there could see the failure),
+and on healthy routes (routes that do not cross the failed link; a healthy network retires
+none: docs/decisions.md, "Loss detection judges a path by its own plane's answers").
+
+Goodput timeline: the receiver's placed payload bytes (`rx_data_bytes`), polled every
+SAMPLE_S. Goodput in the second after the failure began is compared with the goodput of the
+same transfer before it, from CLEAN_FROM_S after the transfer started (the first window's
+ramp excluded) until the failure; report["checks"] holds the demo's pass/fail criteria.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from typing import Any
@@ -22,6 +38,10 @@ from topologies.network import MrcNetwork
 
 MTU = 1024  # payload bytes per data packet (docs/wire-format.md §6)
 RTT_SAMPLES = 5
+SAMPLE_S = 0.05  # goodput timeline: receiver counters polled this often
+CLEAN_FROM_S = 0.4  # the clean goodput reference starts this long after the transfer
+AFTER_FAILURE_S = 1.0  # goodput window after the failure begins
+GOODPUT_AFTER_FAILURE_MIN = 0.8  # check: that goodput / clean goodput
 
 
 def flow_capacity_bps(fabric: Fabric, rate_pps: int | None, single_path: bool) -> float | None:
@@ -65,6 +85,115 @@ def _delta(after: dict, before: dict, key: str) -> int:
     return int(after[key]) - int(before[key])
 
 
+class ProgressSampler:
+    """Polls an agent's `rx_data_bytes` in a thread: (monotonic time, bytes) pairs."""
+
+    def __init__(self, net: MrcNetwork, host: int, period: float = SAMPLE_S) -> None:
+        self._agent, self._period = net.agent(host), period
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"progress-h{host}", daemon=True)
+
+    def start(self) -> ProgressSampler:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                got = self._agent.call("counters", wait=5.0)
+            except Exception:  # noqa: BLE001 (a missed sample only thins the timeline)
+                got = None
+            if got is not None:
+                self.samples.append((time.monotonic(), int(got["counters"]["rx_data_bytes"])))
+            self._stop.wait(self._period)
+
+    def stop(self) -> list[tuple[float, int]]:
+        self._stop.set()
+        self._thread.join(10.0)
+        return self.samples
+
+
+def bytes_at(samples: list[tuple[float, int]], t: float) -> float | None:
+    """Received bytes at time t, interpolated between samples; None outside them."""
+    for (t0, b0), (t1, b1) in itertools.pairwise(samples):
+        if t0 <= t <= t1:
+            return b0 + (b1 - b0) * ((t - t0) / (t1 - t0) if t1 > t0 else 1.0)
+    return None
+
+
+def rate_bps(samples: list[tuple[float, int]], start: float, end: float) -> float | None:
+    b0, b1 = bytes_at(samples, start), bytes_at(samples, end)
+    if b0 is None or b1 is None or end <= start:
+        return None
+    return (b1 - b0) * 8 / (end - start)
+
+
+def goodput_around_failure(samples: list[tuple[float, int]], started: float,
+                           fail_begin: float) -> dict[str, Any]:
+    """Clean goodput (CLEAN_FROM_S after the start until the failure) and goodput in the
+    AFTER_FAILURE_S after the failure began (module docstring)."""
+    clean = rate_bps(samples, started + CLEAN_FROM_S, fail_begin)
+    end = fail_begin + AFTER_FAILURE_S
+    after = rate_bps(samples, fail_begin, end)
+    times = [t for t, _ in samples]
+    inside = [b - a for a, b in itertools.pairwise(times) if b > started + CLEAN_FROM_S and a < end]
+    return {"clean_bps": clean, "after_failure_bps": after,
+            "after_failure_of_clean": after / clean if clean and after is not None else None,
+            "window_s": AFTER_FAILURE_S,
+            "max_sample_gap_s": max(inside, default=None)}
+
+
+def ev_layout(net: MrcNetwork, src: int, dst: int) -> tuple[int, dict[int, dict]]:
+    """src's QPN towards dst and its EVs (route, state) from the agent's per-EV stats."""
+    qpn = int(net.agent(src).call("status")["qps"][str(dst)])
+    per_ev = net.stats(src, per_ev=True)["per_ev"][f"{qpn:#x}"]
+    return qpn, {int(ev): info for ev, info in per_ev.items()}
+
+
+def last_event_seq(net: MrcNetwork, host: int) -> int:
+    return int(net.agent(host).call("events", since=(1 << 62))["last"])
+
+
+def classify_retirements(events: list[dict], qpn: int, evs: dict[int, dict],
+                         failed_routes: set[str], fail_begin: float | None) -> dict[str, Any]:
+    """EVs retired (moved into ASSUMED_BAD) per route and cause (module docstring), and how
+    many of the failed routes' EVs were ASSUMED_BAD when the failure began."""
+    state = {ev: info["state"] for ev, info in evs.items()}
+    on_failed = [ev for ev, info in evs.items() if info["route"] in failed_routes]
+    bad_at_failure: int | None = None
+    out: dict[str, Any] = {"healthy_routes": 0, "failed_route_after_failure": 0,
+                           "failed_route_before_failure": 0, "healthy_by_route": {},
+                           "reasons": {}, "first_healthy_s": None}
+    for e in sorted(events, key=lambda e: e["seq"]):
+        if e.get("type") != "EvStateChanged" or e.get("qpn") != qpn or e["ev"] not in evs:
+            continue
+        if fail_begin is not None and bad_at_failure is None and e["time"] >= fail_begin:
+            bad_at_failure = sum(state[ev] == "ASSUMED_BAD" for ev in on_failed)
+        old, new = state[e["ev"]], e["new"]
+        state[e["ev"]] = new
+        if new != "ASSUMED_BAD" or old == "ASSUMED_BAD":
+            continue
+        route = evs[e["ev"]]["route"]
+        if route not in failed_routes:
+            key = "healthy_routes"
+            out["healthy_by_route"][route] = out["healthy_by_route"].get(route, 0) + 1
+            if out["first_healthy_s"] is None:
+                out["first_healthy_s"] = e["time"]
+        elif fail_begin is not None and e["time"] >= fail_begin:
+            key = "failed_route_after_failure"
+        else:
+            key = "failed_route_before_failure"
+        out[key] += 1
+        reasons = out["reasons"].setdefault(key, {})
+        reasons[e["reason"]] = reasons.get(e["reason"], 0) + 1
+    if fail_begin is not None and bad_at_failure is None:
+        bad_at_failure = sum(state[ev] == "ASSUMED_BAD" for ev in on_failed)
+    out["failed_route_evs"] = len(on_failed)
+    out["failed_route_evs_bad_at_failure"] = bad_at_failure
+    return out
+
+
 def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
              seconds: float = 6.0, single_path: bool = False, log=print) -> dict[str, Any]:
     fabric = net.fabric
@@ -76,33 +205,46 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
     log(f"unloaded RTT h{src} -> h{dst}: {rtt * 1e3:.1f} ms; sending {nbytes} bytes")
     before = {h: net.stats(h) for h in (src, dst)}
     frames_before = net.switch_frames()
+    for h in (src, dst):
+        net.set_agent_mode(h, single_path)  # before reading the QP's EVs and events
+    qpn, evs = ev_layout(net, src, dst)
+    seq0 = last_event_seq(net, src)
     handle = net.start_transfer(src, dst, nbytes, single_path=single_path)
+    sampler = ProgressSampler(net, dst).start()
     started = time.monotonic()
     failure: dict[str, Any] = {}
+    routes: set[str] = set()
+    fail_begin: float | None = None
     if single_path:  # keep the link down past the hold timer, so routing repairs the flow
         down_for = max(down_for, net.config.convergence_delay + 1.5)
     if fabric.t0_per_plane > 1 and not handle.done():
         time.sleep(fail_at)
         a, b = pick_failed_link(net, src, dst, single_path)
+        routes = routes_through(net, src, dst, a, b, single_path)
+        fail_begin = time.monotonic()
         net.link_down(a, b)
         t_down = time.monotonic()
         log(f"+{t_down - started:.2f} s: link {a} - {b} DOWN")
         _sleep_unless_done(handle, down_for)
-        routes = routes_through(net, src, dst, a, b, single_path)
         per_route = net.stats(src)["per_route"]
-        last = max((per_route[r]["last_data_tx"] for r in routes if r in per_route), default=0.0)
-        bypass = None if single_path else max(0.0, last - t_down)
+        last = max((per_route[r]["last_data_tx"] for r in routes if r in per_route),
+                   default=None)
+        bypass = None if single_path or last is None or last < fail_begin else last - fail_begin
         repairs = len(net.convergence.history) if net.convergence else 0
         net.link_up(a, b)
         log(f"+{time.monotonic() - started:.2f} s: link {a} - {b} UP")
-        failure = {"link": [a, b], "down_at_s": t_down - started,
+        failure = {"link": [a, b], "fail_begin_s": fail_begin - started,
+                   "down_at_s": t_down - started, "link_down_call_s": t_down - fail_begin,
                    "up_at_s": time.monotonic() - started, "routes_through_link": len(routes),
+                   "routes": sorted(routes),
+                   "last_data_on_failed_route_s": None if last is None else last - started,
                    "bypass_s": bypass,
                    "bypass_base_rtts": bypass / net.config.effective_base_rtt if bypass
                    is not None else None,
                    "bypass_unloaded_rtts": bypass / rtt if bypass is not None else None,
                    "routing_repairs_while_down": repairs}
     result = handle.wait()
+    samples = sampler.stop()
     after = {h: net.stats(h) for h in (src, dst)}
     frames = net.switch_frames()
     consumed = {name: frames[name]["consumed"] - frames_before[name]["consumed"]
@@ -113,7 +255,41 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
     report = build_report(net, src, dst, result, before, after, failure, rtt, capacity,
                           single_path)
     report["switch_frames_consumed"] = {k: v for k, v in consumed.items() if v}
+    t0 = result.get("start", started)
+    report["goodput_timeline"] = [(round(t - t0, 3), b) for t, b in samples]
+    if failure and fail_begin is not None and not single_path:
+        events = net.agent(src).call("events", since=seq0)["events"]
+        retired = classify_retirements(events, qpn, evs, routes, fail_begin)
+        if retired["first_healthy_s"] is not None:
+            retired["first_healthy_s"] -= started
+        failure["retired"] = retired
+        failure["goodput"] = goodput_around_failure(samples, t0, fail_begin)
+        if failure["bypass_s"] is None:
+            failure["bypass_note"] = _no_bypass_note(retired)
+        report["checks"] = demo_checks(failure)
     return report
+
+
+def _no_bypass_note(retired: dict[str, Any]) -> str:
+    bad, total = retired["failed_route_evs_bad_at_failure"], retired["failed_route_evs"]
+    if bad:
+        return (f"nothing to bypass: no data went onto the failed route after the failure "
+                f"began; {bad} of its {total} EVs were already retired before it "
+                f"({retired['reasons'].get('failed_route_before_failure', {})})")
+    return "nothing to bypass: no data went onto the failed route after the failure began"
+
+
+def demo_checks(failure: dict[str, Any]) -> dict[str, Any]:
+    """The demo's criteria: no EV retired on a route that does not cross the failed link,
+    and goodput in the second after the failure at least GOODPUT_AFTER_FAILURE_MIN of the
+    clean goodput before it."""
+    healthy = failure["retired"]["healthy_routes"]
+    ratio = failure["goodput"]["after_failure_of_clean"]
+    return {"healthy_route_retirements": healthy,
+            "no_healthy_route_retirements": healthy == 0,
+            "goodput_after_failure_of_clean": ratio,
+            "goodput_after_failure_ok": ratio is not None
+            and ratio >= GOODPUT_AFTER_FAILURE_MIN}
 
 
 def _sleep_unless_done(handle, seconds: float) -> None:
@@ -215,14 +391,31 @@ def format_report(r: dict[str, Any]) -> str:
         lines.append(f"failure: {fl['link'][0]} - {fl['link'][1]} down at +{fl['down_at_s']:.2f} s,"
                      f" up at +{fl['up_at_s']:.2f} s; {fl['routes_through_link']} routes crossed "
                      "it")
-        if fl["bypass_s"] is None:
+        if r["mode"] == "single-path":
             lines.append("  single path: the sender cannot bypass; baseline routing repaired "
                          f"the route {fl['routing_repairs_while_down']} time(s) while it was down"
                          f" (after the {r['convergence_delay_s']:.1f} s convergence delay)")
+        elif fl["bypass_s"] is None:
+            lines.append(f"  time to bypass: not measured, {fl.get('bypass_note', '')}")
         else:
             lines.append(f"  time to bypass: {fl['bypass_s'] * 1e3:.1f} ms = "
                          f"{fl['bypass_base_rtts']:.1f} base RTTs "
-                         f"({fl['bypass_unloaded_rtts']:.0f} unloaded RTTs)")
+                         f"({fl['bypass_unloaded_rtts']:.0f} unloaded RTTs), from the start of "
+                         f"the link-down call ({fl['link_down_call_s'] * 1e3:.0f} ms long)")
+        ret = fl.get("retired")
+        if ret is not None:
+            lines.append(f"  EVs retired: {ret['failed_route_after_failure']} on the failed "
+                         f"route (of its {ret['failed_route_evs']}), "
+                         f"{ret['healthy_routes']} on healthy routes"
+                         + (f" {ret['healthy_by_route']}" if ret["healthy_by_route"] else "")
+                         + f", {ret['failed_route_before_failure']} on the failed route before "
+                         "the failure")
+        gp = fl.get("goodput")
+        if gp is not None and gp["clean_bps"] and gp["after_failure_bps"] is not None:
+            lines.append(f"  goodput in the {gp['window_s']:.0f} s after the failure: "
+                         f"{gp['after_failure_bps'] / 1e6:.2f} Mbit/s = "
+                         f"{gp['after_failure_of_clean']:.0%} of the "
+                         f"{gp['clean_bps'] / 1e6:.2f} Mbit/s before it")
         lines.append("  retired EVs all reinstated by probes after recovery: "
                      f"{'yes' if fl.get('reinstated_after_up') else 'no'}")
     consumed = r.get("switch_frames_consumed", {})
@@ -233,4 +426,15 @@ def format_report(r: dict[str, Any]) -> str:
     cpu = r["agent_cpu_per_1000_packets_s"]
     lines.append("agent CPU per 1000 packets: " + ", ".join(f"{h} {v * 1e3:.1f} ms"
                                                           for h, v in cpu.items()))
+    checks = r.get("checks")
+    if checks:
+        ratio = checks["goodput_after_failure_of_clean"]
+        lines.append(
+            "checks: healthy-route EV retirements "
+            f"{checks['healthy_route_retirements']} "
+            f"({'ok' if checks['no_healthy_route_retirements'] else 'FAIL: want 0'}); "
+            "goodput after the failure "
+            + (f"{ratio:.0%} of clean" if ratio is not None else "not measured")
+            + f" ({'ok' if checks['goodput_after_failure_ok'] else 'FAIL'}: want >= "
+            f"{GOODPUT_AFTER_FAILURE_MIN:.0%})")
     return "\n".join(lines)

@@ -173,6 +173,7 @@ class Connection:
             stats[entry.ev] = {
                 "state": entry.state.name,
                 "plane": entry.path.plane,
+                "route": str(entry.path.route),
                 "pool": entry.pool,
                 "tx_packets": self.tx_per_ev[entry.ev],
                 **entry.counters,

@@ -38,6 +38,7 @@ STAT_KEYS = (
     "qp_failures",  # QPs failed by a refusal NACK or a write timeout (Sender._fail)
     "resyncs",  # the peer restarted: outstanding writes failed, PSNs adopted (Sender._resync)
     "port_status_refused",  # PORT_STATUS not on the peer's EVs (Endpoint._on_port_status)
+    "rx_data_bytes",  # payload bytes placed in memory (duplicates, trims and refusals not)
 )  # fmt: skip
 
 
@@ -295,6 +296,10 @@ class Endpoint:
         result["per_plane"] = {p: dict(c) for p, c in self._plane_stats.items()}
         result["per_ev"] = {qpn: conn.ev_stats() for qpn, conn in self._conns.items()}
         return result
+
+    def counters(self) -> dict[str, int]:
+        """The STAT_KEYS counters alone: cheap enough to poll during a transfer."""
+        return dict(self._stats)
 
     def tracked_state(self) -> int:
         """Entries held for in-flight data across all connections (memory-bound tests)."""

@@ -88,6 +88,7 @@ class Receiver:
             self._stats["bounds_violations"] += 1
             return self._nack(wire.NACK_BOUNDS_VIOLATION, psn, meta)
         msn = pkt.meth.msn
+        self._stats["rx_data_bytes"] += len(pkt.payload)
         self._lengths[msn] = self._lengths.get(msn, 0) + len(pkt.payload)
         self._rcvd_bytes = (self._rcvd_bytes + len(pkt.payload)) % _RCVD_MOD
         self._bits |= 1 << rel

@@ -275,6 +275,7 @@ def test_stats_have_every_stat_key_and_are_json_able() -> None:
     assert required <= set(s)
     json.dumps(s)
     assert s["tx_data_packets"] == 5 and set(s["per_plane"]) == {0, 1}
+    assert h.b.stats()["rx_data_bytes"] == 5000 == h.b.counters()["rx_data_bytes"]
     per_ev = s["per_ev"][QP_A]
     assert sum(v["tx_packets"] for v in per_ev.values()) == 5
     assert all(v["state"] == "GOOD" for v in per_ev.values())

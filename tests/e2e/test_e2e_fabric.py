@@ -22,7 +22,12 @@ pytest.importorskip("mininet.net", reason="Mininet is not importable (apt instal
 
 from fabric.topology import Fabric  # noqa: E402
 from p4rt import names as p4names  # noqa: E402
-from topologies.demo import routes_through  # noqa: E402
+from topologies.demo import (  # noqa: E402
+    classify_retirements,
+    ev_layout,
+    last_event_seq,
+    routes_through,
+)
 from topologies.network import (  # noqa: E402
     NO_TRIM_THRESHOLD,
     MrcNetwork,
@@ -85,9 +90,12 @@ def test_link_failure_mid_transfer_retires_then_reinstates(net):
     failed = routes_through(net, SRC, DST, a, b, single_path=False)
     assert failed
     start = net.stats(SRC)["endpoint"]
+    qpn, evs = ev_layout(net, SRC, DST)
+    seq = last_event_seq(net, SRC)
     handle = net.start_transfer(SRC, DST, 3 * SECOND)
     try:
         time.sleep(0.7)
+        t_fail = time.monotonic()
         net.link_down(a, b)
         t_down = time.monotonic()
         time.sleep(1.5)
@@ -103,6 +111,10 @@ def test_link_failure_mid_transfer_retires_then_reinstates(net):
     end = net.stats(SRC)["endpoint"]
     assert end["ev_retired"] > start["ev_retired"]
     assert end["ev_reinstated"] > start["ev_reinstated"]
+    retired = classify_retirements(net.agent(SRC).call("events", since=seq)["events"], qpn,
+                                   evs, failed, t_fail)
+    assert retired["healthy_routes"] == 0, retired  # only the failed route loses EVs
+    assert retired["failed_route_after_failure"] > 0
 
 
 def test_t1_reboot_mid_transfer(net):

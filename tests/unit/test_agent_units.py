@@ -222,6 +222,10 @@ def test_deny_allow_and_stats(agent: Agent) -> None:
     stats = call(agent, "stats", per_ev=True)
     assert stats["ev_states"]["0x101"]["0"]["GOOD"] > 0
     assert str(ev) in stats["per_ev"]["0x101"]
+    assert stats["per_ev"]["0x101"][str(ev)]["route"].startswith("fcbb:")  # its source route
+    counters = call(agent, "counters")
+    assert counters["counters"]["rx_data_bytes"] == 0 and counters["time"] > 0
+    assert "per_ev" not in counters["counters"]
     agent.driver.pump()  # the loop does this after every command: events reach the history
     events = call(agent, "events")["events"]
     assert [e["new"] for e in events if e["type"] == "EvStateChanged"] == ["DENIED", "GOOD"]
