@@ -23,7 +23,7 @@ import random
 import pytest
 
 import wire
-from host_agent.core import EndpointConfig, FixedWindow, RxMeta, WriteCompleted
+from host_agent.core import EndpointConfig, EvState, FixedWindow, RxMeta, WriteCompleted
 from tests.core.harness import BASE_RTT as HARNESS_RTT
 from tests.core.harness import QP_A, Harness, pattern, small_config
 
@@ -150,3 +150,31 @@ def test_a_bitmap_from_another_plane_is_no_evidence_against_a_packet_still_queue
     h.a.receive_packet(_sack_packet(0, psn[id(p)], p.ev, [psn[id(p)]]),
                        RxMeta("B", 1, 1, wire.DSCP_CONTROL, 0), now=8 * HARNESS_RTT)
     assert h.a.connection(QP_A).sender.rto.srtt is not None
+
+
+def test_a_plane_whose_only_route_dies_is_left_to_the_rto() -> None:
+    """The price of judging a path only by its own plane: with one route per plane there is
+    no plane-mate to compare with, so a route that dies silently is found by the RTO (about
+    5 base RTTs here) instead of rule B (1 base RTT before this change). Comparing a silent
+    plane with the others was tried and retired healthy EVs whenever a stalled receiver's
+    answers for all planes arrived together and one plane's were read first."""
+    cfg = small_config(cc_factory=functools.partial(FixedWindow, 16 * 1024))
+    h = Harness(planes=2, spines=1, seed=33, config=cfg)
+    mr = h.b.register_memory(1_000_000)
+    h.a.post_write(QP_A, pattern(1_000_000), mr.va, mr.rkey, now=0.0)
+    h.run(until=10 * HARNESS_RTT)
+    t_fail, dead = h.now, ("A", 0, 0)
+    on_dead: list[float] = []
+
+    def blackhole(src: str, tx) -> bool:
+        if tx.route == dead and tx.dscp != wire.DSCP_CONTROL:
+            on_dead.append(h.now)
+        return tx.route != dead
+
+    h.link.filter = blackhole
+    h.run(until=1.0, stop=lambda: h.of_type("A", WriteCompleted))
+    assert bytes(mr.buffer) == pattern(1_000_000)
+    assert max(on_dead) - t_fail <= 6 * HARNESS_RTT
+    states = {e.path.route: e.state for e in h.a.connection(QP_A).evs.entries()
+              if e.state is EvState.ASSUMED_BAD}
+    assert set(states) == {dead}  # only the dead route's EVs were retired
