@@ -11,8 +11,10 @@ through system site-packages):
 The demo writes from the first host to the last (across spines) for about six seconds; one
 second in, the plane-0 link from the source T0 to spine 0 goes down, two seconds later it comes
 back. The report shows per-plane and per-path traffic, EVs retired and reinstated, trims, NACKs,
-goodput against the flow's capacity (planes x port rate x 1024-byte payloads) and the time to
-bypass the failed link (also in RTTs).
+goodput against the flow's capacity (planes x port rate x 1024-byte payloads), the time to
+bypass the failed link (also in RTTs), EVs retired on the failed and on healthy routes, the
+goodput in the second after the failure against the clean goodput before it, and the checks
+(topologies/demo.py).
 
 Mininet CLI commands (after the demo, when stdin is a terminal; `mrc_help` lists them):
     mrc_write SRC DST BYTES [single]   mrc_link down|up A B    mrc_reboot SWITCH
