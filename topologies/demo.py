@@ -146,7 +146,7 @@ def goodput_around_failure(samples: list[tuple[float, int]], started: float,
 
 def ev_layout(net: MrcNetwork, src: int, dst: int) -> tuple[int, dict[int, dict]]:
     """src's QPN towards dst and its EVs (route, state) from the agent's per-EV stats."""
-    qpn = int(net.agent(src).call("status")["qps"][str(dst)])
+    (qpn,) = net.agent(src).call("status")["qps"][str(dst)]  # an MRC agent: one QP per peer
     per_ev = net.stats(src, per_ev=True)["per_ev"][f"{qpn:#x}"]
     return qpn, {int(ev): info for ev, info in per_ev.items()}
 
@@ -205,9 +205,9 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
     log(f"unloaded RTT h{src} -> h{dst}: {rtt * 1e3:.1f} ms; sending {nbytes} bytes")
     before = {h: net.stats(h) for h in (src, dst)}
     frames_before = net.switch_frames()
-    for h in (src, dst):
-        net.set_agent_mode(h, single_path)  # before reading the QP's EVs and events
-    qpn, evs = ev_layout(net, src, dst)
+    # measure_rtt left both agents in the transfer's mode, so the QP read here is the one the
+    # transfer uses
+    qpn, evs = ev_layout(net, src, dst) if not single_path else (0, {})
     seq0 = last_event_seq(net, src)
     handle = net.start_transfer(src, dst, nbytes, single_path=single_path)
     sampler = ProgressSampler(net, dst).start()

@@ -72,7 +72,7 @@ def _wait(cond, timeout: float, step: float = 0.1) -> bool:
 
 
 def _bad_evs(net: MrcNetwork, host: int, peer: int) -> int:
-    qpn = net.agent(host).call("status")["qps"][str(peer)]  # exchanged, not 0x100 + peer
+    (qpn,) = net.agent(host).call("status")["qps"][str(peer)]  # exchanged, not 0x100 + peer
     states = net.stats(host)["ev_states"].get(f"{qpn:#x}", {})
     return sum(counts.get("ASSUMED_BAD", 0) for counts in states.values())
 
