@@ -113,7 +113,7 @@ def phase_mutated(net: MrcNetwork, cfg: SoakConfig) -> dict[str, Any]:
     dst_t0 = fabric.t0(PLANE, dst_nic.t0).name
     noise_t0 = fabric.t0(PLANE, noise_nic.t0).name
     agent_pid, switch_pid = net.agent_pid(DST), net.switch_pid(noise_t0)
-    qpn = net.agent(DST).call("status")["qps"][str(NOISE_SRC)]  # h3's QP for h1: exchanged
+    qpn = net.agent(DST).call("status")["qps"][str(NOISE_SRC)][0]  # h3's QP for h1: exchanged
     rss_before = rss_kib(switch_pid)
     malformed_before = _agent_refused(net)
     stop = threading.Event()
@@ -232,6 +232,7 @@ def run(cfg: SoakConfig) -> dict[str, Any]:
     frames = phases["mutated"]["frames"]
     summary = {
         "inputs_tried": sum(f.get("sent", 0) for f in frames.values()),
+        "injector_errors": [name for name, f in frames.items() if "error" in f],
         "faults_injected": phases["flap"]["flaps"] * 2 + 2,
         "transfers": len(transfers),
         "transfers_verified": sum(1 for t in transfers if t.get("verified")),
@@ -244,6 +245,7 @@ def run(cfg: SoakConfig) -> dict[str, Any]:
     }
     summary["interrupted_write_ended_s"] = phases["kill-agent"]["interrupted"]["ended_s"]
     summary["ok"] = (summary["transfers"] > 0 and not summary["crashed"]
+                     and not summary["injector_errors"]
                      and not summary["leftovers"]
                      and summary["transfers_verified"] == summary["transfers"]
                      and summary["interrupted_write_ended_s"] < KILLED_WRITE_TIMEOUT_S / 2)
