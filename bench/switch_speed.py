@@ -44,10 +44,10 @@ WARMUP = 200
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads), seconds."""
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(utime, stime) of a process (all its threads), seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
 
 
 def _free_port() -> int:
@@ -83,21 +83,28 @@ class Receiver(threading.Thread):
                 last, seen = time.monotonic(), self.count
 
 
-def send_paced(sock: socket.socket, frame: bytes, count: int, rate: float) -> int:
-    """Send `count` copies at `rate`/s; returns how many the kernel refused (ENOBUFS)."""
-    start, refused = time.monotonic(), 0
-    for i in range(count):
-        delay = start + i / rate - time.monotonic()
+def send_paced(sock: socket.socket, frame: bytes, count: int, rate: float, burst: int) -> int:
+    """Send `count` copies at `rate`/s, `burst` back to back at a time; returns how many the
+    kernel refused (ENOBUFS). A sender that fell behind (descheduled) does not catch up
+    with a burst: it starts afresh, so the offered rate stays at or below `rate`."""
+    refused, due = 0, time.monotonic()
+    for first in range(0, count, burst):
+        delay = due - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        try:
-            sock.send(frame)
-        except OSError:
-            refused += 1
+        elif delay < -0.005:
+            due = time.monotonic()
+        for _ in range(min(burst, count - first)):
+            try:
+                sock.send(frame)
+            except OSError:
+                refused += 1
+        due += burst / rate
     return refused
 
 
-def run_once(code: Path, lab: VethLab, frames: int, rate: float, limit: float) -> dict:
+def run_once(code: Path, lab: VethLab, frames: int, rate: float, limit: float,
+             burst: int = 1) -> dict:
     """One switch process running the code in `code`; the figures of one measurement."""
     grpc_port, control_port = _free_port(), _free_port()
     cmd = [sys.executable, "-m", "softswitch", "--device-id", str(DEVICE_ID),
@@ -129,17 +136,20 @@ def run_once(code: Path, lab: VethLab, frames: int, rate: float, limit: float) -
         receiver = Receiver(rx)
         receiver.start()
         frame = mrc_frame()
-        send_paced(tx, frame, WARMUP, rate)
+        send_paced(tx, frame, WARMUP, rate, burst)
         receiver.wait_for(WARMUP)
         base = receiver.count
-        cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
-        refused = send_paced(tx, frame, frames, rate)
+        (user0, sys0), t0 = cpu_seconds(proc.pid), time.monotonic()
+        refused = send_paced(tx, frame, frames, rate, burst)
         receiver.wait_for(base + frames)
-        cpu, wall = cpu_seconds(proc.pid) - cpu0, time.monotonic() - t0
+        (user1, sys1), wall = cpu_seconds(proc.pid), time.monotonic() - t0
+        user, system = user1 - user0, sys1 - sys0
+        cpu = user + system
         delivered = receiver.count - base
         stats = request(control_port, {"cmd": "stats"})["stats"]
         return {"frames": frames, "delivered": delivered, "wall_s": round(wall, 2),
                 "offered_pps": round(frames / wall), "switch_cpu_s": round(cpu, 3),
+                "user_s": round(user, 3), "sys_s": round(system, 3),
                 "cpu_ms_per_1000": round(cpu * 1e6 / delivered, 1) if delivered else None,
                 "send_refused": refused, "switch_rx": stats["rx"], "switch_tx": stats["tx"],
                 "tail_drops": stats["tail_drop"], "kernel_drops": stats["rx_kernel_drops"]}
@@ -171,8 +181,8 @@ def summarise(runs: dict[str, list[dict]], old: str | None, new: str) -> dict:
 def format_summary(report: dict) -> str:
     a = report["args"]
     lines = [f"switch CPU per 1,000 forwarded {FRAME_LEN}-byte MRC frames (uSID shift): "
-             f"{a['frames']:,} frames at {a['rate']:,.0f}/s offered, port limit "
-             f"{a['limit']:,.0f}/s, {a['repeat']} run(s) each, {os.cpu_count()} CPUs, "
+             f"{a['frames']:,} frames at {a['rate']:,.0f}/s offered (bursts of {a['burst']}), "
+             f"port limit {a['limit']:,.0f}/s, {a['repeat']} run(s) each, {os.cpu_count()} CPUs, "
              f"load {report['load_before']} -> {report['load_after']}"]
     for label in report["labels"]:
         s = report["summary"].get(label)
@@ -199,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--frames", type=int, default=10000)
     p.add_argument("--rate", type=float, default=2000.0, help="offered frames/s")
     p.add_argument("--limit", type=float, default=4000.0, help="port rate limit, packets/s")
+    p.add_argument("--burst", type=int, default=1,
+                   help="frames sent back to back each time (the average rate stays --rate)")
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--vs", metavar="COMMIT", help="also measure this commit's switch code")
     p.add_argument("--json", metavar="FILE", help="write the whole report here")
@@ -206,8 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("bench.switch_speed needs root (namespaces, raw sockets)", file=sys.stderr)
         return 2
-    if args.frames < 1 or args.repeat < 1 or not 0 < args.rate < args.limit:
-        p.error("need --frames >= 1, --repeat >= 1 and 0 < --rate < --limit")
+    if min(args.frames, args.repeat) < 1 or not 1 <= args.burst <= 64 or not (
+            0 < args.rate < args.limit):
+        p.error("need --frames, --repeat >= 1, --burst 1..64 (the queue depth) and "
+                "0 < --rate < --limit")
     signal.signal(signal.SIGTERM, _terminate)
     new = _git("rev-parse", "--short", "HEAD") + ("+dirty" if _git("status", "--porcelain",
                                                                   "--untracked-files=no") else "")
@@ -227,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                 for _ in range(args.repeat):
                     for label, code in codes.items():
                         runs[label].append(run_once(code, lab, args.frames, args.rate,
-                                                    args.limit))
+                                                    args.limit, args.burst))
         finally:
             if worktree.exists():
                 _git("worktree", "remove", "--force", str(worktree))

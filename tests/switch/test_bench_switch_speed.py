@@ -28,7 +28,8 @@ def test_summary_medians_and_ratio() -> None:
     assert out["new"]["median"] == 25.0 and out["new"]["delivered"] == 199
     assert out["new_over_old"] == 0.5
     assert "new_over_old" not in summarise({"new": [_row(None, 0)]}, None, "new")
-    report = {"args": {"frames": 100, "rate": 10.0, "limit": 20.0, "repeat": 3},
+    report = {"args": {"frames": 100, "rate": 10.0, "limit": 20.0, "repeat": 3,
+                       "burst": 1},
               "labels": ["old", "new"], "load_before": 0.1, "load_after": 0.2,
               "summary": out}
     text = format_summary(report)
