@@ -134,15 +134,17 @@ class Dataplane:
 
     def _reader(self, port: int, sock: socket.socket) -> Callable[[], None]:
         buf, recv_into, stats, ingress = self._rx, sock.recv_into, self.stats, self._ingress
-        # "anything left?" without a failing recv: an empty epoll_wait costs a quarter of
-        # a recv that fails with EAGAIN and raises (measured 0.3 against 1.2 us)
+        # After the first frame of a wakeup, "anything left?" is asked of an epoll that
+        # watches only this socket: an empty epoll_wait costs a quarter of a recv that
+        # fails with EAGAIN and raises (0.3 against 1.2 us). Only when more is waiting
+        # does the loop read on until EAGAIN, up to RX_BATCH frames.
         pending = select.epoll()
         pending.register(sock.fileno(), select.EPOLLIN)
         self._pending.append(pending)
         more = pending.poll
 
         def read() -> None:
-            for _ in range(RX_BATCH):
+            for i in range(RX_BATCH):
                 try:
                     n = recv_into(buf)
                 except BlockingIOError:
@@ -152,7 +154,7 @@ class Dataplane:
                     return
                 stats["rx"] += 1
                 ingress(buf[:n], port)
-                if not more(0):
+                if not i and not more(0):
                     return
         return read
 

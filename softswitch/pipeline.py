@@ -60,6 +60,7 @@ _WORD = struct.Struct("!I")
 _OUTER = struct.Struct("!IHBB")  # ver/tc/flow, payload len, next header, hop limit
 _PORTS = struct.Struct("!HH")
 _FLOW = struct.Struct("!16s16sIBHH")  # ECMP selector fields
+assert ETH_SRC == ETH_DST + MAC_LEN  # one slice rewrites both MACs
 _ETH_TYPE_HI, _ETH_TYPE_LO = ETH_TYPE_IPV6 >> 8, ETH_TYPE_IPV6 & 0xFF
 _DATA_HEADERS = BTH_LEN + METH_LEN + RETH_LEN  # after UDP: what a data opcode must carry
 _HIGH, _DATA = N.PRIORITY_HIGH, N.PRIORITY_DATA
@@ -211,31 +212,30 @@ class Pipeline:
             next_hop = self._next_hops.get(action)
             if next_hop is None:
                 next_hop = self._next_hops[action] = self._next_hop(action)
-        port, dmac, cfg, smac, host_facing, ecn_enabled, trim_threshold, ecn_threshold = next_hop
-        if dmac is not None:
-            out[ETH_DST:ETH_DST + MAC_LEN] = dmac
-        # ---- forward: hop limit, port config, trimming / ECN, priority
+        port, mac_from, mac_to, macs, cfg, configured, host_facing, ecn_enabled, \
+            trim_threshold, ecn_threshold = next_hop
+        # ---- forward: next-hop and port MACs, hop limit, port config, trimming / ECN
+        if macs:
+            out[mac_from:mac_to] = macs
         out[OUTER_HOP_LIMIT] = hop_limit - 1
         if cfg is not None:
             cfg.packets += 1
             cfg.bytes += n
-            if smac is not None:
-                out[ETH_SRC:ETH_SRC + MAC_LEN] = smac
         tc = (word >> TC_SHIFT) & 0xFF
         dscp = tc >> 2
         high = dscp in HIGH_PRIORITY_DSCPS
-        if smac is not None:  # configured: thresholds apply
+        if configured:  # the thresholds apply
             depth = self.qdepth[port] if port < len(self.qdepth) else 0
             ecn = tc & 3
-            if (reth and next_hdr == IPPROTO_IPV6 and dscp in TRIMMABLE_DSCPS
-                    and n > TRIMMED_FRAME_LEN and depth >= trim_threshold):
+            if (depth >= trim_threshold and reth and next_hdr == IPPROTO_IPV6
+                    and dscp in TRIMMABLE_DSCPS and n > TRIMMED_FRAME_LEN):
                 trim_frame(out)
                 dscp = DSCP_TRIMMED_LASTHOP if host_facing else DSCP_TRIMMED
                 self._set_tc(out, word, dscp, ecn)
                 self.trims[port][0] += 1
                 high = True
-            elif (not high and ecn_enabled and not host_facing and ecn in ECT_CODES
-                  and depth >= ecn_threshold):
+            elif (depth >= ecn_threshold and not high and ecn_enabled and not host_facing
+                  and ecn in ECT_CODES):
                 self._set_tc(out, word, dscp, ECN_CE)
                 self.ecn_marks[port][0] += 1
         if port == DROP_PORT:
@@ -271,18 +271,20 @@ class Pipeline:
         return hop
 
     def _next_hop(self, action: tuple) -> tuple:
-        """(port, dmac or None, port_config entry or None, smac or None when the port is not
-        configured, host_facing, ecn_enabled, trim_threshold, ecn_threshold)."""
-        port, dmac = 0, None
+        """(port, then the MAC rewrite as out[mac_from:mac_to] = macs (b"" for none), the
+        port_config entry or None, configured, host_facing, ecn_enabled, trim_threshold,
+        ecn_threshold)."""
+        port, dmac = 0, b""
         if action[0] == self.set_next_hop:
             port, mac = action[1]
             dmac = mac.to_bytes(MAC_LEN, "big")
         cfg = self.port_config.exact.get((port,))
-        if cfg is not None and cfg.action[0] == self.set_port_config:
-            host_facing, ecn_enabled, trim_threshold, ecn_threshold, smac = cfg.action[1]
-            return (port, dmac, cfg, smac.to_bytes(MAC_LEN, "big"), host_facing, ecn_enabled,
-                    trim_threshold, ecn_threshold)
-        return port, dmac, cfg, None, 0, 0, _NO_TRIM, _NO_TRIM
+        if cfg is None or cfg.action[0] != self.set_port_config:
+            return port, ETH_DST, ETH_DST + len(dmac), dmac, cfg, False, 0, 0, _NO_TRIM, _NO_TRIM
+        host_facing, ecn_enabled, trim_threshold, ecn_threshold, smac = cfg.action[1]
+        macs = dmac + smac.to_bytes(MAC_LEN, "big")  # ETH_SRC follows ETH_DST
+        return (port, ETH_SRC + MAC_LEN - len(macs), ETH_SRC + MAC_LEN, macs, cfg, True,
+                host_facing, ecn_enabled, trim_threshold, ecn_threshold)
 
     @staticmethod
     def _set_tc(out: bytearray, word: int, dscp: int, ecn: int) -> None:
