@@ -60,17 +60,39 @@ _WORD = struct.Struct("!I")
 _OUTER = struct.Struct("!IHBB")  # ver/tc/flow, payload len, next header, hop limit
 _PORTS = struct.Struct("!HH")
 _FLOW = struct.Struct("!16s16sIBHH")  # ECMP selector fields
-_ETH_IPV6 = ETH_TYPE_IPV6.to_bytes(2, "big")
+assert ETH_SRC == ETH_DST + MAC_LEN  # one slice rewrites both MACs
+_ETH_TYPE_HI, _ETH_TYPE_LO = ETH_TYPE_IPV6 >> 8, ETH_TYPE_IPV6 & 0xFF
+_DATA_HEADERS = BTH_LEN + METH_LEN + RETH_LEN  # after UDP: what a data opcode must carry
+_HIGH, _DATA = N.PRIORITY_HIGH, N.PRIORITY_DATA
 _L4_AFTER_INNER = INNER + IPV6_LEN
 _DST_END = OUTER_DST + IPV6_ADDR_LEN
 _SRC_END = OUTER_SRC + IPV6_ADDR_LEN
 _USID_END = USID_MATCH + USID_MATCH_LEN
 _SHIFT_FROM = _USID_END  # bytes after the active uSID move up by one uSID
 _SHIFT_TO = _USID_END - USID_LEN
+USID_BITS = 8 * USID_LEN
+_USID_MASK = (1 << USID_BITS) - 1
+
+
+ROUTE_CACHE_SIZE = 4096  # decisions kept per pipeline; a full cache starts over (hostile input)
+_USID_KEY = struct.Struct("!Q")  # block + active uSID + next uSID: all the uSID path reads
+assert _USID_KEY.size == USID_MATCH_LEN + USID_LEN
+_NO_ROUTE = (None, False, None, None)  # my_usid miss: the LPM path, per frame
+_ZERO_USID = bytes(USID_LEN)
+_NO_TRIM = (1 << N.QDEPTH_BITS) - 1
+_MISS = object()
 
 
 class Pipeline:
-    """Per-packet behaviour of one switch, bound to the ids of one installed P4Info."""
+    """Per-packet behaviour of one switch, bound to the ids of one installed P4Info.
+
+    Table lookups are cached: the uSID path's decision (entries hit, shift, next hop, port
+    configuration) by the 8 bytes it reads (block, active and next uSID), the LPM hit by
+    destination, the next hop and port configuration by the resolved action. The caches
+    are dropped whenever the device state's `generation` moves, which every Write does, so
+    a frame processed after a Write returned sees the new tables. Direct counters, drop,
+    trim and ECN counters and the queue depth register are still read and written per
+    frame; the cached entries are the same objects the tables hold."""
 
     def __init__(self, state: DeviceState) -> None:
         idx = state.index
@@ -90,6 +112,10 @@ class Pipeline:
         self.ecn_marks = state.counters[idx.id_of(N.ECN_MARK_COUNTER)]
         self.qdepth = state.registers[idx.id_of(N.QUEUE_DEPTH_REGISTER)]
         self.empty_group = 0  # a hit on a group with no members: dropped, not a P4 drop reason
+        self._generation = -1  # of the state the caches below were filled from
+        self._routes: dict[int, tuple] = {}  # uSID key -> (my_usid entry, shift, hop, next hop)
+        self._lpm: dict[int, object] = {}  # outer destination -> routing_v6 entry or _MISS
+        self._next_hops: dict[tuple, tuple] = {}  # resolved action -> next hop (see _next_hop)
 
     def drop_stats(self) -> dict[str, int]:
         out = {name: self.drops[i][0] for name, i in N.DROP_REASONS.items()}
@@ -101,22 +127,29 @@ class Pipeline:
 
     def ingress(self, frame: bytes, in_port: int) -> tuple[int, int, bytes] | None:
         """(egress port, priority, frame) for a forwarded frame; None when dropped."""
-        n = len(frame)
+        result = self.forward(bytearray(frame), in_port)
+        if result is None:
+            return None
+        return result[0], result[1], bytes(result[2])
+
+    def forward(self, out: bytearray, in_port: int) -> tuple[int, int, bytearray] | None:
+        """ingress() on a frame the caller gives up: rewritten in place and returned."""
+        n = len(out)
         # ---- parser (parser.p4); a frame ending inside a header is a parser error
         if n < ETH_LEN:
             return self._drop(N.DROP_MALFORMED)
-        if frame[ETH_TYPE:ETH_TYPE + 2] != _ETH_IPV6:
+        if out[ETH_TYPE] != _ETH_TYPE_HI or out[ETH_TYPE + 1] != _ETH_TYPE_LO:
             return self._drop(N.DROP_NOT_IPV6)
         if n < INNER:
             return self._drop(N.DROP_MALFORMED)
-        word, payload_len, next_hdr, hop_limit = _OUTER.unpack_from(frame, OUTER)
+        word, payload_len, next_hdr, hop_limit = _OUTER.unpack_from(out, OUTER)
         inner_ok = True
         l4 = INNER
         if next_hdr == IPPROTO_IPV6:
             if n < _L4_AFTER_INNER:
                 return self._drop(N.DROP_MALFORMED)
-            inner_ok = frame[INNER] >> 4 == 6
-            l4_proto = frame[INNER_NEXT_HEADER]
+            inner_ok = out[INNER] >> 4 == 6
+            l4_proto = out[INNER_NEXT_HEADER]
             l4 = _L4_AFTER_INNER
         else:
             l4_proto = next_hdr
@@ -125,90 +158,140 @@ class Pipeline:
         if l4_proto == IPPROTO_UDP:
             if n < l4 + UDP_LEN:
                 return self._drop(N.DROP_MALFORMED)
-            sport, dport = _PORTS.unpack_from(frame, l4)
+            sport, dport = _PORTS.unpack_from(out, l4)
             if dport == ROCE_UDP_PORT:
                 bth = l4 + UDP_LEN
                 if n < bth + BTH_LEN:
                     return self._drop(N.DROP_MALFORMED)
-                if frame[bth] in DATA_OPCODES:
-                    if n < bth + BTH_LEN + METH_LEN + RETH_LEN:
+                if out[bth] in DATA_OPCODES:
+                    if n < bth + _DATA_HEADERS:
                         return self._drop(N.DROP_MALFORMED)
                     reth = True
         elif l4_proto == IPPROTO_TCP:
             if n < l4 + TCP_LEN:
                 return self._drop(N.DROP_MALFORMED)
-            sport, dport = _PORTS.unpack_from(frame, l4)
+            sport, dport = _PORTS.unpack_from(out, l4)
         # ---- ingress validity checks (ingress.p4 apply, first if-chain)
         if word >> 28 != 6 or not inner_ok or n < INNER + payload_len:
             return self._drop(N.DROP_MALFORMED)
         if hop_limit < MIN_HOP_LIMIT:
             return self._drop(N.DROP_HOP_LIMIT)
-        out = bytearray(frame)
-        prefix = int.from_bytes(frame[USID_MATCH:_USID_END], "big")
-        entry = self.my_usid.exact.get((prefix,))
+        generation = self.state.generation
+        if generation != self._generation:
+            self._routes.clear()
+            self._lpm.clear()
+            self._next_hops.clear()
+            self._generation = generation
+        key = _USID_KEY.unpack_from(out, USID_MATCH)[0]
+        route = self._routes.get(key)
+        if route is None:
+            route = self._usid_route(key)
+        entry, shift, hop, next_hop = route
         if entry is not None:
             entry.packets += 1
             entry.bytes += n
-            if entry.action[0] == self.shift_usid:
-                out[_SHIFT_TO:_DST_END] = frame[_SHIFT_FROM:_DST_END] + bytes(USID_LEN)
-                prefix = int.from_bytes(out[USID_MATCH:_USID_END], "big")
-            hop = self.usid_fwd.exact.get((prefix,))
             if hop is None:
                 return self._drop(N.DROP_UNKNOWN_USID)
+            if shift:
+                out[_SHIFT_TO:_DST_END] = out[_SHIFT_FROM:_DST_END] + _ZERO_USID
             hop.packets += 1
             hop.bytes += n
-            action = hop.action
         else:
-            dst = int.from_bytes(frame[OUTER_DST:_DST_END], "big")
-            hop = self.routing.lookup((dst,))
+            dst = int.from_bytes(out[OUTER_DST:_DST_END], "big")
+            hop = self._lpm.get(dst)
             if hop is None:
+                hop = self._lpm_lookup(dst)
+            if hop is _MISS:
                 return self._drop(N.DROP_NO_ROUTE)
             hop.packets += 1
             hop.bytes += n
-            action = self._select(hop.action, frame, word, next_hdr, sport, dport)
+            action = self._select(hop.action, out, word, next_hdr, sport, dport)
             if action is None:
                 self.empty_group += 1
                 return None
-        port = 0
-        if action[0] == self.set_next_hop:
-            port, dmac = action[1]
-            out[ETH_DST:ETH_DST + MAC_LEN] = dmac.to_bytes(MAC_LEN, "big")
-        # ---- forward: hop limit, port config, trimming / ECN, priority
+            next_hop = self._next_hops.get(action)
+            if next_hop is None:
+                next_hop = self._next_hops[action] = self._next_hop(action)
+        port, mac_from, mac_to, macs, cfg, configured, host_facing, ecn_enabled, \
+            trim_threshold, ecn_threshold = next_hop
+        # ---- forward: next-hop and port MACs, hop limit, port config, trimming / ECN
+        if macs:
+            out[mac_from:mac_to] = macs
         out[OUTER_HOP_LIMIT] = hop_limit - 1
-        configured = False
-        cfg = self.port_config.exact.get((port,))
         if cfg is not None:
             cfg.packets += 1
             cfg.bytes += n
-            if cfg.action[0] == self.set_port_config:
-                configured = True
-                host_facing, ecn_enabled, trim_threshold, ecn_threshold, smac = cfg.action[1]
-                out[ETH_SRC:ETH_SRC + MAC_LEN] = smac.to_bytes(MAC_LEN, "big")
-        depth = self.qdepth[port] if port < len(self.qdepth) else 0
         tc = (word >> TC_SHIFT) & 0xFF
-        dscp, ecn = tc >> 2, tc & 3
+        dscp = tc >> 2
         high = dscp in HIGH_PRIORITY_DSCPS
-        trimmable = next_hdr == IPPROTO_IPV6 and reth and dscp in TRIMMABLE_DSCPS
-        if configured and trimmable and n > TRIMMED_FRAME_LEN and depth >= trim_threshold:
-            trim_frame(out)
-            dscp = DSCP_TRIMMED_LASTHOP if host_facing else DSCP_TRIMMED
-            self._set_tc(out, word, dscp, ecn)
-            self.trims[port][0] += 1
-            high = True
-        elif (not high and configured and ecn_enabled and not host_facing and ecn in ECT_CODES
-              and depth >= ecn_threshold):
-            self._set_tc(out, word, dscp, ECN_CE)
-            self.ecn_marks[port][0] += 1
+        if configured:  # the thresholds apply
+            depth = self.qdepth[port] if port < len(self.qdepth) else 0
+            ecn = tc & 3
+            if (depth >= trim_threshold and reth and next_hdr == IPPROTO_IPV6
+                    and dscp in TRIMMABLE_DSCPS and n > TRIMMED_FRAME_LEN):
+                trim_frame(out)
+                dscp = DSCP_TRIMMED_LASTHOP if host_facing else DSCP_TRIMMED
+                self._set_tc(out, word, dscp, ecn)
+                self.trims[port][0] += 1
+                high = True
+            elif (depth >= ecn_threshold and not high and ecn_enabled and not host_facing
+                  and ecn in ECT_CODES):
+                self._set_tc(out, word, dscp, ECN_CE)
+                self.ecn_marks[port][0] += 1
         if port == DROP_PORT:
             return None
-        return port, (N.PRIORITY_HIGH if high else N.PRIORITY_DATA), bytes(out)
+        return port, (_HIGH if high else _DATA), out
+
+    def _usid_route(self, key: int) -> tuple:
+        """The cached part of the uSID path for one key (see forward)."""
+        entry = self.my_usid.exact.get((key >> USID_BITS,))
+        if entry is None:
+            route = _NO_ROUTE
+        else:
+            shift = entry.action[0] == self.shift_usid
+            if shift:  # the shifted match: block, then the next uSID
+                prefix = (key >> USID_BITS) & ~_USID_MASK | (key & _USID_MASK)
+            else:
+                prefix = key >> USID_BITS
+            hop = self.usid_fwd.exact.get((prefix,))
+            route = (entry, shift, hop, None if hop is None else self._next_hop(hop.action))
+        if len(self._routes) >= ROUTE_CACHE_SIZE:
+            self._routes.clear()
+        self._routes[key] = route
+        return route
+
+    def _lpm_lookup(self, dst: int) -> object:
+        hop = self.routing.lookup((dst,))
+        if hop is None:
+            hop = _MISS
+        if len(self._lpm) >= ROUTE_CACHE_SIZE:
+            self._lpm.clear()
+            self._next_hops.clear()
+        self._lpm[dst] = hop
+        return hop
+
+    def _next_hop(self, action: tuple) -> tuple:
+        """(port, then the MAC rewrite as out[mac_from:mac_to] = macs (b"" for none), the
+        port_config entry or None, configured, host_facing, ecn_enabled, trim_threshold,
+        ecn_threshold)."""
+        port, dmac = 0, b""
+        if action[0] == self.set_next_hop:
+            port, mac = action[1]
+            dmac = mac.to_bytes(MAC_LEN, "big")
+        cfg = self.port_config.exact.get((port,))
+        if cfg is None or cfg.action[0] != self.set_port_config:
+            return port, ETH_DST, ETH_DST + len(dmac), dmac, cfg, False, 0, 0, _NO_TRIM, _NO_TRIM
+        host_facing, ecn_enabled, trim_threshold, ecn_threshold, smac = cfg.action[1]
+        macs = dmac + smac.to_bytes(MAC_LEN, "big")  # ETH_SRC follows ETH_DST
+        return (port, ETH_SRC + MAC_LEN - len(macs), ETH_SRC + MAC_LEN, macs, cfg, True,
+                host_facing, ecn_enabled, trim_threshold, ecn_threshold)
 
     @staticmethod
     def _set_tc(out: bytearray, word: int, dscp: int, ecn: int) -> None:
         word = (word & ~(0xFF << TC_SHIFT)) | ((dscp << 2 | ecn) << TC_SHIFT)
         out[OUTER:OUTER + 4] = _WORD.pack(word)
 
-    def _select(self, action: tuple, frame: bytes, word: int, next_hdr: int, sport: int,
+    def _select(self, action: tuple, frame: bytearray, word: int, next_hdr: int, sport: int,
                 dport: int) -> tuple | None:
         """Resolve a selector-table action: member directly, group by the flow hash."""
         kind, ref = action
@@ -225,5 +308,5 @@ class Pipeline:
         """egress.p4: a data packet leaving the data queue records the depth it leaves behind
         (deq_qdepth), for the next ingress decisions; high-priority packets saw their own
         (short) queue and record nothing."""
-        if priority == N.PRIORITY_DATA and port < len(self.qdepth):
-            self.qdepth[port] = min(deq_qdepth, (1 << N.QDEPTH_BITS) - 1)
+        if priority == _DATA and port < len(self.qdepth):
+            self.qdepth[port] = deq_qdepth if deq_qdepth < _NO_TRIM else _NO_TRIM

@@ -53,6 +53,22 @@ class PortQueues:
         self.occupancy += 1
         return enq_qdepth
 
+    def pass_through(self, priority: int, now: float) -> bool:
+        """For a port whose FIFOs are all empty (occupancy 0, the caller checks): True when a
+        packet arriving at `now` would leave at once, in which case it is accounted exactly
+        as enqueue() then dequeue(now) would (departure time, sent; both depths are 0) and
+        the caller sends it; False changes nothing (queue it with enqueue())."""
+        fifo = self.fifos[priority]
+        if fifo.depth < 1:
+            return False
+        if fifo.rate > 0:
+            departure = fifo.last_departure + 1.0 / fifo.rate
+            if departure > now:
+                return False
+        fifo.last_departure = now
+        fifo.sent += 1
+        return True
+
     def ready_at(self) -> float | None:
         """Earliest time any non-empty FIFO may send, or None when all are empty."""
         times = [f.items[0][3] for f in self.fifos if f.items]

@@ -46,6 +46,8 @@ class DeviceState:
         self.groups: dict[int, dict[int, Group]] = {p: {} for p in index.profiles}
         self.counters = {cid: [[0, 0] for _ in range(c.size)] for cid, c in index.counters.items()}
         self.registers = {rid: [0] * r.size for rid, r in index.registers.items()}
+        # moves after every Write: the data plane drops its cached lookups when it changes
+        self.generation = 0
 
     # ---- Write ---------------------------------------------------------------------
 
@@ -54,14 +56,17 @@ class DeviceState:
         results: list[P4RTError | None] = []
         touched: set[int] = set()
         with self.lock:
-            for u in updates:
-                try:
-                    self._apply(u, touched)
-                    results.append(None)
-                except P4RTError as err:
-                    results.append(err)
-            for tid in touched:
-                self.tables[tid].rebuild()
+            try:
+                for u in updates:
+                    try:
+                        self._apply(u, touched)
+                        results.append(None)
+                    except P4RTError as err:
+                        results.append(err)
+                for tid in touched:
+                    self.tables[tid].rebuild()
+            finally:
+                self.generation += 1
         return results
 
     def _apply(self, u: p4runtime_pb2.Update, touched: set[int]) -> None:
