@@ -113,6 +113,8 @@ class EvSet:
         start = rng.randrange(len(actives))  # connections need not all start on one path
         self._ring: deque[EvEntry] = deque(actives[start:] + actives[:start])
         self._usable_count = 0
+        # (plane, echoed EV index) -> _control_for_arrival's candidates; _refresh clears it
+        self._arrival: dict[tuple[int, int], list[EvEntry]] = {}
         for entry in actives:
             entry.in_ring = True
             self._refresh(entry)
@@ -177,6 +179,7 @@ class EvSet:
                 entry.in_ring = True
                 self._ring.append(entry)
         self._fallback = None
+        self._arrival.clear()
 
     def _apply(self, entry: EvEntry, trigger: EvTrigger, now: float | None) -> None:
         """Run one table transition plus the side effects of entering/leaving states."""
@@ -372,20 +375,26 @@ class EvSet:
         the same EvConfig and list each plane's paths in the same spine order
         (fabric.topology does), so the peer's EV with index n uses the spine our EV n uses.
         A peer with another layout is caught only when our EV n is on another plane; then
-        (and when our EVs on that path are failing) the plane rule alone applies."""
+        (and when our EVs on that path are failing) the plane rule alone applies.
+        The candidates depend only on usability and the ASSUMED_BAD set, so they are kept
+        per (plane, echoed index) until the next _refresh."""
+        key = (plane, -1 if echo_ev is None else echo_ev & INDEX_MASK)
+        candidates = self._arrival.get(key)
+        if candidates is None:
+            candidates = self._arrival[key] = self._arrival_candidates(plane, key[1])
+        if candidates:
+            return self._rotate(plane, candidates)
+        return self._control_on_plane(plane)
+
+    def _arrival_candidates(self, plane: int, index: int) -> list[EvEntry]:
         entries = self._plane_entries[plane]
         bad = {e.path for e in self._bad.values()}
-        mirror = None
-        if echo_ev is not None and (echo_ev & INDEX_MASK) < len(self._order):
-            mirror = self._order[echo_ev & INDEX_MASK]
+        mirror = self._order[index] if 0 <= index < len(self._order) else None
         if mirror is not None and mirror.path.plane == plane and mirror.path not in bad:
             same = [e for e in entries if e.usable and e.path == mirror.path]
             if same:
-                return self._rotate(plane, same)
-        healthy = [e for e in entries if e.usable and e.path not in bad]
-        if healthy:
-            return self._rotate(plane, healthy)
-        return self._control_on_plane(plane)
+                return same
+        return [e for e in entries if e.usable and e.path not in bad]
 
     def _rotate(self, plane: int, candidates: list[EvEntry]) -> EvEntry:
         self._ctl_cursor[plane] += 1

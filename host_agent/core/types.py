@@ -16,10 +16,18 @@ class EvState(enum.Enum):
 
 @dataclass(frozen=True)
 class PathInfo:
-    """A source route as the core sees it; `route` is the I/O layer's handle (the uSID carrier)."""
+    """A source route as the core sees it; `route` is the I/O layer's handle (the uSID carrier).
+
+    Paths key per-packet dicts (loss detection), so the hash is computed once."""
 
     plane: int
     route: Hashable
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.plane, self.route)))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined,no-any-return]
 
 
 @dataclass(frozen=True)
