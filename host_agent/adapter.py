@@ -12,15 +12,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Hashable
 
-from host_agent.core import Endpoint, Event, PathInfo, RxMeta, TxPacket
+from host_agent.core import Endpoint, Event, PathInfo, RxMeta
 from host_agent.hostconfig import HostConfig, HostConfigError, qpn_for
 from wire import (
     ETH_TYPE_IPV6,
     IPPROTO_IPV6,
-    Envelope,
     WireError,
-    decode_frame,
-    encode_frame,
+    address_pair,
+    decode_frame_fields,
+    encode_frame_parts,
+    eth_header,
 )
 from wire.layout import ETH_TYPE, OUTER_NEXT_HEADER, TRIMMABLE_DSCPS
 
@@ -45,7 +46,8 @@ class EndpointAdapter:
         self._address = [nic.address for nic in config.nics]
         self._next_hop_mac = [nic.next_hop_mac for nic in config.nics]
         self._peer_address = config.peer_address
-        self._peer_of = config.peer_of()
+        self._peer_of = {addr.packed: peer for addr, peer in config.peer_of().items()}
+        self._parts: dict[tuple[Hashable, int, Hashable], tuple[bytes, bytes, bytes]] = {}
         self._qpn_of: dict[int, int] = {}  # peer -> local QPN of its open QP
         # per plane: rx_frames, rx_non_mrc, rx_malformed, rx_unknown_peer
         self.rx: list[Counter[str]] = [Counter() for _ in range(config.planes)]
@@ -95,45 +97,55 @@ class EndpointAdapter:
             rx["rx_non_mrc"] += 1  # e.g. neighbour discovery when IPv6 is left enabled
             return
         try:
-            env, payload = decode_frame(frame)
+            ev, dscp, ecn, inner_src, payload = decode_frame_fields(frame)
         except WireError:
             rx["rx_malformed"] += 1
             return
-        peer = self._peer_of.get(env.inner_src)
+        peer = self._peer_of.get(inner_src)
         if peer is None:
             rx["rx_unknown_peer"] += 1
             return
         rx["rx_frames"] += 1
-        if self.accept_peers:
+        if self.accept_peers and peer not in self._qpn_of:
             self.ensure_connected(peer)
-        self.endpoint.receive_packet(payload, RxMeta(peer, plane, env.ev, env.dscp, env.ecn),
-                                     now=now)
+        self.endpoint.receive_packet(payload, RxMeta(peer, plane, ev, dscp, ecn), now=now)
 
     # --- endpoint -> network ----------------------------------------------------------------
     def pump(self, now: float) -> None:
         """Send everything the endpoint has ready and hand its events on."""
         ep = self.endpoint
+        send, parts_of = self._send_frame, self._parts
+        tx_per_plane = self.tx_per_plane
         for tx in ep.packets_to_send(now=now):
-            self._send(tx, now)
+            plane, route = tx.plane, tx.route
+            key = (tx.peer, plane, route)
+            parts = parts_of.get(key)
+            if parts is None:
+                parts = parts_of[key] = self._frame_parts(*key)
+            tx_per_plane[plane] += 1
+            dscp = tx.dscp
+            if dscp in TRIMMABLE_DSCPS:
+                self.data_tx_per_plane[plane] += 1
+                self.data_tx_per_route[route] += 1
+                self.route_plane[route] = plane
+                self.last_data_tx_route[route] = now
+                self.last_data_tx_plane[plane] = now
+            send(plane, encode_frame_parts(parts[0], parts[1], parts[2], tx.ev, dscp, tx.ecn,
+                                           tx.payload))
         event = ep.next_event()
         while event is not None:
             if self.on_event is not None:
                 self.on_event(event)
             event = ep.next_event()
 
-    def _send(self, tx: TxPacket, now: float) -> None:
-        plane = tx.plane
+    def _frame_parts(self, peer: Hashable, plane: int, route: Hashable
+                     ) -> tuple[bytes, bytes, bytes]:
+        """What every frame to `peer` over `route` from the plane's NIC shares: Ethernet
+        header, outer addresses (own NIC -> route's uSID carrier), inner addresses."""
         own = self._address[plane]
-        env = Envelope(self._mac[plane], self._next_hop_mac[plane], own, tx.route,  # type: ignore[arg-type]
-                       own, self._peer_address[(tx.peer, plane)], tx.ev, tx.dscp, tx.ecn)  # type: ignore[index]
-        self.tx_per_plane[plane] += 1
-        if tx.dscp in TRIMMABLE_DSCPS:
-            self.data_tx_per_plane[plane] += 1
-            self.data_tx_per_route[tx.route] += 1
-            self.route_plane[tx.route] = plane
-            self.last_data_tx_route[tx.route] = now
-            self.last_data_tx_plane[plane] = now
-        self._send_frame(plane, encode_frame(env, tx.payload))
+        return (eth_header(self._mac[plane], self._next_hop_mac[plane]),
+                address_pair(own, route),  # type: ignore[arg-type]
+                address_pair(own, self._peer_address[(peer, plane)]))  # type: ignore[index]
 
     def route_stats(self) -> dict[str, dict[str, float]]:
         """Per source route (outer DA): plane, data packets sent, last one's time."""

@@ -59,7 +59,7 @@ from host_agent.core import (
     WriteFailed,
 )
 from host_agent.driver import Driver
-from host_agent.hostconfig import HostConfig, HostConfigError
+from host_agent.hostconfig import Carrier, HostConfig, HostConfigError
 from host_agent.nic import NicError, kernel_setup
 from wire import PSN_MOD
 
@@ -454,7 +454,7 @@ def load_host_config(args: argparse.Namespace) -> HostConfig:
 
 def single_path_config(config: HostConfig) -> HostConfig:
     """Every peer reached by one route on plane 0: the peer's NIC address (baseline LPM)."""
-    paths = {peer: (PathInfo(plane=0, route=config.peer_address[(peer, 0)]),)
+    paths = {peer: (PathInfo(plane=0, route=Carrier(config.peer_address[(peer, 0)])),)
              for peer in config.paths}
     return dataclasses.replace(config, paths=paths)
 

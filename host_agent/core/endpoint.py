@@ -15,7 +15,13 @@ from collections.abc import Hashable, Sequence
 import wire
 from host_agent.core.config import EndpointConfig
 from host_agent.core.connection import Connection
-from host_agent.core.errors import LocalProtocolError, RemoteProtocolError, decode_received
+from host_agent.core.errors import (
+    LocalProtocolError,
+    RemoteProtocolError,
+    decode_received,
+    decode_received_data,
+    decode_received_sack,
+)
 from host_agent.core.events import Event, PeerPlaneChanged, PlaneStateChanged
 from host_agent.core.evs import INDEX_BITS, TAG_BITS
 from host_agent.core.memory import MemoryRegion, MemoryTable
@@ -150,21 +156,34 @@ class Endpoint:
 
     def receive_packet(self, data: bytes, meta: RxMeta, *, now: float) -> None:
         """Handle one UDP payload; anything malformed is counted and dropped, never raised."""
-        self._stats["rx_packets"] += 1
-        if meta.plane in self._plane_stats:
-            self._plane_stats[meta.plane]["rx_packets"] += 1
+        stats = self._stats
+        stats["rx_packets"] += 1
+        plane_stats = self._plane_stats.get(meta.plane)
+        if plane_stats is not None:
+            plane_stats["rx_packets"] += 1
+        op = data[0] if data else None
         try:
-            pkt = decode_received(data)
-            if isinstance(pkt, wire.PortStatusPacket):
-                self._on_port_status(pkt, meta, now)
-                return
-            conn = self._conns.get(pkt.bth.dest_qp)
-            if conn is None:
-                self._stats["unknown_qpn"] += 1
-                raise RemoteProtocolError(f"no QP {pkt.bth.dest_qp:#x}")
-            conn.handle(pkt, meta, now, self._control)
+            if op in wire.DATA_OPCODES:  # the per-packet paths: no packet objects
+                fields = decode_received_data(data)
+                self._conn_for(fields[1]).on_data(fields, meta, now, self._control)
+            elif op == wire.OP_SACK:
+                sack = decode_received_sack(data)
+                self._conn_for(sack[0]).on_sack(sack, meta, now)
+            else:
+                pkt = decode_received(data)
+                if isinstance(pkt, wire.PortStatusPacket):
+                    self._on_port_status(pkt, meta, now)
+                    return
+                self._conn_for(pkt.bth.dest_qp).handle(pkt, meta, now, self._control)
         except RemoteProtocolError:
-            self._stats["malformed"] += 1
+            stats["malformed"] += 1
+
+    def _conn_for(self, dest_qp: int) -> Connection:
+        conn = self._conns.get(dest_qp)
+        if conn is None:
+            self._stats["unknown_qpn"] += 1
+            raise RemoteProtocolError(f"no QP {dest_qp:#x}")
+        return conn
 
     # ---- output and timers -------------------------------------------------------------------
 

@@ -47,6 +47,8 @@ MSN_MOD = 1 << 16
 _CHOOSE_TRIES = 4  # picks to find another path for a retransmission
 _REORDER_SCALE_MAX = 8  # reorder_window multiplier cap after spurious retransmissions
 _REORDER_DECAY_ACKS = 64  # clean acks between steps down of that multiplier
+_PSN_MASK = wire.PSN_MOD - 1
+_NOT_LAST = (wire.OP_WRITE_FIRST, wire.OP_WRITE_MIDDLE)  # data opcodes without ack_req
 
 
 def _opcode(first: bool, last: bool, imm: bool) -> int:
@@ -190,21 +192,18 @@ class Sender:
         self._loss.sent(pkt)
         self.inflight_bytes += pkt.length
         w = pkt.write
-        imm = w.imm if pkt.opcode in wire.IMM_OPCODES else None
-        last = pkt.opcode not in (wire.OP_WRITE_FIRST, wire.OP_WRITE_MIDDLE)
-        data = wire.DataPacket(
-            bth=wire.Bth(opcode=pkt.opcode, dest_qp=self._remote_qpn, psn=pkt.psn,
-                         ack_req=last, rtx=retx),
-            meth=wire.Meth(msn=w.msn),
-            reth=wire.Reth(va=w.remote_va + pkt.offset, rkey=w.rkey, dma_len=pkt.length),
-            payload=w.data[pkt.offset : pkt.offset + pkt.length],
-            imm=imm,
-        )
+        opcode = pkt.opcode
         if retx:
             self._stats["retransmits"] += 1
-        dscp = wire.DSCP_TRIMMABLE_RETX if retx else wire.DSCP_TRIMMABLE
-        return TxPacket(self._peer, entry.path.plane, entry.path.route, entry.ev, dscp,
-                        wire.ECN_ECT0, wire.encode_packet(data))
+        payload = wire.encode_data_fields(
+            opcode, self._remote_qpn, pkt.psn, opcode not in _NOT_LAST, retx, w.msn,
+            w.remote_va + pkt.offset, w.rkey, pkt.length,
+            w.imm if opcode in wire.IMM_OPCODES else None,
+            w.data[pkt.offset : pkt.offset + pkt.length])
+        path = entry.path
+        return TxPacket(self._peer, path.plane, path.route, entry.ev,
+                        wire.DSCP_TRIMMABLE_RETX if retx else wire.DSCP_TRIMMABLE,
+                        wire.ECN_ECT0, payload)
 
     # ---- acknowledgements --------------------------------------------------------------------
 
@@ -215,50 +214,56 @@ class Sender:
         pkt = self._tracked(psn)
         return pkt if pkt is not None and ev in pkt.una_by_ev else None
 
-    def on_sack(self, sack: wire.SackExt, now: float, *, probe_outstanding: bool = False) -> bool:
-        """Apply a SACK; False (and nothing changed) if it answers nothing we sent. A probe
-        reply counts only if the EvSet had a probe outstanding on its EV."""
+    def on_sack(self, cack_psn: int, ack_psn_offset: int, entropy: int, sack_offset: int,
+                sack_bitmap: int, m: int, probe_resp: bool, now: float, *,
+                probe_outstanding: bool = False) -> bool:
+        """Apply a SACK (its SackExt fields); False (and nothing changed) if it answers nothing
+        we sent. A probe reply counts only if the EvSet had a probe outstanding on its EV."""
         rtt: float | None = None
         self._newest_acked = None
         if self.error is not None:
             return self._refuse()
         answered: OutPkt | None = None
-        if sack.probe_resp:
+        if probe_resp:
             if not probe_outstanding:
                 return self._refuse()
         else:
-            trigger = wire.psn_add(sack.cack_psn, sack.ack_psn_offset)
-            answered = self._answered(trigger, sack.entropy)
+            trigger = (cack_psn + ack_psn_offset) & _PSN_MASK
+            answered = self._answered(trigger, entropy)
             if answered is None:
                 return self._refuse()
-        if self._out_of_sync(sack.cack_psn, answered, sack.entropy):
+        if self._out_of_sync(cack_psn, answered, entropy):
             return True
-        if not sack.probe_resp:
-            rtt = self._trigger_rtt(trigger, sack.entropy, now)
-        acked = self._cumulative(sack.cack_psn, now)
-        base = wire.psn_add(sack.cack_psn, sack.sack_offset)
-        bits = 0 if self._go_back else sack.sack_bitmap  # RoCE senders have no SACK
-        while bits:
-            low = bits & -bits
-            acked += self._acknowledge(wire.psn_add(base, low.bit_length() - 1), now)
-            bits ^= low
+        if not probe_resp:
+            rtt = self._trigger_rtt(trigger, entropy, now)
+        acked = self._cumulative(cack_psn, now)
+        if sack_bitmap and not self._go_back:  # RoCE senders have no SACK
+            base = cack_psn + sack_offset
+            bits = sack_bitmap
+            inflight, retx = self._inflight, self._retx
+            while bits:
+                low = bits & -bits
+                psn = (base + low.bit_length() - 1) & _PSN_MASK
+                if psn in inflight or psn in retx:  # else acknowledged already: nothing to do
+                    acked += self._acknowledge(psn, now)
+                bits ^= low
         if acked:
             self._progress_at = now
             self.rto.progress()
-        if sack.probe_resp:  # no RTT, EV or CC news; but its cumulative ack may end writes
+        if probe_resp:  # no RTT, EV or CC news; but its cumulative ack may end writes
             self._complete_writes()
             return True
         if rtt is None and self._newest_acked is not None:
             rtt = now - self._newest_acked.sent_time
         if rtt is not None and rtt <= 0:
             rtt = None  # answered within the clock's resolution: no usable sample
-        ecn = sack.m != wire.M_NONE
+        ecn = m != wire.M_NONE
         if rtt is not None:
             self.rto.sample(rtt, self.next_psn, self.snd_una)
         if ecn:
-            self._evs.on_ecn(sack.entropy, now)
+            self._evs.on_ecn(entropy, now)
         else:
-            self._evs.on_delivered(sack.entropy, now)
+            self._evs.on_delivered(entropy, now)
         if acked:
             self._clean_acks += 1
             if self._clean_acks >= _REORDER_DECAY_ACKS:
