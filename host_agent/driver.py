@@ -37,6 +37,7 @@ class Driver:
                          on_link=self._on_link)
         self.adapter = EndpointAdapter(endpoint, config, self.nics.send, on_event=on_event,
                                        accept_peers=True)
+        self._drained_at = -1  # the loop's wake-up in which the NICs were last drained
 
     @property
     def plane_up(self) -> list[bool]:
@@ -85,21 +86,22 @@ class Driver:
         """Read every NIC until empty (bounded), sending after each round.
 
         Timers run only after this, so a SACK already sitting in a socket buffer is never
-        mistaken for a timeout because the loop was busy with another NIC's backlog.
+        mistaken for a timeout because the loop was busy with another NIC's backlog. The loop
+        calls this for each readable NIC; the first call of a wake-up reads them all, and a NIC
+        found empty is not read again before the next wake-up.
         """
+        if self._drained_at == self.loop.wakeups:
+            return
+        self._drained_at = self.loop.wakeups
+        receive, on_frame = self.nics.receive, self._on_frame
+        planes = range(self.config.planes)
         for _ in range(RX_ROUNDS):
-            busy = False
-            for plane in range(self.config.planes):
-                got = 0
-                for frame in self.nics.receive(plane, RX_BATCH):
-                    got += 1
-                    self._on_frame(plane, frame)
-                busy |= got == RX_BATCH
+            planes = [plane for plane in planes if receive(plane, RX_BATCH, on_frame) == RX_BATCH]
             self.pump()
-            if not busy:
+            if not planes:
                 return
 
-    def _on_frame(self, plane: int, frame: bytes) -> None:
+    def _on_frame(self, plane: int, frame: memoryview) -> None:
         try:
             self.adapter.receive_frame(plane, frame, self.clock())
         except Exception:  # a core bug on one packet must not take every QP of the host down

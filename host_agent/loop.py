@@ -46,6 +46,7 @@ class EventLoop:
         self._seq = itertools.count()
         self._stopping = False
         self.max_lateness = 0.0  # seconds the source's deadline ran late: a busy or paused host
+        self.wakeups = 0  # select() returns so far: callbacks can tell one wake-up from the next
 
     def add_reader(self, sock: socket.socket, callback: Callback) -> None:
         self._set_handler(sock, 0, callback)
@@ -90,7 +91,9 @@ class EventLoop:
         while not self._stopping:
             deadline = self._next_deadline(source)
             timeout = None if deadline is None else max(0.0, deadline - self.clock())
-            for key, mask in self._sel.select(timeout):
+            events = self._sel.select(timeout)
+            self.wakeups += 1
+            for key, mask in events:
                 read, write = key.data
                 if mask & selectors.EVENT_READ and read is not None:
                     read()

@@ -115,6 +115,8 @@ class EvSet:
         self._usable_count = 0
         # (plane, echoed EV index) -> _control_for_arrival's candidates; _refresh clears it
         self._arrival: dict[tuple[int, int], list[EvEntry]] = {}
+        self._deadline: float | None = None  # next_deadline(), while _deadline_ok
+        self._deadline_ok = False  # cleared by every change of state, pool, plane or probe
         for entry in actives:
             entry.in_ring = True
             self._refresh(entry)
@@ -180,6 +182,7 @@ class EvSet:
                 self._ring.append(entry)
         self._fallback = None
         self._arrival.clear()
+        self._deadline_ok = False
 
     def _apply(self, entry: EvEntry, trigger: EvTrigger, now: float | None) -> None:
         """Run one table transition plus the side effects of entering/leaving states."""
@@ -272,6 +275,10 @@ class EvSet:
 
     def advance(self, now: float) -> None:
         """Apply every timer due at `now`: SKIP expiry and probe timeouts."""
+        deadline = self.next_deadline()
+        if deadline is None or now < deadline:  # nothing expires: skip the scan of _bad
+            self._refill_all()
+            return
         self._expire_skips(now)
         self._refill_all()
         for entry in list(self._bad.values()):
@@ -280,7 +287,10 @@ class EvSet:
                 self.on_probe_timeout(entry.ev, now)
 
     def next_deadline(self) -> float | None:
-        """Earliest time advance()/probes_due() has work: SKIP expiry or probe schedule."""
+        """Earliest time advance()/probes_due() has work: SKIP expiry or probe schedule.
+        Kept until the next change (the endpoint asks on every wake-up and every poll)."""
+        if self._deadline_ok:
+            return self._deadline
         heap = self._skip_heap
         while heap:  # drop stale heap heads so the deadline is exact
             until, ev = heap[0]
@@ -294,7 +304,8 @@ class EvSet:
                 times.append(entry.probe_sent_at + self.config.probe_timeout)
             elif self._plane_usable[entry.path.plane] and entry.next_probe_at is not None:
                 times.append(entry.next_probe_at)
-        return min(times, default=None)
+        self._deadline, self._deadline_ok = min(times, default=None), True
+        return self._deadline
 
     # ----- choosing
     def choose(self, now: float) -> EvEntry | None:
@@ -466,6 +477,9 @@ class EvSet:
     def probes_due(self, now: float) -> list[EvEntry]:
         """ASSUMED_BAD EVs on usable planes whose next probe is due and none outstanding."""
         self.advance(now)
+        deadline = self.next_deadline()
+        if deadline is None or now < deadline:  # every due probe is part of the deadline
+            return []
         return [
             e for e in self._bad.values()
             if e.probe_sent_at is None and self._plane_usable[e.path.plane]
@@ -482,6 +496,7 @@ class EvSet:
             )
         entry.probe_sent_at = now
         entry.next_probe_at = now + self.config.probe_interval
+        self._deadline_ok = False
         entry.counters["probes_sent"] += 1
         self.counters["probes_sent"] += 1
 
@@ -492,6 +507,7 @@ class EvSet:
             self.counters["probe_results_ignored"] += 1
             return None
         entry.probe_sent_at = None
+        self._deadline_ok = False
         return entry
 
     def on_probe_reply(self, ev: int, now: float) -> bool:
