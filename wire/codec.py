@@ -522,6 +522,30 @@ def decode_sack_fields(data: bytes) -> tuple[int, int, int, int, int, int, int, 
     return qpw & 0xFFFFFF, cackw & _PSN_MASK, apo, ent, soff, bitmap, m, bool(w0 >> 1 & 1)
 
 
+_PROBE_EXT = _ext_word(EXT_PROBE, 0)
+
+
+def encode_probe_fields(dest_qp: int, psn: int, entropy: int) -> bytes:
+    """encode_packet(ProbePacket(Bth(OP_PROBE, dest_qp, psn), ProbeExt(entropy)))."""
+    if 0 <= dest_qp <= 0xFFFFFF and 0 <= psn <= _PSN_MASK and 0 <= entropy <= 0xFFFFFFFF:
+        return _S_PROBE.pack(OP_PROBE, _DATA_FLAGS, 0xFFFF, dest_qp, psn, _PROBE_EXT, 0, entropy)
+    return _encode_probe(ProbePacket(Bth(OP_PROBE, dest_qp, psn), ProbeExt(entropy)))
+
+
+def decode_probe_fields(data: bytes) -> tuple[int, int]:
+    """decode_packet of a PROBE as (dest_qp, entropy); the caller has seen OP_PROBE in
+    data[0]."""
+    if len(data) != _S_PROBE.size:
+        if len(data) < BTH_LEN:
+            raise TruncatedPacket(f"{len(data)} bytes cannot hold a {BTH_LEN}-byte BTH")
+        cls = TruncatedPacket if len(data) < _S_PROBE.size else BadField
+        raise cls(f"opcode 0x{OP_PROBE:02X} packet of {len(data)} bytes, expected "
+                  f"{_S_PROBE.size}")
+    _op, _fl, _pkey, qpw, _psnw, w0, _rsvd, entropy = _S_PROBE.unpack_from(data)
+    _expect_ext(w0, EXT_PROBE, 0)
+    return qpw & 0xFFFFFF, entropy
+
+
 # ---------------------------------------------------------------- PSN serial arithmetic
 
 

@@ -172,13 +172,20 @@ def encode_frame_parts(eth: bytes, outer: bytes, inner: bytes, ev: int, dscp: in
 def decode_frame_fields(frame: bytes) -> tuple[int, int, int, bytes, bytes]:
     """decode_frame without the Envelope: (ev, dscp, ecn, inner source address as 16 packed
     bytes, UDP payload), after the same checks (the same WireErrors)."""
-    f, end = _unpack_checked(frame)
-    sport, ow0 = f[15], f[3]
-    if (ow0 >> 16 & 0xF) != (sport & 0xF):
-        ev_from_fields(sport, ow0 & 0xFFFFF)  # raises the BadField naming both
-    tc = ow0 >> 20 & 0xFF
-    payload = bytes(frame[FRAME_HEADERS_LEN:end])
-    return sport << 16 | (ow0 & 0xFFFF), tc >> 2, tc & 3, f[13], payload
+    if len(frame) >= FRAME_HEADERS_LEN:
+        f = _S_FRAME.unpack_from(frame)
+        ow0, oplen, sport = f[3], f[4], f[15]
+        end = ETH_LEN + IPV6_LEN + oplen
+        if (f[2] == ETH_TYPE_IPV6 and ow0 >> 28 == 6 and f[9] >> 28 == 6
+                and f[5] == IPPROTO_IPV6 and f[11] == IPPROTO_UDP and f[16] == ROCE_UDP_PORT
+                and UDP_LEN <= f[17] == f[10] and oplen == IPV6_LEN + f[10]
+                and len(frame) >= end and (ow0 >> 16 & 0xF) == (sport & 0xF)):
+            tc = ow0 >> 20 & 0xFF
+            return (sport << 16 | (ow0 & 0xFFFF), tc >> 2, tc & 3, f[13],
+                    bytes(frame[FRAME_HEADERS_LEN:end]))
+    f, end = _unpack_checked(frame)  # something is wrong: raise what decode_frame raises
+    ev_from_fields(f[15], f[3] & 0xFFFFF)
+    raise AssertionError("unreachable: the frame failed a check _unpack_checked repeats")
 
 
 def decode_frame(frame: bytes) -> tuple[Envelope, bytes]:

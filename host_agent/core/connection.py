@@ -63,19 +63,23 @@ class Connection:
     def on_data(self, fields: DataFields, meta: RxMeta, now: float, out: list[TxPacket]) -> None:
         """Process one data packet (wire.decode_data_fields) addressed to this QP; raise
         RemoteProtocolError if invalid."""
-        self._check_peer(meta)
-        if meta.ecn == wire.ECN_CE:
+        peer, plane, ev, dscp, ecn = meta
+        if peer != self.peer:
+            self._wrong_peer(peer)
+        if ecn == wire.ECN_CE:
             self._stats["ecn_marks_received"] += 1
-        self._control(self.receiver.on_data(fields, meta.dscp, meta.ecn, meta.ev), now, out,
-                      meta.plane, meta.ev)
-        self.drain_ev_changes()
+        self._control(self.receiver.on_data(fields, dscp, ecn, ev), now, out, plane, ev)
+        if self.evs._changes:  # (drain_changes would hand back an empty list)
+            self.drain_ev_changes()
 
     def on_sack(self, fields: SackFields, meta: RxMeta, now: float) -> None:
         """Process one SACK (wire.decode_sack_fields) addressed to this QP; raise
         RemoteProtocolError if invalid."""
-        self._check_peer(meta)
+        if meta.peer != self.peer:
+            self._wrong_peer(meta.peer)
         _qp, cack, offset, entropy, sack_offset, bitmap, m, probe_resp = fields
-        self._check_ev(entropy)
+        if entropy not in self.evs:
+            self._check_ev(entropy)
         self._stats["sacks_received"] += 1
         outstanding = False
         if probe_resp:
@@ -84,28 +88,36 @@ class Connection:
         if self.sender.on_sack(cack, offset, entropy, sack_offset, bitmap, m, probe_resp, now,
                                probe_outstanding=outstanding):
             self._learn_peer_tag(meta.ev)
+        if self.evs._changes:
+            self.drain_ev_changes()
+
+    def on_probe(self, entropy: int, meta: RxMeta, now: float, out: list[TxPacket]) -> None:
+        """Answer one PROBE (for the EV `entropy`) addressed to this QP."""
+        self._check_peer(meta)
+        self._control(self.receiver.probe_reply(entropy, meta.ecn), now, out, meta.plane,
+                      entropy)
         self.drain_ev_changes()
 
     def handle(self, pkt: wire.Packet, meta: RxMeta, now: float, out: list[TxPacket]) -> None:
-        """Process one decoded NACK or PROBE addressed to this QP (data and SACKs take on_data
-        and on_sack); raise RemoteProtocolError if invalid."""
+        """Process one decoded NACK addressed to this QP (data, SACKs and probes take on_data,
+        on_sack and on_probe); raise RemoteProtocolError if invalid."""
         self._check_peer(meta)
         if isinstance(pkt, wire.NackPacket):
             self._check_ev(pkt.nack.entropy)
             self._stats["nacks_received"] += 1
             if self.sender.on_nack(pkt.nack, now):
                 self._learn_peer_tag(meta.ev)
-        elif isinstance(pkt, wire.ProbePacket):
-            self._control(self.receiver.probe_reply(pkt, meta.ecn), now, out, meta.plane,
-                          pkt.probe.entropy)
         else:
             raise RemoteProtocolError(f"{type(pkt).__name__} is not valid on a connection QP")
         self.drain_ev_changes()
 
     def _check_peer(self, meta: RxMeta) -> None:
         if meta.peer != self.peer:
-            raise RemoteProtocolError(f"QP {self.local_qpn:#x} belongs to {self.peer!r}, "
-                                      f"not {meta.peer!r}")
+            self._wrong_peer(meta.peer)
+
+    def _wrong_peer(self, peer: Hashable) -> None:
+        raise RemoteProtocolError(f"QP {self.local_qpn:#x} belongs to {self.peer!r}, "
+                                  f"not {peer!r}")
 
     def _learn_peer_tag(self, ev: int) -> None:
         """A believed answer came on one of the peer's EVs: its tag is the peer's secret, which
@@ -139,18 +151,19 @@ class Connection:
             return  # a failed QP sends nothing, probes included
         start = len(out)
         for entry in self.evs.probes_due(now):
-            probe = wire.ProbePacket(
-                bth=wire.Bth(opcode=wire.OP_PROBE, dest_qp=self.remote_qpn, psn=self._probe_seq),
-                probe=wire.ProbeExt(entropy=entry.ev),
-            )
+            probe = wire.encode_probe_fields(self.remote_qpn, self._probe_seq, entry.ev)
             self._probe_seq = wire.psn_add(self._probe_seq, 1)
             self.evs.on_probe_sent(entry.ev, now)
             self._stats["probes_sent"] += 1
-            out.append(self.control_tx(probe, entry))
+            path = entry.path
+            out.append(TxPacket(self.peer, path.plane, path.route, entry.ev, wire.DSCP_CONTROL,
+                                wire.ECN_NOT_ECT, probe))
         self.sender.poll(now, out)
-        for tx in out[start:]:
-            self.tx_per_ev[tx.ev] += 1
-        self.drain_ev_changes()
+        tx_per_ev = self.tx_per_ev
+        for i in range(start, len(out)):
+            tx_per_ev[out[i].ev] += 1
+        if self.evs._changes:
+            self.drain_ev_changes()
 
     def deadline(self) -> float | None:
         if self.sender.error is not None:

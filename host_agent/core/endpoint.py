@@ -17,10 +17,9 @@ from host_agent.core.config import EndpointConfig
 from host_agent.core.connection import Connection
 from host_agent.core.errors import (
     LocalProtocolError,
+    MalformedPacket,
     RemoteProtocolError,
     decode_received,
-    decode_received_data,
-    decode_received_sack,
 )
 from host_agent.core.events import Event, PeerPlaneChanged, PlaneStateChanged
 from host_agent.core.evs import INDEX_BITS, TAG_BITS
@@ -163,12 +162,29 @@ class Endpoint:
             plane_stats["rx_packets"] += 1
         op = data[0] if data else None
         try:
-            if op in wire.DATA_OPCODES:  # the per-packet paths: no packet objects
-                fields = decode_received_data(data)
-                self._conn_for(fields[1]).on_data(fields, meta, now, self._control)
+            # data, SACKs and probes go without packet objects; a WireError from their decoders
+            # is the peer's fault (MalformedPacket), as decode_received makes it for the others
+            if op in wire.DATA_OPCODES:
+                try:
+                    fields = wire.decode_data_fields(data)
+                except wire.WireError as exc:
+                    raise MalformedPacket(str(exc)) from exc
+                conn = self._conns.get(fields[1]) or self._no_conn(fields[1])
+                conn.on_data(fields, meta, now, self._control)
             elif op == wire.OP_SACK:
-                sack = decode_received_sack(data)
-                self._conn_for(sack[0]).on_sack(sack, meta, now)
+                try:
+                    sack = wire.decode_sack_fields(data)
+                except wire.WireError as exc:
+                    raise MalformedPacket(str(exc)) from exc
+                conn = self._conns.get(sack[0]) or self._no_conn(sack[0])
+                conn.on_sack(sack, meta, now)
+            elif op == wire.OP_PROBE:
+                try:
+                    dest_qp, entropy = wire.decode_probe_fields(data)
+                except wire.WireError as exc:
+                    raise MalformedPacket(str(exc)) from exc
+                conn = self._conns.get(dest_qp) or self._no_conn(dest_qp)
+                conn.on_probe(entropy, meta, now, self._control)
             else:
                 pkt = decode_received(data)
                 if isinstance(pkt, wire.PortStatusPacket):
@@ -178,12 +194,12 @@ class Endpoint:
         except RemoteProtocolError:
             stats["malformed"] += 1
 
+    def _no_conn(self, dest_qp: int) -> Connection:
+        self._stats["unknown_qpn"] += 1
+        raise RemoteProtocolError(f"no QP {dest_qp:#x}")
+
     def _conn_for(self, dest_qp: int) -> Connection:
-        conn = self._conns.get(dest_qp)
-        if conn is None:
-            self._stats["unknown_qpn"] += 1
-            raise RemoteProtocolError(f"no QP {dest_qp:#x}")
-        return conn
+        return self._conns.get(dest_qp) or self._no_conn(dest_qp)
 
     # ---- output and timers -------------------------------------------------------------------
 

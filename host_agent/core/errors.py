@@ -28,18 +28,3 @@ def decode_received(data: bytes) -> wire.Packet:
     except wire.WireError as exc:
         raise MalformedPacket(str(exc)) from exc
 
-
-def decode_received_data(data: bytes) -> tuple:
-    """wire.decode_data_fields of a payload from the network (faults are remote errors)."""
-    try:
-        return wire.decode_data_fields(data)
-    except wire.WireError as exc:
-        raise MalformedPacket(str(exc)) from exc
-
-
-def decode_received_sack(data: bytes) -> tuple:
-    """wire.decode_sack_fields of a payload from the network (faults are remote errors)."""
-    try:
-        return wire.decode_sack_fields(data)
-    except wire.WireError as exc:
-        raise MalformedPacket(str(exc)) from exc

@@ -135,9 +135,9 @@ class Receiver:
             self._qpn & 0xFFFF, self._remote_qpn & 0xFFFF, min(bits.bit_count(), _OOO_MAX),
             self._rcvd_bytes)
 
-    def probe_reply(self, probe: wire.ProbePacket, ecn: int) -> bytes:
-        """Answer a PROBE: a SACK with probe_resp=1 echoing the probed EV."""
-        return self._sack(self.cack, probe.probe.entropy, ecn, probe=True)
+    def probe_reply(self, entropy: int, ecn: int) -> bytes:
+        """Answer a PROBE of the EV `entropy`: a SACK with probe_resp=1 echoing it."""
+        return self._sack(self.cack, entropy, ecn, probe=True)
 
     def _nack(self, reason: int, psn: int, ev: int, ecn: int) -> bytes:
         self._stats["nacks_sent"] += 1

@@ -39,7 +39,7 @@ _RTT_MAX_DECAY = 0.999  # per sample on a path: its remembered maximum halves in
 DARK_PATH_LOSSES = 2  # rule-B losses on a path, no delivery between, that make it dark
 
 
-@dataclass
+@dataclass(slots=True)
 class Write:
     wr_id: int
     data: bytes
@@ -53,7 +53,7 @@ class Write:
     last_psn: int | None = None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class OutPkt:
     psn: int
     write: Write
@@ -75,7 +75,7 @@ class OutPkt:
     una_by_ev: dict[int, int] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class _PathState:
     queue: OrderedDict[int, OutPkt] = field(default_factory=OrderedDict)  # by tx_seq
     rack_seq: int = -1  # newest-sent delivered transmission on this path...
@@ -101,7 +101,7 @@ class LossDetector:
 
     def sent(self, pkt: OutPkt) -> None:
         assert pkt.path is not None
-        self._state(pkt.path).queue[pkt.tx_seq] = pkt
+        (self._paths.get(pkt.path) or self._state(pkt.path)).queue[pkt.tx_seq] = pkt
 
     def forget(self, pkt: OutPkt) -> None:
         """`pkt`'s latest transmission is no longer in flight."""
@@ -110,13 +110,16 @@ class LossDetector:
 
     def delivered(self, path: PathInfo, tx_seq: int, rtt: float, now: float) -> None:
         """An unambiguous transmission on `path`, sent `rtt` seconds ago, arrived."""
-        state = self._state(path)
+        state = self._paths.get(path) or self._state(path)
         state.silent_losses = 0
-        state.last_delivery = max(state.last_delivery, now)
+        if now > state.last_delivery:
+            state.last_delivery = now
         if tx_seq > state.rack_seq:
             state.rack_seq, state.rack_rtt = tx_seq, rtt
-        state.rtt_max = max(rtt, state.rtt_max * _RTT_MAX_DECAY)
-        self.delivered_seq = max(self.delivered_seq, tx_seq)
+        decayed = state.rtt_max * _RTT_MAX_DECAY
+        state.rtt_max = rtt if rtt > decayed else decayed  # max(rtt, decayed)
+        if tx_seq > self.delivered_seq:
+            self.delivered_seq = tx_seq
 
     def detect(
         self, now: float, reorder_window: float, fallback_patience: float
@@ -126,8 +129,11 @@ class LossDetector:
         lost: list[OutPkt] = []
         dark: list[PathInfo] = []
         recheck: float | None = None
+        rule_b_below = self.delivered_seq - self._threshold  # rule B needs tx_seq <= this
         for path, state in self._paths.items():
             for pkt in state.queue.values():
+                if pkt.tx_seq >= state.rack_seq and pkt.tx_seq > rule_b_below:
+                    break  # neither rule applies (_due would say None): nor to later ones
                 due, silent = self._due(state, pkt, reorder_window, fallback_patience)
                 if due is None:
                     break  # neither rule applies, nor to anything sent later on this path

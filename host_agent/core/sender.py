@@ -48,6 +48,7 @@ _CHOOSE_TRIES = 4  # picks to find another path for a retransmission
 _REORDER_SCALE_MAX = 8  # reorder_window multiplier cap after spurious retransmissions
 _REORDER_DECAY_ACKS = 64  # clean acks between steps down of that multiplier
 _PSN_MASK = wire.PSN_MOD - 1
+_PSN_HALF = wire.PSN_MOD >> 1
 _NOT_LAST = (wire.OP_WRITE_FIRST, wire.OP_WRITE_MIDDLE)  # data opcodes without ack_req
 
 
@@ -59,6 +60,10 @@ def _opcode(first: bool, last: bool, imm: bool) -> int:
     if last:
         return wire.OP_WRITE_LAST_IMM if imm else wire.OP_WRITE_LAST
     return wire.OP_WRITE_MIDDLE
+
+
+_OPCODES = {(f, la, i): _opcode(f, la, i) for f in (False, True) for la in (False, True)
+            for i in (False, True)}
 
 
 class Sender:
@@ -142,24 +147,28 @@ class Sender:
                 return
             del self._retx[pkt.psn]
             out.append(self._transmit(pkt, entry, now))
-        while self._pending and self.outstanding_psns < self._cfg.window:
-            w = self._pending[0]
-            length = min(self._cfg.mtu, len(w.data) - w.next_offset)
-            if not self.cc.can_send(self.inflight_bytes, length):
+        pending, window, mtu = self._pending, self._cfg.window, self._cfg.mtu
+        can_send, choose = self.cc.can_send, self._evs.choose
+        while pending and (((self.next_psn - self.snd_una + _PSN_HALF) & _PSN_MASK)
+                           - _PSN_HALF) < window:  # outstanding_psns < window
+            w = pending[0]
+            size = len(w.data)
+            length = min(mtu, size - w.next_offset)
+            if not can_send(self.inflight_bytes, length):
                 return
-            entry = self._evs.choose(now)
+            entry = choose(now)
             if entry is None:
                 return
             first = not w.started
-            last = w.next_offset + length >= len(w.data)
+            last = w.next_offset + length >= size
             pkt = OutPkt(self.next_psn, w, w.next_offset, length,
-                          _opcode(first, last, w.imm is not None))
+                         _OPCODES[first, last, w.imm is not None])
             w.started = True
             w.next_offset += length
             if last:
                 w.last_psn = self.next_psn
-                self._sent.append(self._pending.popleft())
-            self.next_psn = wire.psn_add(self.next_psn, 1)
+                self._sent.append(pending.popleft())
+            self.next_psn = (self.next_psn + 1) & _PSN_MASK
             out.append(self._transmit(pkt, entry, now))
 
     def _choose_other(self, now: float, pkt: OutPkt) -> EvEntry | None:
@@ -229,13 +238,15 @@ class Sender:
                 return self._refuse()
         else:
             trigger = (cack_psn + ack_psn_offset) & _PSN_MASK
-            answered = self._answered(trigger, entropy)
-            if answered is None:
+            # _answered, inlined
+            answered = (self._inflight.get(trigger) or self._retx.get(trigger)
+                        or self._untriggered.get(trigger))
+            if answered is None or entropy not in answered.una_by_ev:
                 return self._refuse()
         if self._out_of_sync(cack_psn, answered, entropy):
             return True
-        if not probe_resp:
-            rtt = self._trigger_rtt(trigger, entropy, now)
+        if answered is not None:  # not a probe reply
+            rtt = self._trigger_rtt(answered, trigger, entropy, now)
         acked = self._cumulative(cack_psn, now)
         if sack_bitmap and not self._go_back:  # RoCE senders have no SACK
             base = cack_psn + sack_offset
@@ -283,7 +294,9 @@ class Sender:
         the peer's path: the connection resynchronises to the PSN the peer expects
         (`_resync`) instead of retrying until write_timeout."""
         una_then = answered.una_by_ev[ev] if answered is not None else cack
-        if wire.psn_diff(cack, self.next_psn) > 0 or wire.psn_diff(una_then, cack) > 0:
+        # wire.psn_diff(cack, next_psn) > 0 or wire.psn_diff(una_then, cack) > 0
+        if (((cack - self.next_psn + _PSN_HALF) & _PSN_MASK) > _PSN_HALF
+                or ((una_then - cack + _PSN_HALF) & _PSN_MASK) > _PSN_HALF):
             self._resync(cack)
             return True
         return False
@@ -341,15 +354,14 @@ class Sender:
         self._complete_writes()
         return True
 
-    def _trigger_rtt(self, psn: int, ev: int, now: float) -> float | None:
-        """RTT of the transmission whose arrival triggered a SACK, told apart by the echoed EV
-        (Karn's rule without discarding resent packets); it also counts as delivered for loss
-        detection on its path. An answer to the transmission before a retransmission means
-        that retransmission was spurious: the reordering allowance grows."""
-        pkt = self._tracked(psn)
-        if pkt is None:
-            return None
-        self._late_answer(pkt, ev)
+    def _trigger_rtt(self, pkt: OutPkt, psn: int, ev: int, now: float) -> float | None:
+        """RTT of the transmission of `pkt` (PSN `psn`, the _tracked one) whose arrival
+        triggered a SACK, told apart by the echoed EV (Karn's rule without discarding resent
+        packets); it also counts as delivered for loss detection on its path. An answer to
+        the transmission before a retransmission means that retransmission was spurious: the
+        reordering allowance grows."""
+        if pkt.expired_evs:
+            self._late_answer(pkt, ev)
         if ev == pkt.ev and not pkt.expired_evs:  # no later answer is needed any more
             self._untriggered.pop(psn, None)
         if pkt.ev == pkt.prev_ev:
@@ -380,12 +392,16 @@ class Sender:
             self._stats["spurious_timeouts"] += 1
 
     def _cumulative(self, cack: int, now: float) -> int:
-        advance = wire.psn_diff(cack, self.snd_una)
+        una = self.snd_una
+        advance = ((cack - una + _PSN_HALF) & _PSN_MASK) - _PSN_HALF  # wire.psn_diff
         if advance <= 0:
             return 0
         acked = 0
+        inflight, retx = self._inflight, self._retx
         for i in range(advance):
-            acked += self._acknowledge(wire.psn_add(self.snd_una, i), now)
+            psn = (una + i) & _PSN_MASK
+            if psn in inflight or psn in retx:  # else acknowledged already: nothing to do
+                acked += self._acknowledge(psn, now)
         self.snd_una = cack
         return acked
 
@@ -393,7 +409,9 @@ class Sender:
         """Acknowledge `psn` (cumulatively or by a SACK bitmap bit)."""
         pkt = self._inflight.pop(psn, None)
         if pkt is not None:
-            self._landed(pkt)
+            pkt.in_flight = False  # _landed, inlined
+            self.inflight_bytes -= pkt.length
+            self._loss.forget(pkt)
             if pkt.tx_count == 1:  # unambiguous: only one transmission could have arrived
                 assert pkt.path is not None
                 self._loss.delivered(pkt.path, pkt.tx_seq, now - pkt.sent_time, now)
@@ -409,12 +427,13 @@ class Sender:
         return pkt.length
 
     def _complete_writes(self) -> None:
-        while self._sent:
-            w = self._sent[0]
+        sent = self._sent
+        while sent:
+            w = sent[0]
             assert w.last_psn is not None
-            if wire.psn_diff(self.snd_una, w.last_psn) <= 0:
+            if ((self.snd_una - w.last_psn + _PSN_HALF) & _PSN_MASK) <= _PSN_HALF:  # diff <= 0
                 return
-            self._sent.popleft()
+            sent.popleft()
             self._emit(WriteCompleted(self._qpn, w.wr_id))
 
     # ---- loss ------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The per-packet fast paths of the codec (the host agents' data, SACKs and frames without
+"""The per-packet fast paths of the codec (the host agents' data, SACKs, probes and frames without
 dataclasses) give exactly the bytes and the errors of encode_packet/decode_packet and
 encode_frame/decode_frame, on the golden packets, on random fields and on malformed input."""
 
@@ -14,12 +14,15 @@ from tests.unit.golden_packets import GOLDEN_PACKETS, GOLDEN_TRIMMED_FRAME, IDS,
 from wire import (
     DEFAULT_HOP_LIMIT,
     IMM_OPCODES,
+    OP_PROBE,
     OP_SACK,
     Bth,
     CcState,
     DataPacket,
     Envelope,
     Meth,
+    ProbeExt,
+    ProbePacket,
     Reth,
     SackExt,
     SackPacket,
@@ -57,12 +60,17 @@ def _expected_decode(raw: bytes):
         s = pkt.sack
         return (pkt.bth.dest_qp, s.cack_psn, s.ack_psn_offset, s.entropy, s.sack_offset,
                 s.sack_bitmap, s.m, s.probe_resp)
+    if isinstance(pkt, ProbePacket):
+        return pkt.bth.dest_qp, pkt.probe.entropy
     return pkt
 
 
+FAST_DECODERS = {OP_SACK: wire.decode_sack_fields, OP_PROBE: wire.decode_probe_fields,
+                 **dict.fromkeys(DATA, wire.decode_data_fields)}
+
+
 def _fast_decode(raw: bytes):
-    fn = wire.decode_sack_fields if raw[:1] == bytes([OP_SACK]) else wire.decode_data_fields
-    return _outcome(fn, raw)
+    return _outcome(FAST_DECODERS[raw[0]], raw)
 
 
 def _default_fields(pkt: wire.Packet) -> bool:
@@ -72,6 +80,8 @@ def _default_fields(pkt: wire.Packet) -> bool:
         return False
     if isinstance(pkt, DataPacket):
         return pkt.meth.rq_msn == 0
+    if isinstance(pkt, ProbePacket):
+        return not b.ack_req and not b.rtx
     if isinstance(pkt, SackPacket):
         return (not b.ack_req and not b.rtx and (pkt.sack.cc_type, pkt.sack.cc_flags,
                 pkt.sack.mpr) == (1, 0, 0) and pkt.cc == CcState(pkt.cc.ooo_count,
@@ -81,8 +91,10 @@ def _default_fields(pkt: wire.Packet) -> bool:
 
 @pytest.mark.parametrize(("name", "pkt", "raw"), GOLDEN_PACKETS, ids=IDS)
 def test_golden_packets(name: str, pkt: wire.Packet, raw: bytes) -> None:
-    if isinstance(pkt, DataPacket | SackPacket):
+    if isinstance(pkt, DataPacket | SackPacket | ProbePacket):
         assert _fast_decode(raw) == _expected_decode(raw)
+    if isinstance(pkt, ProbePacket) and _default_fields(pkt):
+        assert wire.encode_probe_fields(pkt.bth.dest_qp, pkt.bth.psn, pkt.probe.entropy) == raw
     if isinstance(pkt, DataPacket) and _default_fields(pkt):
         assert wire.encode_data_fields(*_data_fields(pkt)) == raw
     if isinstance(pkt, SackPacket) and _default_fields(pkt):
@@ -109,9 +121,19 @@ def _random_sack(rng: random.Random) -> SackPacket:
                       CcState(rng.getrandbits(15), rng.getrandbits(24)))
 
 
+def _random_probe(rng: random.Random) -> ProbePacket:
+    return ProbePacket(Bth(OP_PROBE, rng.getrandbits(24), rng.getrandbits(24)),
+                       ProbeExt(rng.getrandbits(32)))
+
+
 def test_random_packets_same_bytes_both_ways() -> None:
     rng = random.Random(11)
     for _ in range(2000):
+        probe = _random_probe(rng)
+        raw = wire.encode_packet(probe)
+        assert wire.encode_probe_fields(probe.bth.dest_qp, probe.bth.psn,
+                                        probe.probe.entropy) == raw
+        assert _fast_decode(raw) == _expected_decode(raw)
         pkt = _random_data(rng)
         raw = wire.encode_packet(pkt)
         assert wire.encode_data_fields(*_data_fields(pkt)) == raw
@@ -125,8 +147,8 @@ def test_random_packets_same_bytes_both_ways() -> None:
 def test_malformed_input_same_errors() -> None:
     rng = random.Random(12)
     for _ in range(3000):
-        raw = bytearray(wire.encode_packet(_random_data(rng) if rng.random() < 0.5
-                                           else _random_sack(rng)))
+        make = rng.choice([_random_data, _random_sack, _random_probe])
+        raw = bytearray(wire.encode_packet(make(rng)))
         cut = rng.random()
         if cut < 0.3:
             raw = raw[:rng.randrange(len(raw) + 1)]
@@ -136,7 +158,7 @@ def test_malformed_input_same_errors() -> None:
             for _ in range(rng.randrange(1, 4)):
                 raw[rng.randrange(len(raw))] = rng.getrandbits(8)
         raw = bytes(raw)
-        if raw and (raw[0] in wire.DATA_OPCODES or raw[0] == OP_SACK):
+        if raw and raw[0] in FAST_DECODERS:
             assert _fast_decode(raw) == _expected_decode(raw), raw.hex()
 
 
@@ -158,6 +180,10 @@ def test_out_of_range_fields_same_errors() -> None:
         fields = list(sack)
         fields[i] = bad
         assert isinstance(_outcome(wire.encode_sack_fields, *fields), tuple), i
+    for args in [(1 << 24, 0, 0), (0, 1 << 24, 0), (0, 0, 1 << 32), (0, 0, -1)]:
+        slow = ProbePacket(Bth(OP_PROBE, args[0], args[1]), ProbeExt(args[2]))
+        assert (_outcome(wire.encode_probe_fields, *args) == _outcome(wire.encode_packet, slow)
+                != wire.encode_packet(ProbePacket(Bth(OP_PROBE, 0, 0), ProbeExt(0))))
 
 
 def _random_env(rng: random.Random) -> Envelope:
