@@ -117,6 +117,7 @@ class EvSet:
         self._arrival: dict[tuple[int, int], list[EvEntry]] = {}
         self._deadline: float | None = None  # next_deadline(), while _deadline_ok
         self._deadline_ok = False  # cleared by every change of state, pool, plane or probe
+        self._deferred: set[int] = set()  # planes whose last _refill deferred, nothing changed
         for entry in actives:
             entry.in_ring = True
             self._refresh(entry)
@@ -183,9 +184,11 @@ class EvSet:
         self._fallback = None
         self._arrival.clear()
         self._deadline_ok = False
+        self._deferred.clear()
 
     def _apply(self, entry: EvEntry, trigger: EvTrigger, now: float | None) -> None:
         """Run one table transition plus the side effects of entering/leaving states."""
+        self._deferred.clear()
         old = entry.state
         new = TRANSITIONS.get((old, trigger))
         if new is None:
@@ -240,6 +243,9 @@ class EvSet:
     def _refill(self, plane: int, avoid: PathInfo | None = None) -> None:
         """Fill the plane's vacant active slots with backups (module docstring, "Pools")."""
         while self._vacant[plane]:
+            if plane in self._deferred:  # no state or pool changed since: it would defer again
+                self.counters["swaps_deferred"] += 1
+                return
             backups = [e for e in self._plane_entries[plane]
                        if e.pool == BACKUP and e.state is EvState.GOOD]  # fmt: skip
             if not backups:
@@ -253,6 +259,7 @@ class EvSet:
                                                  e.path == avoid))  # fmt: skip
             if bad.get(chosen.path, 0):
                 self.counters["swaps_deferred"] += 1
+                self._deferred.add(plane)
                 return
             chosen.pool = ACTIVE
             self._vacant[plane] -= 1
