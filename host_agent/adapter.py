@@ -29,6 +29,20 @@ SendFrame = Callable[[int, bytes], None]
 _IPV6_ETHERTYPE = ETH_TYPE_IPV6.to_bytes(2, "big")
 
 
+class _Route:
+    """What every frame to one peer over one route from one plane's NIC shares (Ethernet
+    header, outer and inner address pairs, packed once) and its data counters."""
+
+    __slots__ = ("route", "peer", "plane", "eth", "outer", "inner", "data_tx", "last_data_tx")
+
+    def __init__(self, route: Hashable, peer: Hashable, plane: int, eth: bytes, outer: bytes,
+                 inner: bytes) -> None:
+        self.route, self.peer, self.plane = route, peer, plane
+        self.eth, self.outer, self.inner = eth, outer, inner
+        self.data_tx = 0
+        self.last_data_tx = 0.0
+
+
 class EndpointAdapter:
     """One host's endpoint, its addressing and its traffic counters."""
 
@@ -47,15 +61,15 @@ class EndpointAdapter:
         self._next_hop_mac = [nic.next_hop_mac for nic in config.nics]
         self._peer_address = config.peer_address
         self._peer_of = {addr.packed: peer for addr, peer in config.peer_of().items()}
-        self._parts: dict[tuple[Hashable, int, Hashable], tuple[bytes, bytes, bytes]] = {}
+        # id(route) -> its _Route: keyed by identity, as routes (IPv6 addresses) hash slowly;
+        # the _Route holds the route, so its id is not reused while it is a key
+        self._routes: dict[int, _Route] = {}
+        self._all_routes: list[_Route] = []
         self._qpn_of: dict[int, int] = {}  # peer -> local QPN of its open QP
         # per plane: rx_frames, rx_non_mrc, rx_malformed, rx_unknown_peer
         self.rx: list[Counter[str]] = [Counter() for _ in range(config.planes)]
         self.tx_per_plane = [0] * config.planes
         self.data_tx_per_plane = [0] * config.planes
-        self.data_tx_per_route: Counter[Hashable] = Counter()
-        self.route_plane: dict[Hashable, int] = {}
-        self.last_data_tx_route: dict[Hashable, float] = {}
         self.last_data_tx_plane: dict[int, float] = {}
 
     # --- connections ------------------------------------------------------------------------
@@ -114,23 +128,21 @@ class EndpointAdapter:
     def pump(self, now: float) -> None:
         """Send everything the endpoint has ready and hand its events on."""
         ep = self.endpoint
-        send, parts_of = self._send_frame, self._parts
+        send, routes = self._send_frame, self._routes
         tx_per_plane = self.tx_per_plane
         for tx in ep.packets_to_send(now=now):
-            plane, route = tx.plane, tx.route
-            key = (tx.peer, plane, route)
-            parts = parts_of.get(key)
-            if parts is None:
-                parts = parts_of[key] = self._frame_parts(*key)
+            plane = tx.plane
+            r = routes.get(id(tx.route))
+            if r is None or r.route is not tx.route or r.peer != tx.peer or r.plane != plane:
+                r = self._new_route(tx.route, tx.peer, plane)
             tx_per_plane[plane] += 1
             dscp = tx.dscp
             if dscp in TRIMMABLE_DSCPS:
                 self.data_tx_per_plane[plane] += 1
-                self.data_tx_per_route[route] += 1
-                self.route_plane[route] = plane
-                self.last_data_tx_route[route] = now
                 self.last_data_tx_plane[plane] = now
-            send(plane, encode_frame_parts(parts[0], parts[1], parts[2], tx.ev, dscp, tx.ecn,
+                r.data_tx += 1
+                r.last_data_tx = now
+            send(plane, encode_frame_parts(r.eth, r.outer, r.inner, tx.ev, dscp, tx.ecn,
                                            tx.payload))
         event = ep.next_event()
         while event is not None:
@@ -138,17 +150,43 @@ class EndpointAdapter:
                 self.on_event(event)
             event = ep.next_event()
 
-    def _frame_parts(self, peer: Hashable, plane: int, route: Hashable
-                     ) -> tuple[bytes, bytes, bytes]:
-        """What every frame to `peer` over `route` from the plane's NIC shares: Ethernet
-        header, outer addresses (own NIC -> route's uSID carrier), inner addresses."""
+    def _new_route(self, route: Hashable, peer: Hashable, plane: int) -> _Route:
+        """Outer addresses: own NIC -> the route's uSID carrier; inner: own NIC -> peer's."""
         own = self._address[plane]
-        return (eth_header(self._mac[plane], self._next_hop_mac[plane]),
-                address_pair(own, route),  # type: ignore[arg-type]
-                address_pair(own, self._peer_address[(peer, plane)]))  # type: ignore[index]
+        r = _Route(route, peer, plane, eth_header(self._mac[plane], self._next_hop_mac[plane]),
+                   address_pair(own, route),  # type: ignore[arg-type]
+                   address_pair(own, self._peer_address[(peer, plane)]))  # type: ignore[index]
+        self._routes[id(route)] = r
+        self._all_routes.append(r)
+        return r
+
+    # --- per-route counters (how traffic spread; when a failed route stopped carrying data) --
+    @property
+    def data_tx_per_route(self) -> Counter[Hashable]:
+        """Data packets sent per route."""
+        counts: Counter[Hashable] = Counter()
+        for r in self._all_routes:
+            if r.data_tx:
+                counts[r.route] += r.data_tx
+        return counts
+
+    @property
+    def route_plane(self) -> dict[Hashable, int]:
+        """The plane of every route that carried data."""
+        return {r.route: r.plane for r in self._all_routes if r.data_tx}
+
+    @property
+    def last_data_tx_route(self) -> dict[Hashable, float]:
+        """When each route last carried a data packet."""
+        last: dict[Hashable, float] = {}
+        for r in self._all_routes:
+            if r.data_tx and r.last_data_tx > last.get(r.route, -1.0):
+                last[r.route] = r.last_data_tx
+        return last
 
     def route_stats(self) -> dict[str, dict[str, float]]:
         """Per source route (outer DA): plane, data packets sent, last one's time."""
-        return {str(route): {"plane": self.route_plane[route], "tx_data_packets": count,
-                             "last_data_tx": self.last_data_tx_route[route]}
+        plane, last = self.route_plane, self.last_data_tx_route
+        return {str(route): {"plane": plane[route], "tx_data_packets": count,
+                             "last_data_tx": last[route]}
                 for route, count in self.data_tx_per_route.items()}

@@ -487,7 +487,8 @@ def encode_sack_fields(dest_qp: int, psn: int, cack_psn: int, ack_psn_offset: in
 def decode_data_fields(data: bytes) -> tuple[int, int, int, int, int, int, int, int | None,
                                              bytes]:
     """decode_packet of a data packet as (opcode, dest_qp, psn, msn, va, rkey, dma_len, imm,
-    payload); the caller has seen a data opcode in data[0]."""
+    payload); the caller has seen a data opcode in data[0]. The payload is a slice of `data`
+    (a view of a memoryview: placed without another copy)."""
     n = len(data)
     if n < _DATA_MIN:
         if n < BTH_LEN:
@@ -500,10 +501,9 @@ def decode_data_fields(data: bytes) -> tuple[int, int, int, int, int, int, int, 
             raise TruncatedPacket(f"data packet of {n} bytes ends inside ImmDt")
         imm = _S_IMM.unpack_from(data, _DATA_MIN)[0]
         off += IMM_LEN
-    payload = bytes(data[off:])
-    if len(payload) > dma_len:
-        raise BadField(f"payload of {len(payload)} bytes exceeds reth.dma_len={dma_len}")
-    return op, qpw & 0xFFFFFF, psnw & _PSN_MASK, msn, va, rkey, dma_len, imm, payload
+    if n - off > dma_len:
+        raise BadField(f"payload of {n - off} bytes exceeds reth.dma_len={dma_len}")
+    return op, qpw & 0xFFFFFF, psnw & _PSN_MASK, msn, va, rkey, dma_len, imm, data[off:]
 
 
 def decode_sack_fields(data: bytes) -> tuple[int, int, int, int, int, int, int, bool]:

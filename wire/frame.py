@@ -171,7 +171,8 @@ def encode_frame_parts(eth: bytes, outer: bytes, inner: bytes, ev: int, dscp: in
 
 def decode_frame_fields(frame: bytes) -> tuple[int, int, int, bytes, bytes]:
     """decode_frame without the Envelope: (ev, dscp, ecn, inner source address as 16 packed
-    bytes, UDP payload), after the same checks (the same WireErrors)."""
+    bytes, UDP payload), after the same checks (the same WireErrors). The payload is a slice
+    of `frame`: a copy for bytes, a view for a memoryview (no copy of a received frame)."""
     if len(frame) >= FRAME_HEADERS_LEN:
         f = _S_FRAME.unpack_from(frame)
         ow0, oplen, sport = f[3], f[4], f[15]
@@ -182,7 +183,7 @@ def decode_frame_fields(frame: bytes) -> tuple[int, int, int, bytes, bytes]:
                 and len(frame) >= end and (ow0 >> 16 & 0xF) == (sport & 0xF)):
             tc = ow0 >> 20 & 0xFF
             return (sport << 16 | (ow0 & 0xFFFF), tc >> 2, tc & 3, f[13],
-                    bytes(frame[FRAME_HEADERS_LEN:end]))
+                    frame[FRAME_HEADERS_LEN:end])
     f, end = _unpack_checked(frame)  # something is wrong: raise what decode_frame raises
     ev_from_fields(f[15], f[3] & 0xFFFFF)
     raise AssertionError("unreachable: the frame failed a check _unpack_checked repeats")

@@ -168,8 +168,10 @@ class Connection:
     def deadline(self) -> float | None:
         if self.sender.error is not None:
             return None
-        times = [t for t in (self.sender.deadline(), self.evs.next_deadline()) if t is not None]
-        return min(times, default=None)
+        sender, evs = self.sender.deadline(), self.evs.next_deadline()
+        if sender is None or (evs is not None and evs < sender):
+            return evs
+        return sender
 
     def on_timer(self, now: float) -> None:
         self.evs.advance(now)

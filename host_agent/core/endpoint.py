@@ -154,7 +154,8 @@ class Endpoint:
     # ---- input -------------------------------------------------------------------------------
 
     def receive_packet(self, data: bytes, meta: RxMeta, *, now: float) -> None:
-        """Handle one UDP payload; anything malformed is counted and dropped, never raised."""
+        """Handle one UDP payload; anything malformed is counted and dropped, never raised.
+        `data` may be a memoryview valid only during the call: nothing keeps a reference."""
         stats = self._stats
         stats["rx_packets"] += 1
         plane_stats = self._plane_stats.get(meta.plane)
@@ -207,20 +208,33 @@ class Endpoint:
         out, self._control = self._control, []
         for conn in self._conns.values():
             conn.poll(now, out)
-        for tx in out:
-            self._stats["tx_packets"] += 1
-            self._stats["tx_bytes"] += len(tx.payload)
-            if tx.dscp != wire.DSCP_CONTROL:
-                self._stats["tx_data_packets"] += 1
-            plane = self._plane_stats[tx.plane]
-            plane["tx_packets"] += 1
-            plane["tx_bytes"] += len(tx.payload)
+        if out:
+            plane_stats = self._plane_stats
+            total = data = 0
+            for tx in out:
+                size = len(tx.payload)
+                total += size
+                if tx.dscp != wire.DSCP_CONTROL:
+                    data += 1
+                plane = plane_stats[tx.plane]
+                plane["tx_packets"] += 1
+                plane["tx_bytes"] += size
+            stats = self._stats
+            stats["tx_packets"] += len(out)
+            stats["tx_bytes"] += total
+            stats["tx_data_packets"] += data
         return out
 
     def get_timer(self) -> float | None:
-        times = [conn.deadline() for conn in self._conns.values()]
-        times.extend(retry for _, _, retry in self._pending_announce.values())
-        return min((t for t in times if t is not None), default=None)
+        when: float | None = None
+        for conn in self._conns.values():
+            t = conn.deadline()
+            if t is not None and (when is None or t < when):
+                when = t
+        for _, _, retry in self._pending_announce.values():
+            if when is None or retry < when:
+                when = retry
+        return when
 
     def handle_timer(self, *, now: float) -> None:
         for conn in self._conns.values():

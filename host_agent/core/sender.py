@@ -483,15 +483,17 @@ class Sender:
         posted = self._oldest_posted()
         if posted is None:
             return None
-        times = [posted + self._cfg.write_timeout]
+        when = posted + self._cfg.write_timeout  # the earliest of these (the list's min):
         if self._inflight:
             oldest = next(iter(self._inflight.values()))
-            times.append(max(oldest.sent_time, self._progress_at) + self.rto.current())
-        if self._hold_until and self._retx:
-            times.append(self._hold_until)
-        if self._recheck is not None:
-            times.append(self._recheck)
-        return min(times)
+            rto = max(oldest.sent_time, self._progress_at) + self.rto.current()
+            if rto < when:
+                when = rto
+        if self._hold_until and self._retx and self._hold_until < when:
+            when = self._hold_until
+        if self._recheck is not None and self._recheck < when:
+            when = self._recheck
+        return when
 
     def on_timer(self, now: float) -> None:
         posted = self._oldest_posted()
