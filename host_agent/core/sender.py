@@ -49,6 +49,7 @@ _REORDER_SCALE_MAX = 8  # reorder_window multiplier cap after spurious retransmi
 _REORDER_DECAY_ACKS = 64  # clean acks between steps down of that multiplier
 _PSN_MASK = wire.PSN_MOD - 1
 _PSN_HALF = wire.PSN_MOD >> 1
+BITMAP_BITS = 64  # a SACK bitmap's width
 _NOT_LAST = (wire.OP_WRITE_FIRST, wire.OP_WRITE_MIDDLE)  # data opcodes without ack_req
 
 
@@ -100,6 +101,9 @@ class Sender:
         self._tx_seq = 0
         self._loss = LossDetector(config.reorder_threshold)
         self._untriggered: OrderedDict[int, OutPkt] = OrderedDict()  # acked, own SACK not seen
+        # bit i: PSN snd_una + i (sent) is known to be neither in flight nor awaiting a resend,
+        # i.e. acknowledged: a SACK bitmap repeats such bits, and they need no second look
+        self._sacked = 0
         self._newest_acked: OutPkt | None = None  # RACK sample candidate of the current SACK
         self.rto = RtoEstimator(config.rto_initial, config.rto_min, config.rto_max)
         self._hold_until = 0.0  # after NACK(PSN_OOR_WINDOW): send nothing before this
@@ -249,15 +253,7 @@ class Sender:
             rtt = self._trigger_rtt(answered, trigger, entropy, now)
         acked = self._cumulative(cack_psn, now)
         if sack_bitmap and not self._go_back:  # RoCE senders have no SACK
-            base = cack_psn + sack_offset
-            bits = sack_bitmap
-            inflight, retx = self._inflight, self._retx
-            while bits:
-                low = bits & -bits
-                psn = (base + low.bit_length() - 1) & _PSN_MASK
-                if psn in inflight or psn in retx:  # else acknowledged already: nothing to do
-                    acked += self._acknowledge(psn, now)
-                bits ^= low
+            acked += self._sack_bitmap(cack_psn + sack_offset, sack_bitmap, now)
         if acked:
             self._progress_at = now
             self.rto.progress()
@@ -284,6 +280,28 @@ class Sender:
         self._detect_losses(now)
         self._complete_writes()
         return True
+
+    def _sack_bitmap(self, base: int, bitmap: int, now: float) -> int:
+        """Acknowledge what bit i of a SACK bitmap (PSN base + i) newly says arrived; the bytes
+        acknowledged. Only sent PSNs at or above snd_una (the cumulative ack is applied) that
+        are not already known acknowledged (_sacked) are looked at, in PSN order."""
+        una = self.snd_una
+        shift = ((base - una + _PSN_HALF) & _PSN_MASK) - _PSN_HALF  # bit 0's PSN - snd_una
+        sent = ((self.next_psn - una + _PSN_HALF) & _PSN_MASK) - _PSN_HALF
+        if shift >= sent or shift <= -BITMAP_BITS or sent <= 0:
+            return 0  # every bit names a PSN below snd_una (acknowledged) or not sent yet
+        bits = bitmap << shift if shift >= 0 else bitmap >> -shift
+        bits &= ~self._sacked & ((1 << sent) - 1)
+        self._sacked |= bits  # after this, none of them is in flight or awaiting a resend
+        acked = 0
+        inflight, retx = self._inflight, self._retx
+        while bits:
+            low = bits & -bits
+            psn = (una + low.bit_length() - 1) & _PSN_MASK
+            if psn in inflight or psn in retx:  # else acknowledged already: nothing to do
+                acked += self._acknowledge(psn, now)
+            bits ^= low
+        return acked
 
     def _out_of_sync(self, cack: int, answered: OutPkt | None, ev: int) -> bool:
         """A believed answer from a receiver without this connection's state: the peer
@@ -403,6 +421,7 @@ class Sender:
             if psn in inflight or psn in retx:  # else acknowledged already: nothing to do
                 acked += self._acknowledge(psn, now)
         self.snd_una = cack
+        self._sacked >>= advance
         return acked
 
     def _acknowledge(self, psn: int, now: float) -> int:
@@ -547,6 +566,7 @@ class Sender:
         self._inflight.clear()
         self._retx.clear()
         self._untriggered.clear()
+        self._sacked = 0
         self._newest_acked = None
         self.inflight_bytes = 0
         self._loss = LossDetector(self._cfg.reorder_threshold)
