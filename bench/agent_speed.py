@@ -4,13 +4,16 @@
                                                [--target bmv2|soft|auto] [--json FILE]
 
 A small fabric (2 planes x 2 T0 x 2 T1, one host per T0, so traffic crosses the spines) runs
-without port rate limits, so the agents, not the emulated links, are the bottleneck. Each run
-is one RDMA write of N bytes from h0 to h1 (after a small unmeasured warm-up write). Around
-the write the bench reads each agent process's utime+stime (/proc/PID/stat) and its endpoint
-counters (tx_packets, rx_packets: the MRC packets the endpoint sent and received, data, SACK,
-NACK, probes and port status alike). "Packets" is their sum: frames sent plus frames received
-by that agent; the sender's are mostly data out and SACKs in, the receiver's the reverse.
-Reported per agent and for both together: CPU ms per 1,000 packets.
+without port rate limits: no rate limiter paces the agents, only their own speed and the
+switch processes'. Each run is one RDMA write of N bytes from h0 to h1 (after a small
+unmeasured warm-up write). Around the write the bench reads each agent process's utime+stime
+(/proc/PID/stat; the total is exact, its user/sys split is sampled at clock ticks) and its
+endpoint counters. "Packets" are the MRC frames that agent's endpoint sent plus those it
+received (tx_packets + rx_packets: data, SACK, NACK, probes and port status alike): the
+sender's are mostly data out and SACKs in, the receiver's the reverse. Reported per agent and
+for both: CPU ms per 1,000 packets, and per 1,000 data packets of the transfer (sent by h0,
+resends included). The sender's window includes building the write's test pattern
+(random.randbytes, about 3 ms per MB), the same for every tree.
 
 With --vs COMMIT the bench makes a temporary git worktree of COMMIT (removed afterwards, also
 on Ctrl-C or SIGTERM) and alternates the two agents' code on the same running fabric: before
@@ -86,23 +89,26 @@ def write(net: MrcNetwork, nbytes: int, seed: int) -> dict[str, Any]:
     pids = {"sender": net.agent_pid(SRC), "receiver": net.agent_pid(DST)}
     region = dst.call("register", size=nbytes)
     try:
-        stats0 = {role: agent.call("stats")["endpoint"] for role, agent in agents.items()}
+        stats0 = {role: agent.call("stats") for role, agent in agents.items()}
         cpu0 = {role: cpu_seconds(pid) for role, pid in pids.items()}  # type: ignore[arg-type]
         answer = src.call("write", wait=WRITE_TIMEOUT_S + 30, peer=DST, bytes=nbytes,
                           va=region["va"], rkey=region["rkey"], seed=seed,
                           timeout=WRITE_TIMEOUT_S)
         cpu1 = {role: cpu_seconds(pid) for role, pid in pids.items()}  # type: ignore[arg-type]
-        stats1 = {role: agent.call("stats")["endpoint"] for role, agent in agents.items()}
+        stats1 = {role: agent.call("stats") for role, agent in agents.items()}
         check = dst.call("verify", rkey=region["rkey"], length=nbytes, seed=seed)
     finally:
         dst.call("deregister", rkey=region["rkey"])
     out: dict[str, Any] = {"verified": bool(check["match"]), "duration_s": answer["duration_s"],
                            "retransmits": answer["retransmits"], "timeouts": answer["timeouts"]}
     for role in pids:
-        d = {k: int(stats1[role][k]) - int(stats0[role][k])
+        after, before = stats1[role]["endpoint"], stats0[role]["endpoint"]
+        d = {k: int(after[k]) - int(before[k])
              for k in ("tx_packets", "rx_packets", "tx_data_packets", "sacks_sent",
-                       "sacks_received")}
+                       "sacks_received", "probes_sent", "retransmits")}
         d["packets"] = d["tx_packets"] + d["rx_packets"]
+        if "wakeups" in stats1[role]:  # event-loop wake-ups (agents that report them)
+            d["wakeups"] = stats1[role]["wakeups"] - stats0[role]["wakeups"]
         d["user_ms"] = (cpu1[role][0] - cpu0[role][0]) * 1000
         d["sys_ms"] = (cpu1[role][1] - cpu0[role][1]) * 1000
         d["cpu_ms"] = d["user_ms"] + d["sys_ms"]
