@@ -95,9 +95,11 @@ def _int_arg(request: dict[str, Any], name: str, default: Any = _MISSING, *, low
 
 
 def _event_record(seq: int, now: float, event: Event) -> dict[str, Any]:
-    fields = {k: (v.name if isinstance(v, enum.Enum) else v)
-              for k, v in dataclasses.asdict(event).items()}  # type: ignore[call-overload]
-    return {"seq": seq, "time": now, "type": type(event).__name__, **fields}
+    record: dict[str, Any] = {"seq": seq, "time": now, "type": type(event).__name__}
+    for f in dataclasses.fields(event):  # type: ignore[arg-type]
+        value = getattr(event, f.name)  # events hold plain values: no deep copy (asdict) needed
+        record[f.name] = value.name if isinstance(value, enum.Enum) else value
+    return record
 
 
 @dataclasses.dataclass
@@ -152,7 +154,8 @@ class Commands:
         record = _event_record(self._seq, now, event)
         self.history.append(record)
         level = logging.DEBUG if isinstance(event, EvStateChanged) else logging.INFO
-        log.log(level, "event %s", json.dumps(record, default=str))
+        if log.isEnabledFor(level):
+            log.log(level, "event %s", json.dumps(record, default=str))
         if isinstance(event, MessageReceived):
             peer = self.agent.endpoint.connection(event.qpn).peer
             self.messages.append({**record, "peer": peer})
@@ -302,6 +305,7 @@ class Commands:
             "peer_planes_up": {p: sorted(endpoint.peer_planes_up(p)) for p in driver.connected},
             "cpu_seconds": usage.ru_utime + usage.ru_stime,
             "max_timer_lateness_s": driver.max_timer_lateness,
+            "wakeups": driver.loop.wakeups,
             "per_route": driver.route_stats(),
             "mode": self.agent.mode.name,
             "recovery": str(endpoint.config.recovery),

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 RX_BATCH = 4  # frames per socket per round: few, so planes stay in arrival order
 RX_ROUNDS = 32  # rounds per wake-up: bounds how long netlink, control and timers wait
+PUMP_EVERY = 32  # frames read between two sends while draining: SACKs wait for at most these
 
 
 class Driver:
@@ -39,6 +40,7 @@ class Driver:
                          on_link=self._on_link)
         self.adapter = EndpointAdapter(endpoint, config, self.nics.send, on_event=on_event,
                                        accept_peers=True, mode=mode)
+        self._drained_at = -1  # the loop's wake-up in which the NICs were last drained
 
     @property
     def plane_up(self) -> list[bool]:
@@ -84,24 +86,36 @@ class Driver:
 
     # ---- NIC callbacks -----------------------------------------------------------------------
     def _drain_nics(self) -> None:
-        """Read every NIC until empty (bounded), sending after each round.
+        """Read every NIC until empty (bounded), sending after every PUMP_EVERY frames and at
+        the end (one pump per frame would cost a pass over every QP per frame).
 
         Timers run only after this, so a SACK already sitting in a socket buffer is never
-        mistaken for a timeout because the loop was busy with another NIC's backlog.
+        mistaken for a timeout because the loop was busy with another NIC's backlog. The loop
+        calls this for each readable NIC; the first call of a wake-up reads them all, and a NIC
+        found empty is not read again before the next wake-up.
         """
+        if self._drained_at == self.loop.wakeups:
+            return
+        self._drained_at = self.loop.wakeups
+        receive, on_frame = self.nics.receive, self._on_frame
+        planes: list[int] = list(range(self.config.planes))
+        unsent = 0
         for _ in range(RX_ROUNDS):
-            busy = False
-            for plane in range(self.config.planes):
-                got = 0
-                for frame in self.nics.receive(plane, RX_BATCH):
-                    got += 1
-                    self._on_frame(plane, frame)
-                busy |= got == RX_BATCH
-            self.pump()
-            if not busy:
-                return
+            busy = []
+            for plane in planes:
+                got = receive(plane, RX_BATCH, on_frame)
+                unsent += got
+                if got == RX_BATCH:
+                    busy.append(plane)
+            planes = busy
+            if not planes:
+                break
+            if unsent >= PUMP_EVERY:
+                self.pump()
+                unsent = 0
+        self.pump()
 
-    def _on_frame(self, plane: int, frame: bytes) -> None:
+    def _on_frame(self, plane: int, frame: memoryview) -> None:
         try:
             self.adapter.receive_frame(plane, frame, self.clock())
         except Exception:  # a core bug on one packet must not take every QP of the host down

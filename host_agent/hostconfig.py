@@ -19,6 +19,20 @@ class HostConfigError(ValueError):
     """The path set does not describe this host; the message says what to fix."""
 
 
+class Carrier(IPv6Address):
+    """A route's uSID carrier (the outer DA) that hashes once: routes key the adapter's
+    per-packet tables, and IPv6Address computes its hash anew on every lookup."""
+
+    __slots__ = ("_hash",)
+
+    def __init__(self, address: object) -> None:
+        super().__init__(address)  # type: ignore[arg-type]
+        self._hash = super().__hash__()
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
 @dataclass(frozen=True)
 class NicConfig:
     """One host NIC: where to send and what to write in the frame."""
@@ -51,7 +65,8 @@ class HostConfig:
             if nics.setdefault(p.plane, nic) != nic:
                 raise HostConfigError(f"path set disagrees about host {host}'s NIC on plane "
                                       f"{p.plane}: {nics[p.plane]} vs {nic}; re-export it")
-            routes.setdefault(p.dst_host, []).append(PathInfo(plane=p.plane, route=p.route))
+            routes.setdefault(p.dst_host, []).append(PathInfo(plane=p.plane,
+                                                               route=Carrier(p.route)))
             peer_address[(p.dst_host, p.plane)] = p.dst_addr
         missing = sorted(set(range(planes)) - set(nics))
         if missing:

@@ -1,21 +1,26 @@
-"""A single-threaded event loop: one selector for sockets, a timer heap, and one deadline source.
+"""A single-threaded event loop: one epoll set for sockets, a timer heap, and one deadline source.
 
-An idle loop sleeps in select() and costs no CPU. The deadline source is the endpoint (through
+An idle loop sleeps in epoll_wait and costs no CPU. The deadline source is the endpoint (through
 the driver): its timer is read on every wake-up instead of being pushed onto the heap, because
-it moves with nearly every packet.
+it moves with nearly every packet. A reader registered `quiet` finishes its own work (the NIC
+drain sends what the endpoint has after every round), so a wake-up in which only quiet readers
+ran and no timer was due does not call the source's after_wakeup() again.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-import selectors
+import select
 import socket
 import time
 from collections.abc import Callable
 from typing import Protocol
 
 Callback = Callable[[], None]
+# What selectors.EpollSelector reports as readable / writable: errors and hang-ups count as both.
+_READ_EVENTS = ~select.EPOLLOUT
+_WRITE_EVENTS = ~select.EPOLLIN
 
 
 class DeadlineSource(Protocol):
@@ -40,38 +45,41 @@ class Timer:
 class EventLoop:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self._sel = selectors.DefaultSelector()
-        self._handlers: dict[int, list[Callback | None]] = {}  # fd -> [read, write]
+        self._epoll = select.epoll()
+        self._handlers: dict[int, list] = {}  # fd -> [read, write, quiet]
         self._timers: list[tuple[float, int, Timer]] = []
         self._seq = itertools.count()
         self._stopping = False
         self.max_lateness = 0.0  # seconds the source's deadline ran late: a busy or paused host
+        self.wakeups = 0  # epoll_wait returns so far: callbacks can tell one wake-up from the next
 
-    def add_reader(self, sock: socket.socket, callback: Callback) -> None:
-        self._set_handler(sock, 0, callback)
+    def add_reader(self, sock: socket.socket, callback: Callback, *, quiet: bool = False) -> None:
+        """Call `callback` when `sock` is readable; `quiet`: see the module docstring."""
+        self._set_handler(sock, 0, callback, quiet)
 
     def set_writer(self, sock: socket.socket, callback: Callback | None) -> None:
         self._set_handler(sock, 1, callback)
 
     def remove(self, sock: socket.socket) -> None:
-        if self._handlers.pop(sock.fileno(), None) is not None:
-            self._sel.unregister(sock)
+        fd = sock.fileno()
+        if self._handlers.pop(fd, None) is not None:
+            self._epoll.unregister(fd)
 
-    def _set_handler(self, sock: socket.socket, slot: int, callback: Callback | None) -> None:
+    def _set_handler(self, sock: socket.socket, slot: int, callback: Callback | None,
+                     quiet: bool | None = None) -> None:
         fd = sock.fileno()
         handlers = self._handlers.get(fd)
+        new = handlers is None
         if handlers is None:
-            handlers = self._handlers[fd] = [None, None]
-            handlers[slot] = callback
-            self._sel.register(sock, self._mask(handlers), handlers)
-            return
+            handlers = self._handlers[fd] = [None, None, False]
         handlers[slot] = callback
-        self._sel.modify(sock, self._mask(handlers), handlers)
-
-    @staticmethod
-    def _mask(handlers: list[Callback | None]) -> int:
-        return ((selectors.EVENT_READ if handlers[0] else 0)
-                | (selectors.EVENT_WRITE if handlers[1] else 0))
+        if quiet is not None:
+            handlers[2] = quiet
+        mask = (select.EPOLLIN if handlers[0] else 0) | (select.EPOLLOUT if handlers[1] else 0)
+        if new:
+            self._epoll.register(fd, mask)
+        else:
+            self._epoll.modify(fd, mask)
 
     def call_at(self, when: float, callback: Callback) -> Timer:
         timer = Timer(callback)
@@ -82,37 +90,53 @@ class EventLoop:
         self._stopping = True
 
     def close(self) -> None:
-        self._sel.close()
+        self._epoll.close()
 
     def run(self, source: DeadlineSource) -> None:
-        """Serve until stop(); every wake-up ends with source.after_wakeup()."""
+        """Serve until stop(); a wake-up in which a timer or a reader that is not quiet ran, or
+        a writer, ends with source.after_wakeup()."""
         self._stopping = False
+        poll, handlers, clock = self._epoll.poll, self._handlers, self.clock
         while not self._stopping:
             deadline = self._next_deadline(source)
-            timeout = None if deadline is None else max(0.0, deadline - self.clock())
-            for key, mask in self._sel.select(timeout):
-                read, write = key.data
-                if mask & selectors.EVENT_READ and read is not None:
+            events = poll(-1 if deadline is None else max(0.0, deadline - clock()))
+            self.wakeups += 1
+            active = False
+            for fd, mask in events:
+                callbacks = handlers.get(fd)
+                if callbacks is None:
+                    continue  # removed by a callback that ran before it in this wake-up
+                read, write, quiet = callbacks
+                if mask & _READ_EVENTS and read is not None:
                     read()
-                if mask & selectors.EVENT_WRITE and write is not None:
+                    active = active or not quiet
+                if mask & _WRITE_EVENTS and write is not None:
                     write()
-            self._run_timers(source)
-            source.after_wakeup()
+                    active = True
+            if self._run_timers(source) or active:
+                source.after_wakeup()
 
     def _next_deadline(self, source: DeadlineSource) -> float | None:
-        while self._timers and self._timers[0][2].cancelled:
-            heapq.heappop(self._timers)
-        times = [t for t in (source.deadline(), self._timers[0][0] if self._timers else None)
-                 if t is not None]
-        return min(times, default=None)
+        timers = self._timers
+        while timers and timers[0][2].cancelled:
+            heapq.heappop(timers)
+        when = source.deadline()
+        if not timers:
+            return when
+        return timers[0][0] if when is None or timers[0][0] < when else when
 
-    def _run_timers(self, source: DeadlineSource) -> None:
+    def _run_timers(self, source: DeadlineSource) -> bool:
+        """Run what is due; whether anything was."""
         now = self.clock()
         when = source.deadline()
+        ran = False
         if when is not None and when <= now:
             self.max_lateness = max(self.max_lateness, now - when)
             source.on_deadline(now)
+            ran = True
         while self._timers and self._timers[0][0] <= now:
             _, _, timer = heapq.heappop(self._timers)
             if not timer.cancelled:
                 timer.callback()
+                ran = True
+        return ran

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from host_agent.core import PathInfo
-from host_agent.hostconfig import HostConfig
+from host_agent.hostconfig import Carrier, HostConfig
 
 MAX_QPS = 64  # QPs per peer a roce agent opens: the paper's largest sweep is 16
 MRC = "mrc"
@@ -75,7 +75,7 @@ class AgentMode:
         if self.kind == MRC:
             return config.paths[peer]
         plane = lane % config.planes
-        return (PathInfo(plane=plane, route=config.peer_address[(peer, plane)]),)
+        return (PathInfo(plane=plane, route=Carrier(config.peer_address[(peer, plane)])),)
 
 
 def stripe(length: int, lanes: int, unit: int) -> list[tuple[int, int]]:

@@ -1,10 +1,12 @@
 """The host's NICs as the agent sees them: one AF_PACKET socket per plane, and link state.
 
 Sockets are bound to ETH_P_IPV6, so the kernel hands us only IPv6 frames and never the frames
-we send ourselves (those reach ETH_P_ALL taps only); PACKET_OUTGOING is still checked in case a
-caller binds differently. A NETLINK_ROUTE socket reports link up/down, so a cable pull reaches
-the endpoint without polling. Frames that a full socket refuses wait in a per-plane backlog
-flushed when the loop says the socket is writable.
+we send ourselves (those reach ETH_P_ALL taps only); PACKET_IGNORE_OUTGOING says so to the
+kernel as well, and where a kernel lacks it (before 4.20) PACKET_OUTGOING is checked per frame.
+Frames are read with recv_into into one preallocated buffer and handed on as a memoryview that
+is valid until the next frame is read. A NETLINK_ROUTE socket reports link up/down, so a
+cable pull reaches the endpoint without polling. Frames that a full socket refuses wait in a
+per-plane backlog flushed when the loop says the socket is writable.
 
 Kernel interference (kernel_setup): MRC frames are raw, so by default each NIC gets
 disable_ipv6=1: the kernel then drops every IPv6 frame on it before routing (no neighbour
@@ -24,7 +26,7 @@ import socket
 import struct
 import subprocess
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from host_agent.hostconfig import NicConfig
 from host_agent.loop import EventLoop
@@ -36,6 +38,7 @@ SO_SNDBUFFORCE = 32  # not exported by Python's socket module; root may exceed w
 SO_RCVBUFFORCE = 33
 SOCKET_BUFFER = 4 << 20
 SOL_PACKET, PACKET_STATISTICS = 263, 6
+PACKET_IGNORE_OUTGOING = 23  # Linux >= 4.20: the socket never sees frames this host sends
 TPACKET_STATS = struct.Struct("=II")  # tp_packets, tp_drops
 MAX_FRAME = 65535
 
@@ -74,6 +77,9 @@ class Nics:
         self._backlog: list[deque[bytes]] = [deque() for _ in nics]
         self._ifindex: dict[int, int] = {}  # ifindex -> plane
         self._netlink: socket.socket | None = None
+        self._rx_buffer = bytearray(MAX_FRAME)
+        self._rx_view = memoryview(self._rx_buffer)
+        self._check_outgoing = False  # PACKET_IGNORE_OUTGOING unavailable: check per frame
 
     def open(self) -> None:
         """Open the netlink socket first, then one raw socket per NIC, then read link states
@@ -93,11 +99,15 @@ class Nics:
             for opt in (SO_SNDBUFFORCE, SO_RCVBUFFORCE):
                 sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER)
             sock.bind((nic.ifname, ETH_TYPE_IPV6))
+            try:
+                sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+            except OSError:
+                self._check_outgoing = True
             sock.setblocking(False)
             self._socks.append(sock)
             _check_mac(nic)
             self._ifindex[index] = nic.plane
-            self.loop.add_reader(sock, self._on_readable)
+            self.loop.add_reader(sock, self._on_readable, quiet=True)  # the drain sends
         for nic in self.nics:
             self.up[nic.plane] = read_operstate(nic.ifname)
 
@@ -150,22 +160,45 @@ class Nics:
             log.warning("plane %d send failed: %s", plane, exc)
 
     # ---- receive -----------------------------------------------------------------------------
-    def receive(self, plane: int, limit: int) -> Iterator[bytes]:
-        """Up to `limit` frames waiting on one NIC (stops early when it is empty)."""
-        sock, stats = self._socks[plane], self.stats[plane]
+    def receive(self, plane: int, limit: int, handle: Callable[[int, memoryview], None]) -> int:
+        """Hand up to `limit` frames waiting on one NIC to handle(plane, frame), stopping early
+        when it is empty; returns how many were handed on. `frame` is valid only during the
+        call (the next frame is read into the same buffer)."""
+        if self._check_outgoing:
+            return self._receive_checked(plane, limit, handle)
+        sock, buf, view = self._socks[plane], self._rx_buffer, self._rx_view
+        for got in range(limit):
+            try:
+                size = sock.recv_into(buf)
+            except (BlockingIOError, InterruptedError):
+                return got
+            except OSError as exc:  # e.g. ENETDOWN reported once when the link goes down
+                self._rx_error(plane, exc)
+                return got
+            handle(plane, view[:size])
+        return limit
+
+    def _receive_checked(self, plane: int, limit: int,
+                         handle: Callable[[int, memoryview], None]) -> int:
+        sock, buf, view, got = self._socks[plane], self._rx_buffer, self._rx_view, 0
         for _ in range(limit):
             try:
-                frame, addr = sock.recvfrom(MAX_FRAME)
+                size, addr = sock.recvfrom_into(buf)
             except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:  # e.g. ENETDOWN reported once when the link goes down
-                stats["rx_socket_errors"] += 1
-                log.info("plane %d receive error: %s", plane, exc)
-                return
+                return got
+            except OSError as exc:
+                self._rx_error(plane, exc)
+                return got
             if addr[2] == socket.PACKET_OUTGOING:
-                stats["rx_outgoing_ignored"] += 1
+                self.stats[plane]["rx_outgoing_ignored"] += 1
                 continue
-            yield frame
+            got += 1
+            handle(plane, view[:size])
+        return got
+
+    def _rx_error(self, plane: int, exc: OSError) -> None:
+        self.stats[plane]["rx_socket_errors"] += 1
+        log.info("plane %d receive error: %s", plane, exc)
 
     def kernel_stats(self) -> dict[int, dict[str, int]]:
         """Per-plane counters, including frames the kernel dropped for want of buffer space."""

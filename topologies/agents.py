@@ -59,6 +59,7 @@ class AgentProcess:
         self.base_rtt, self.keep_ipv6, self.mode = base_rtt, keep_ipv6, mode
         self.proc: subprocess.Popen | None = None
         self.proxy = AgentProxy(host, self.socket_path)
+        self.repo = REPO  # the tree whose agent code start() runs (bench.agent_speed: another)
 
     def command(self) -> list[str]:
         f = self.fabric
@@ -73,9 +74,10 @@ class AgentProcess:
         return cmd
 
     def start(self) -> None:
-        self.proc = self.node.popen(self.command(), cwd=str(REPO), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    env={"PYTHONPATH": str(REPO), "PATH": AGENT_PATH})
+        self.proc = self.node.popen(self.command(), cwd=str(self.repo),
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL,
+                                    env={"PYTHONPATH": str(self.repo), "PATH": AGENT_PATH})
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         """Until the agent answers `status` (it has opened its NICs and QPs by then)."""

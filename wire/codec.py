@@ -431,6 +431,121 @@ def decode_packet(data: bytes) -> Packet:
     return dec(st.unpack_from(data))
 
 
+# ---------------------------------------------------------------- per-packet fast paths
+# The host agents' data and SACK traffic without the dataclasses: the same bytes as
+# encode_packet/decode_packet and the same WireErrors (an argument out of range falls back to
+# the dataclass encoder, which names the field). BTH fields not named are their defaults.
+
+_DATA_FLAGS = _bth_fields(Bth(OP_WRITE_ONLY, 0, 0), DATA_OPCODES)[1]  # se=0 migreq=1 pad/tver=0
+_SACK_EXT_BASE = _ext_word(EXT_SACK, EXT_CC_STATE)
+_SACK_CC_BYTE = SackExt(0, 0, 0, 0, 0).cc_type << 4
+
+
+def encode_data_fields(opcode: int, dest_qp: int, psn: int, ack_req: bool, rtx: bool, msn: int,
+                       va: int, rkey: int, dma_len: int, imm: int | None,
+                       payload: bytes) -> bytes:
+    """encode_packet(DataPacket(Bth(opcode, dest_qp, psn, ack_req, rtx), Meth(msn),
+    Reth(va, rkey, dma_len), payload, imm))."""
+    if (0 <= dest_qp <= 0xFFFFFF and 0 <= psn <= _PSN_MASK and 0 <= msn <= 0xFFFF
+            and 0 <= va <= 0xFFFFFFFFFFFFFFFF and 0 <= rkey <= 0xFFFFFFFF
+            and len(payload) <= dma_len <= 0xFFFFFFFF and opcode in DATA_OPCODES):
+        if imm is None:
+            if opcode not in IMM_OPCODES:
+                return _S_DATA.pack(opcode, _DATA_FLAGS, 0xFFFF, dest_qp,
+                                    (ack_req and 0x80000000) | (rtx and 0x40000000) | psn,
+                                    0, msn, va, rkey, dma_len) + payload
+        elif opcode in IMM_OPCODES and 0 <= imm <= 0xFFFFFFFF:
+            return _S_DATA.pack(opcode, _DATA_FLAGS, 0xFFFF, dest_qp,
+                                (ack_req and 0x80000000) | (rtx and 0x40000000) | psn,
+                                0, msn, va, rkey, dma_len) + _S_IMM.pack(imm) + payload
+    return _encode_data(DataPacket(Bth(opcode, dest_qp, psn, bool(ack_req), bool(rtx)),
+                                   Meth(msn), Reth(va, rkey, dma_len), payload, imm))
+
+
+def encode_sack_fields(dest_qp: int, psn: int, cack_psn: int, ack_psn_offset: int, entropy: int,
+                       sack_offset: int, sack_bitmap: int, m: int, probe_resp: bool,
+                       spdcid: int, dpdcid: int, ooo_count: int, rcvd_bytes: int) -> bytes:
+    """encode_packet(SackPacket(Bth(OP_SACK, dest_qp, psn), SackExt(cack_psn, ack_psn_offset,
+    entropy, sack_offset, sack_bitmap, m, probe_resp, spdcid, dpdcid),
+    CcState(ooo_count, rcvd_bytes)))."""
+    if (0 <= dest_qp <= 0xFFFFFF and 0 <= psn <= _PSN_MASK and 0 <= cack_psn <= _PSN_MASK
+            and -0x8000 <= ack_psn_offset <= 0x7FFF and 0 <= entropy <= 0xFFFFFFFF
+            and 0 <= sack_offset <= 0xFFFF and 0 <= sack_bitmap <= 0xFFFFFFFFFFFFFFFF
+            and M_NONE <= m <= M_ALWAYS_SKIP and 0 <= spdcid <= 0xFFFF and 0 <= dpdcid <= 0xFFFF
+            and 0 <= ooo_count <= 0x7FFF and 0 <= rcvd_bytes <= 0xFFFFFF):
+        return _S_SACK.pack(OP_SACK, _DATA_FLAGS, 0xFFFF, dest_qp, psn,
+                            _SACK_EXT_BASE | m << 5 | (probe_resp and 2), ack_psn_offset,
+                            entropy, spdcid, dpdcid, cack_psn, _SACK_CC_BYTE, 0, sack_offset,
+                            sack_bitmap, 0, ooo_count, rcvd_bytes)
+    return _encode_sack(SackPacket(
+        Bth(OP_SACK, dest_qp, psn),
+        SackExt(cack_psn, ack_psn_offset, entropy, sack_offset, sack_bitmap, m,
+                bool(probe_resp), spdcid, dpdcid),
+        CcState(ooo_count, rcvd_bytes)))
+
+
+def decode_data_fields(data: bytes) -> tuple[int, int, int, int, int, int, int, int | None,
+                                             bytes]:
+    """decode_packet of a data packet as (opcode, dest_qp, psn, msn, va, rkey, dma_len, imm,
+    payload); the caller has seen a data opcode in data[0]. The payload is a slice of `data`
+    (a view of a memoryview: placed without another copy)."""
+    n = len(data)
+    if n < _DATA_MIN:
+        if n < BTH_LEN:
+            raise TruncatedPacket(f"{n} bytes cannot hold a {BTH_LEN}-byte BTH")
+        raise TruncatedPacket(f"data packet of {n} bytes, headers need {_DATA_MIN}")
+    op, _fl, _pkey, qpw, psnw, _rq_msn, msn, va, rkey, dma_len = _S_DATA.unpack_from(data)
+    off, imm = _DATA_MIN, None
+    if op in IMM_OPCODES and n > _DATA_MIN:  # exactly _DATA_MIN: trimmed, ImmDt cut
+        if n < _DATA_MIN + IMM_LEN:
+            raise TruncatedPacket(f"data packet of {n} bytes ends inside ImmDt")
+        imm = _S_IMM.unpack_from(data, _DATA_MIN)[0]
+        off += IMM_LEN
+    if n - off > dma_len:
+        raise BadField(f"payload of {n - off} bytes exceeds reth.dma_len={dma_len}")
+    return op, qpw & 0xFFFFFF, psnw & _PSN_MASK, msn, va, rkey, dma_len, imm, data[off:]
+
+
+def decode_sack_fields(data: bytes) -> tuple[int, int, int, int, int, int, int, bool]:
+    """decode_packet of a SACK as (dest_qp, cack_psn, ack_psn_offset, entropy, sack_offset,
+    sack_bitmap, m, probe_resp); the caller has seen OP_SACK in data[0]."""
+    if len(data) != _S_SACK.size:
+        if len(data) < BTH_LEN:
+            raise TruncatedPacket(f"{len(data)} bytes cannot hold a {BTH_LEN}-byte BTH")
+        cls = TruncatedPacket if len(data) < _S_SACK.size else BadField
+        raise cls(f"opcode 0x{OP_SACK:02X} packet of {len(data)} bytes, expected {_S_SACK.size}")
+    (_op, _fl, _pkey, qpw, _psnw, w0, apo, ent, _spd, _dpd, cackw, _cc, _mpr, soff, bitmap,
+     _ts, _ooo, _ccw) = _S_SACK.unpack_from(data)
+    _expect_ext(w0, EXT_SACK, EXT_CC_STATE)
+    m = w0 >> 5 & 3
+    _check_m(m)
+    return qpw & 0xFFFFFF, cackw & _PSN_MASK, apo, ent, soff, bitmap, m, bool(w0 >> 1 & 1)
+
+
+_PROBE_EXT = _ext_word(EXT_PROBE, 0)
+
+
+def encode_probe_fields(dest_qp: int, psn: int, entropy: int) -> bytes:
+    """encode_packet(ProbePacket(Bth(OP_PROBE, dest_qp, psn), ProbeExt(entropy)))."""
+    if 0 <= dest_qp <= 0xFFFFFF and 0 <= psn <= _PSN_MASK and 0 <= entropy <= 0xFFFFFFFF:
+        return _S_PROBE.pack(OP_PROBE, _DATA_FLAGS, 0xFFFF, dest_qp, psn, _PROBE_EXT, 0, entropy)
+    return _encode_probe(ProbePacket(Bth(OP_PROBE, dest_qp, psn), ProbeExt(entropy)))
+
+
+def decode_probe_fields(data: bytes) -> tuple[int, int]:
+    """decode_packet of a PROBE as (dest_qp, entropy); the caller has seen OP_PROBE in
+    data[0]."""
+    if len(data) != _S_PROBE.size:
+        if len(data) < BTH_LEN:
+            raise TruncatedPacket(f"{len(data)} bytes cannot hold a {BTH_LEN}-byte BTH")
+        cls = TruncatedPacket if len(data) < _S_PROBE.size else BadField
+        raise cls(f"opcode 0x{OP_PROBE:02X} packet of {len(data)} bytes, expected "
+                  f"{_S_PROBE.size}")
+    _op, _fl, _pkey, qpw, _psnw, w0, _rsvd, entropy = _S_PROBE.unpack_from(data)
+    _expect_ext(w0, EXT_PROBE, 0)
+    return qpw & 0xFFFFFF, entropy
+
+
 # ---------------------------------------------------------------- PSN serial arithmetic
 
 

@@ -131,12 +131,85 @@ def encode_frame(env: Envelope, udp_payload: bytes) -> bytes:
     ) + udp_payload
 
 
+# ---- per-packet fast paths (host agents): the same bytes and checks, no Envelope objects ----
+# A frame is built from three constant parts the sender computes once per plane, route and
+# peer (eth_header, address_pair) and the fields that change per packet.
+_S_FRAME_PARTS = struct.Struct("!14sIHBB32sIHBB32sHHHH")
+
+
+def eth_header(src_mac: str, dst_mac: str) -> bytes:
+    """The 14 Ethernet bytes of every frame from `src_mac` to `dst_mac` (IPv6 ethertype)."""
+    return _mac_bytes(dst_mac) + _mac_bytes(src_mac) + ETH_TYPE_IPV6.to_bytes(2, "big")
+
+
+def address_pair(src: IPv6Address, dst: IPv6Address) -> bytes:
+    """An IPv6 header's source and destination addresses, packed (32 bytes)."""
+    return _addr_bytes("src", src) + _addr_bytes("dst", dst)
+
+
+def encode_frame_parts(eth: bytes, outer: bytes, inner: bytes, ev: int, dscp: int, ecn: int,
+                       udp_payload: bytes) -> bytes:
+    """encode_frame(Envelope(..., ev, dscp, ecn), udp_payload) with the constant parts given
+    as eth_header(src_mac, dst_mac), address_pair(outer_src, outer_dst) and
+    address_pair(inner_src, inner_dst) (only those: struct would pad or cut other lengths);
+    the hop limit is DEFAULT_HOP_LIMIT. Same bytes, same BadFields."""
+    n = len(udp_payload)
+    if n > _MAX_UDP_PAYLOAD or not 0 <= ev <= 0xFFFFFFFF or not 0 <= dscp < 64 or not 0 <= ecn < 4:
+        if n > _MAX_UDP_PAYLOAD:
+            raise BadField(f"UDP payload of {n} bytes exceeds {_MAX_UDP_PAYLOAD}")
+        check_bits("ev", ev, 32)
+        check_bits("dscp", dscp, 6)
+        check_bits("ecn", ecn, 2)
+    tc_bits = (dscp << 2 | ecn) << 20
+    udp_len = UDP_LEN + n
+    return _S_FRAME_PARTS.pack(
+        eth, _IPV6_VERSION_WORD | tc_bits | (ev & 0xFFFFF), IPV6_LEN + udp_len, IPPROTO_IPV6,
+        DEFAULT_HOP_LIMIT, outer, _IPV6_VERSION_WORD | tc_bits, udp_len, IPPROTO_UDP,
+        DEFAULT_HOP_LIMIT, inner, ev >> 16, ROCE_UDP_PORT, udp_len, 0,
+    ) + udp_payload
+
+
+def decode_frame_fields(frame: bytes) -> tuple[int, int, int, bytes, bytes]:
+    """decode_frame without the Envelope: (ev, dscp, ecn, inner source address as 16 packed
+    bytes, UDP payload), after the same checks (the same WireErrors). The payload is a slice
+    of `frame`: a copy for bytes, a view for a memoryview (no copy of a received frame)."""
+    if len(frame) >= FRAME_HEADERS_LEN:
+        f = _S_FRAME.unpack_from(frame)
+        ow0, oplen, sport = f[3], f[4], f[15]
+        end = ETH_LEN + IPV6_LEN + oplen
+        if (f[2] == ETH_TYPE_IPV6 and ow0 >> 28 == 6 and f[9] >> 28 == 6
+                and f[5] == IPPROTO_IPV6 and f[11] == IPPROTO_UDP and f[16] == ROCE_UDP_PORT
+                and UDP_LEN <= f[17] == f[10] and oplen == IPV6_LEN + f[10]
+                and len(frame) >= end and (ow0 >> 16 & 0xF) == (sport & 0xF)):
+            tc = ow0 >> 20 & 0xFF
+            return (sport << 16 | (ow0 & 0xFFFF), tc >> 2, tc & 3, f[13],
+                    frame[FRAME_HEADERS_LEN:end])
+    f, end = _unpack_checked(frame)  # something is wrong: raise what decode_frame raises
+    ev_from_fields(f[15], f[3] & 0xFFFFF)
+    raise AssertionError("unreachable: the frame failed a check _unpack_checked repeats")
+
+
 def decode_frame(frame: bytes) -> tuple[Envelope, bytes]:
     """Parse the encapsulation and return it with the UDP payload; trailing padding is ignored."""
+    (dmac, smac, _etype, ow0, _oplen, _onh, ohl, osrc, odst,
+     _iw0, _iplen, _inh, _ihl, isrc, idst, sport, _dport, _ulen, _csum), end = \
+        _unpack_checked(frame)
+    ev = ev_from_fields(sport, ow0 & 0xFFFFF)
+    tc = ow0 >> 20 & 0xFF
+    env = Envelope(
+        smac.hex(":"), dmac.hex(":"), IPv6Address(osrc), IPv6Address(odst),
+        IPv6Address(isrc), IPv6Address(idst), ev, tc >> 2, tc & 3, ohl,
+    )
+    return env, bytes(frame[FRAME_HEADERS_LEN:end])
+
+
+def _unpack_checked(frame: bytes) -> tuple[tuple, int]:
+    """The frame's header fields and the end of its payload, or the WireError saying why not."""
     if len(frame) < FRAME_HEADERS_LEN:
         raise TruncatedPacket(f"frame of {len(frame)} bytes, headers need {FRAME_HEADERS_LEN}")
-    (dmac, smac, etype, ow0, oplen, onh, ohl, osrc, odst,
-     iw0, iplen, inh, _ihl, isrc, idst, sport, dport, ulen, _csum) = _S_FRAME.unpack_from(frame)
+    fields = _S_FRAME.unpack_from(frame)
+    (_dmac, _smac, etype, ow0, oplen, onh, _ohl, _osrc, _odst,
+     iw0, iplen, inh, _ihl, _isrc, _idst, _sport, dport, ulen, _csum) = fields
     if etype != ETH_TYPE_IPV6:
         raise BadField(f"ethertype {etype:#06x}, expected {ETH_TYPE_IPV6:#06x}")
     if ow0 >> 28 != 6 or iw0 >> 28 != 6:
@@ -152,13 +225,7 @@ def decode_frame(frame: bytes) -> tuple[Envelope, bytes]:
     end = ETH_LEN + IPV6_LEN + oplen
     if len(frame) < end:
         raise TruncatedPacket(f"frame of {len(frame)} bytes, its lengths declare {end}")
-    ev = ev_from_fields(sport, ow0 & 0xFFFFF)
-    tc = ow0 >> 20 & 0xFF
-    env = Envelope(
-        smac.hex(":"), dmac.hex(":"), IPv6Address(osrc), IPv6Address(odst),
-        IPv6Address(isrc), IPv6Address(idst), ev, tc >> 2, tc & 3, ohl,
-    )
-    return env, bytes(frame[FRAME_HEADERS_LEN:end])
+    return fields, end
 
 
 

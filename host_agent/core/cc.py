@@ -150,6 +150,8 @@ class Nscc(CongestionControl):
     def __init__(self, config: NsccConfig | None = None) -> None:
         self.config = config if config is not None else NsccConfig()
         self._cwnd = float(self.config.initial_cwnd)
+        self._min_cwnd = float(self.config.min_cwnd)
+        self._max_cwnd = float(self.config.max_cwnd)
         self.base_rtt = self.config.base_rtt
         self._last_decrease: float | None = None
         self.counters: dict[str, int] = {
@@ -174,6 +176,8 @@ class Nscc(CongestionControl):
         return self.base_rtt / 2
 
     def can_send(self, inflight_bytes: int, packet_bytes: int) -> bool:
+        if inflight_bytes >= 0 and packet_bytes >= 0:  # _window_allows, inlined
+            return inflight_bytes == 0 or inflight_bytes + packet_bytes <= int(self._cwnd)
         return _window_allows(self.cwnd, inflight_bytes, packet_bytes)
 
     def _set(self, cwnd: float) -> None:
@@ -187,13 +191,18 @@ class Nscc(CongestionControl):
         if rtt is not None:
             if not math.isfinite(rtt) or rtt <= 0:
                 raise LocalProtocolError(f"rtt must be a finite number > 0 or None, got {rtt!r}")
-            self.base_rtt = min(self.base_rtt, rtt)
+            if rtt < self.base_rtt:
+                self.base_rtt = rtt
         delay = 0.0 if rtt is None else rtt - self.base_rtt
-        target = self.target_delay
         cfg = self.config
+        target = cfg.target_delay if cfg.target_delay is not None else self.base_rtt / 2
         if not ecn and delay <= target:
             self.counters["proportional_increase"] += 1
-            self._set(self._cwnd + acked_bytes * cfg.pi_gain * (target - delay) / target)
+            cwnd = self._cwnd + acked_bytes * cfg.pi_gain * (target - delay) / target
+            if cwnd >= self._max_cwnd:  # _set, inlined
+                self._cwnd = self._max_cwnd
+            else:
+                self._cwnd = cwnd if cwnd > self._min_cwnd else self._min_cwnd
         elif not ecn:
             self.counters["fair_increase"] += 1
             self._set(self._cwnd + cfg.fi_gain * cfg.mtu * acked_bytes / self._cwnd)

@@ -13,9 +13,13 @@ from host_agent.core.events import Event, EvStateChanged
 from host_agent.core.evs import INDEX_BITS, EvSet
 from host_agent.core.evstate import EvEntry
 from host_agent.core.memory import MemoryTable
-from host_agent.core.receiver import Receiver
+from host_agent.core.receiver import DataFields, Receiver
 from host_agent.core.sender import Sender
 from host_agent.core.types import EvState, PathInfo, RxMeta, TxPacket
+
+# wire.decode_sack_fields: dest_qp, cack_psn, ack_psn_offset, entropy, sack_offset,
+# sack_bitmap, m, probe_resp
+SackFields = tuple[int, int, int, int, int, int, int, bool]
 
 
 class Connection:
@@ -56,36 +60,64 @@ class Connection:
 
     # ---- input -------------------------------------------------------------------------------
 
-    def handle(self, pkt: wire.Packet, meta: RxMeta, now: float, out: list[TxPacket]) -> None:
-        """Process one decoded packet addressed to this QP; raise RemoteProtocolError if invalid."""
+    def on_data(self, fields: DataFields, meta: RxMeta, now: float, out: list[TxPacket]) -> None:
+        """Process one data packet (wire.decode_data_fields) addressed to this QP; raise
+        RemoteProtocolError if invalid."""
+        peer, plane, ev, dscp, ecn = meta
+        if peer != self.peer:
+            self._wrong_peer(peer)
+        if ecn == wire.ECN_CE:
+            self._stats["ecn_marks_received"] += 1
+        self._control(self.receiver.on_data(fields, dscp, ecn, ev), now, out, plane, ev)
+        if self.evs._changes:  # (drain_changes would hand back an empty list)
+            self.drain_ev_changes()
+
+    def on_sack(self, fields: SackFields, meta: RxMeta, now: float) -> None:
+        """Process one SACK (wire.decode_sack_fields) addressed to this QP; raise
+        RemoteProtocolError if invalid."""
         if meta.peer != self.peer:
-            raise RemoteProtocolError(f"QP {self.local_qpn:#x} belongs to {self.peer!r}, "
-                                      f"not {meta.peer!r}")
-        if isinstance(pkt, wire.DataPacket):
-            if meta.ecn == wire.ECN_CE:
-                self._stats["ecn_marks_received"] += 1
-            self._control(self.receiver.on_data(pkt, meta), now, out, meta.plane, meta.ev)
-        elif isinstance(pkt, wire.SackPacket):
-            self._check_ev(pkt.sack.entropy)
-            self._stats["sacks_received"] += 1
-            outstanding = False
-            if pkt.sack.probe_resp:
-                self._stats["probe_replies"] += 1
-                outstanding = self.evs.on_probe_reply(pkt.sack.entropy, now)
-            if self.sender.on_sack(pkt.sack, now, probe_outstanding=outstanding,
-                                   plane=meta.plane):
-                self._learn_peer_tag(meta.ev)
-        elif isinstance(pkt, wire.NackPacket):
+            self._wrong_peer(meta.peer)
+        _qp, cack, offset, entropy, sack_offset, bitmap, m, probe_resp = fields
+        if entropy not in self.evs:
+            self._check_ev(entropy)
+        self._stats["sacks_received"] += 1
+        outstanding = False
+        if probe_resp:
+            self._stats["probe_replies"] += 1
+            outstanding = self.evs.on_probe_reply(entropy, now)
+        if self.sender.on_sack(cack, offset, entropy, sack_offset, bitmap, m, probe_resp, now,
+                               probe_outstanding=outstanding, plane=meta.plane):
+            self._learn_peer_tag(meta.ev)
+        if self.evs._changes:
+            self.drain_ev_changes()
+
+    def on_probe(self, entropy: int, meta: RxMeta, now: float, out: list[TxPacket]) -> None:
+        """Answer one PROBE (for the EV `entropy`) addressed to this QP."""
+        self._check_peer(meta)
+        self._control(self.receiver.probe_reply(entropy, meta.ecn), now, out, meta.plane,
+                      entropy)
+        self.drain_ev_changes()
+
+    def handle(self, pkt: wire.Packet, meta: RxMeta, now: float, out: list[TxPacket]) -> None:
+        """Process one decoded NACK addressed to this QP (data, SACKs and probes take on_data,
+        on_sack and on_probe); raise RemoteProtocolError if invalid."""
+        self._check_peer(meta)
+        if isinstance(pkt, wire.NackPacket):
             self._check_ev(pkt.nack.entropy)
             self._stats["nacks_received"] += 1
             if self.sender.on_nack(pkt.nack, now, plane=meta.plane):
                 self._learn_peer_tag(meta.ev)
-        elif isinstance(pkt, wire.ProbePacket):
-            self._control(self.receiver.probe_reply(pkt, meta), now, out, meta.plane,
-                          pkt.probe.entropy)
         else:
             raise RemoteProtocolError(f"{type(pkt).__name__} is not valid on a connection QP")
         self.drain_ev_changes()
+
+    def _check_peer(self, meta: RxMeta) -> None:
+        if meta.peer != self.peer:
+            self._wrong_peer(meta.peer)
+
+    def _wrong_peer(self, peer: Hashable) -> None:
+        raise RemoteProtocolError(f"QP {self.local_qpn:#x} belongs to {self.peer!r}, "
+                                  f"not {peer!r}")
 
     def _learn_peer_tag(self, ev: int) -> None:
         """A believed answer came on one of the peer's EVs: its tag is the peer's secret, which
@@ -96,15 +128,17 @@ class Connection:
         if ev not in self.evs:
             raise RemoteProtocolError(f"echoed EV {ev:#x} is not one of QP {self.local_qpn:#x}'s")
 
-    def _control(
-        self, pkt: wire.Packet, now: float, out: list[TxPacket], plane: int, echo_ev: int
-    ) -> None:
-        """Queue a SACK/NACK answering a packet that arrived on `plane` with EV `echo_ev`."""
+    def _control(self, payload: bytes, now: float, out: list[TxPacket], plane: int,
+                 echo_ev: int) -> None:
+        """Queue a SACK/NACK (encoded) answering a packet that arrived on `plane` with EV
+        `echo_ev`."""
         entry = self.evs.choose_control(now, plane=plane, echo_ev=echo_ev)
         if entry is None:
             self._stats["control_dropped"] += 1
             return
-        out.append(self.control_tx(pkt, entry))
+        path = entry.path
+        out.append(TxPacket(self.peer, path.plane, path.route, entry.ev, wire.DSCP_CONTROL,
+                            wire.ECN_NOT_ECT, payload))
 
     def control_tx(self, pkt: wire.Packet, entry: EvEntry) -> TxPacket:
         return TxPacket(self.peer, entry.path.plane, entry.path.route, entry.ev,
@@ -117,24 +151,27 @@ class Connection:
             return  # a failed QP sends nothing, probes included
         start = len(out)
         for entry in self.evs.probes_due(now):
-            probe = wire.ProbePacket(
-                bth=wire.Bth(opcode=wire.OP_PROBE, dest_qp=self.remote_qpn, psn=self._probe_seq),
-                probe=wire.ProbeExt(entropy=entry.ev),
-            )
+            probe = wire.encode_probe_fields(self.remote_qpn, self._probe_seq, entry.ev)
             self._probe_seq = wire.psn_add(self._probe_seq, 1)
             self.evs.on_probe_sent(entry.ev, now)
             self._stats["probes_sent"] += 1
-            out.append(self.control_tx(probe, entry))
+            path = entry.path
+            out.append(TxPacket(self.peer, path.plane, path.route, entry.ev, wire.DSCP_CONTROL,
+                                wire.ECN_NOT_ECT, probe))
         self.sender.poll(now, out)
-        for tx in out[start:]:
-            self.tx_per_ev[tx.ev] += 1
-        self.drain_ev_changes()
+        tx_per_ev = self.tx_per_ev
+        for i in range(start, len(out)):
+            tx_per_ev[out[i].ev] += 1
+        if self.evs._changes:
+            self.drain_ev_changes()
 
     def deadline(self) -> float | None:
         if self.sender.error is not None:
             return None
-        times = [t for t in (self.sender.deadline(), self.evs.next_deadline()) if t is not None]
-        return min(times, default=None)
+        sender, evs = self.sender.deadline(), self.evs.next_deadline()
+        if sender is None or (evs is not None and evs < sender):
+            return evs
+        return sender
 
     def on_timer(self, now: float) -> None:
         self.evs.advance(now)

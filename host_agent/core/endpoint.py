@@ -15,7 +15,12 @@ from collections.abc import Hashable, Sequence
 import wire
 from host_agent.core.config import EndpointConfig
 from host_agent.core.connection import Connection
-from host_agent.core.errors import LocalProtocolError, RemoteProtocolError, decode_received
+from host_agent.core.errors import (
+    LocalProtocolError,
+    MalformedPacket,
+    RemoteProtocolError,
+    decode_received,
+)
 from host_agent.core.events import Event, PeerPlaneChanged, PlaneStateChanged
 from host_agent.core.evs import INDEX_BITS, TAG_BITS
 from host_agent.core.memory import MemoryRegion, MemoryTable
@@ -150,22 +155,53 @@ class Endpoint:
     # ---- input -------------------------------------------------------------------------------
 
     def receive_packet(self, data: bytes, meta: RxMeta, *, now: float) -> None:
-        """Handle one UDP payload; anything malformed is counted and dropped, never raised."""
-        self._stats["rx_packets"] += 1
-        if meta.plane in self._plane_stats:
-            self._plane_stats[meta.plane]["rx_packets"] += 1
+        """Handle one UDP payload; anything malformed is counted and dropped, never raised.
+        `data` may be a memoryview valid only during the call: nothing keeps a reference."""
+        stats = self._stats
+        stats["rx_packets"] += 1
+        plane_stats = self._plane_stats.get(meta.plane)
+        if plane_stats is not None:
+            plane_stats["rx_packets"] += 1
+        op = data[0] if data else None
         try:
-            pkt = decode_received(data)
-            if isinstance(pkt, wire.PortStatusPacket):
-                self._on_port_status(pkt, meta, now)
-                return
-            conn = self._conns.get(pkt.bth.dest_qp)
-            if conn is None:
-                self._stats["unknown_qpn"] += 1
-                raise RemoteProtocolError(f"no QP {pkt.bth.dest_qp:#x}")
-            conn.handle(pkt, meta, now, self._control)
+            # data, SACKs and probes go without packet objects; a WireError from their decoders
+            # is the peer's fault (MalformedPacket), as decode_received makes it for the others
+            if op in wire.DATA_OPCODES:
+                try:
+                    fields = wire.decode_data_fields(data)
+                except wire.WireError as exc:
+                    raise MalformedPacket(str(exc)) from exc
+                conn = self._conns.get(fields[1]) or self._no_conn(fields[1])
+                conn.on_data(fields, meta, now, self._control)
+            elif op == wire.OP_SACK:
+                try:
+                    sack = wire.decode_sack_fields(data)
+                except wire.WireError as exc:
+                    raise MalformedPacket(str(exc)) from exc
+                conn = self._conns.get(sack[0]) or self._no_conn(sack[0])
+                conn.on_sack(sack, meta, now)
+            elif op == wire.OP_PROBE:
+                try:
+                    dest_qp, entropy = wire.decode_probe_fields(data)
+                except wire.WireError as exc:
+                    raise MalformedPacket(str(exc)) from exc
+                conn = self._conns.get(dest_qp) or self._no_conn(dest_qp)
+                conn.on_probe(entropy, meta, now, self._control)
+            else:
+                pkt = decode_received(data)
+                if isinstance(pkt, wire.PortStatusPacket):
+                    self._on_port_status(pkt, meta, now)
+                    return
+                self._conn_for(pkt.bth.dest_qp).handle(pkt, meta, now, self._control)
         except RemoteProtocolError:
-            self._stats["malformed"] += 1
+            stats["malformed"] += 1
+
+    def _no_conn(self, dest_qp: int) -> Connection:
+        self._stats["unknown_qpn"] += 1
+        raise RemoteProtocolError(f"no QP {dest_qp:#x}")
+
+    def _conn_for(self, dest_qp: int) -> Connection:
+        return self._conns.get(dest_qp) or self._no_conn(dest_qp)
 
     # ---- output and timers -------------------------------------------------------------------
 
@@ -173,20 +209,33 @@ class Endpoint:
         out, self._control = self._control, []
         for conn in self._conns.values():
             conn.poll(now, out)
-        for tx in out:
-            self._stats["tx_packets"] += 1
-            self._stats["tx_bytes"] += len(tx.payload)
-            if tx.dscp != wire.DSCP_CONTROL:
-                self._stats["tx_data_packets"] += 1
-            plane = self._plane_stats[tx.plane]
-            plane["tx_packets"] += 1
-            plane["tx_bytes"] += len(tx.payload)
+        if out:
+            plane_stats = self._plane_stats
+            total = data = 0
+            for tx in out:
+                size = len(tx.payload)
+                total += size
+                if tx.dscp != wire.DSCP_CONTROL:
+                    data += 1
+                plane = plane_stats[tx.plane]
+                plane["tx_packets"] += 1
+                plane["tx_bytes"] += size
+            stats = self._stats
+            stats["tx_packets"] += len(out)
+            stats["tx_bytes"] += total
+            stats["tx_data_packets"] += data
         return out
 
     def get_timer(self) -> float | None:
-        times = [conn.deadline() for conn in self._conns.values()]
-        times.extend(retry for _, _, retry in self._pending_announce.values())
-        return min((t for t in times if t is not None), default=None)
+        when: float | None = None
+        for conn in self._conns.values():
+            t = conn.deadline()
+            if t is not None and (when is None or t < when):
+                when = t
+        for _, _, retry in self._pending_announce.values():
+            if when is None or retry < when:
+                when = retry
+        return when
 
     def handle_timer(self, *, now: float) -> None:
         for conn in self._conns.values():

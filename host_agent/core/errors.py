@@ -27,3 +27,4 @@ def decode_received(data: bytes) -> wire.Packet:
         return wire.decode_packet(data)
     except wire.WireError as exc:
         raise MalformedPacket(str(exc)) from exc
+

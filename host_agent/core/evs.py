@@ -113,6 +113,11 @@ class EvSet:
         start = rng.randrange(len(actives))  # connections need not all start on one path
         self._ring: deque[EvEntry] = deque(actives[start:] + actives[:start])
         self._usable_count = 0
+        # (plane, echoed EV index) -> _control_for_arrival's candidates; _refresh clears it
+        self._arrival: dict[tuple[int, int], list[EvEntry]] = {}
+        self._deadline: float | None = None  # next_deadline(), while _deadline_ok
+        self._deadline_ok = False  # cleared by every change of state, pool, plane or probe
+        self._deferred: set[int] = set()  # planes whose last _refill deferred, nothing changed
         for entry in actives:
             entry.in_ring = True
             self._refresh(entry)
@@ -177,9 +182,13 @@ class EvSet:
                 entry.in_ring = True
                 self._ring.append(entry)
         self._fallback = None
+        self._arrival.clear()
+        self._deadline_ok = False
+        self._deferred.clear()
 
     def _apply(self, entry: EvEntry, trigger: EvTrigger, now: float | None) -> None:
         """Run one table transition plus the side effects of entering/leaving states."""
+        self._deferred.clear()
         old = entry.state
         new = TRANSITIONS.get((old, trigger))
         if new is None:
@@ -234,6 +243,9 @@ class EvSet:
     def _refill(self, plane: int, avoid: PathInfo | None = None) -> None:
         """Fill the plane's vacant active slots with backups (module docstring, "Pools")."""
         while self._vacant[plane]:
+            if plane in self._deferred:  # no state or pool changed since: it would defer again
+                self.counters["swaps_deferred"] += 1
+                return
             backups = [e for e in self._plane_entries[plane]
                        if e.pool == BACKUP and e.state is EvState.GOOD]  # fmt: skip
             if not backups:
@@ -247,6 +259,7 @@ class EvSet:
                                                  e.path == avoid))  # fmt: skip
             if bad.get(chosen.path, 0):
                 self.counters["swaps_deferred"] += 1
+                self._deferred.add(plane)
                 return
             chosen.pool = ACTIVE
             self._vacant[plane] -= 1
@@ -269,6 +282,10 @@ class EvSet:
 
     def advance(self, now: float) -> None:
         """Apply every timer due at `now`: SKIP expiry and probe timeouts."""
+        deadline = self.next_deadline()
+        if deadline is None or now < deadline:  # nothing expires: skip the scan of _bad
+            self._refill_all()
+            return
         self._expire_skips(now)
         self._refill_all()
         for entry in list(self._bad.values()):
@@ -277,7 +294,10 @@ class EvSet:
                 self.on_probe_timeout(entry.ev, now)
 
     def next_deadline(self) -> float | None:
-        """Earliest time advance()/probes_due() has work: SKIP expiry or probe schedule."""
+        """Earliest time advance()/probes_due() has work: SKIP expiry or probe schedule.
+        Kept until the next change (the endpoint asks on every wake-up and every poll)."""
+        if self._deadline_ok:
+            return self._deadline
         heap = self._skip_heap
         while heap:  # drop stale heap heads so the deadline is exact
             until, ev = heap[0]
@@ -291,7 +311,8 @@ class EvSet:
                 times.append(entry.probe_sent_at + self.config.probe_timeout)
             elif self._plane_usable[entry.path.plane] and entry.next_probe_at is not None:
                 times.append(entry.next_probe_at)
-        return min(times, default=None)
+        self._deadline, self._deadline_ok = min(times, default=None), True
+        return self._deadline
 
     # ----- choosing
     def choose(self, now: float) -> EvEntry | None:
@@ -372,20 +393,26 @@ class EvSet:
         the same EvConfig and list each plane's paths in the same spine order
         (fabric.topology does), so the peer's EV with index n uses the spine our EV n uses.
         A peer with another layout is caught only when our EV n is on another plane; then
-        (and when our EVs on that path are failing) the plane rule alone applies."""
+        (and when our EVs on that path are failing) the plane rule alone applies.
+        The candidates depend only on usability and the ASSUMED_BAD set, so they are kept
+        per (plane, echoed index) until the next _refresh."""
+        key = (plane, -1 if echo_ev is None else echo_ev & INDEX_MASK)
+        candidates = self._arrival.get(key)
+        if candidates is None:
+            candidates = self._arrival[key] = self._arrival_candidates(plane, key[1])
+        if candidates:
+            return self._rotate(plane, candidates)
+        return self._control_on_plane(plane)
+
+    def _arrival_candidates(self, plane: int, index: int) -> list[EvEntry]:
         entries = self._plane_entries[plane]
         bad = {e.path for e in self._bad.values()}
-        mirror = None
-        if echo_ev is not None and (echo_ev & INDEX_MASK) < len(self._order):
-            mirror = self._order[echo_ev & INDEX_MASK]
+        mirror = self._order[index] if 0 <= index < len(self._order) else None
         if mirror is not None and mirror.path.plane == plane and mirror.path not in bad:
             same = [e for e in entries if e.usable and e.path == mirror.path]
             if same:
-                return self._rotate(plane, same)
-        healthy = [e for e in entries if e.usable and e.path not in bad]
-        if healthy:
-            return self._rotate(plane, healthy)
-        return self._control_on_plane(plane)
+                return same
+        return [e for e in entries if e.usable and e.path not in bad]
 
     def _rotate(self, plane: int, candidates: list[EvEntry]) -> EvEntry:
         self._ctl_cursor[plane] += 1
@@ -457,6 +484,9 @@ class EvSet:
     def probes_due(self, now: float) -> list[EvEntry]:
         """ASSUMED_BAD EVs on usable planes whose next probe is due and none outstanding."""
         self.advance(now)
+        deadline = self.next_deadline()
+        if deadline is None or now < deadline:  # every due probe is part of the deadline
+            return []
         return [
             e for e in self._bad.values()
             if e.probe_sent_at is None and self._plane_usable[e.path.plane]
@@ -473,6 +503,7 @@ class EvSet:
             )
         entry.probe_sent_at = now
         entry.next_probe_at = now + self.config.probe_interval
+        self._deadline_ok = False
         entry.counters["probes_sent"] += 1
         self.counters["probes_sent"] += 1
 
@@ -483,6 +514,7 @@ class EvSet:
             self.counters["probe_results_ignored"] += 1
             return None
         entry.probe_sent_at = None
+        self._deadline_ok = False
         return entry
 
     def on_probe_reply(self, ev: int, now: float) -> bool:

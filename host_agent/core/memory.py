@@ -69,6 +69,9 @@ class MemoryTable:
         return region
 
     def place(self, rkey: int, va: int, data: bytes) -> None:
-        region = self.check(rkey, va, len(data))
+        n = len(data)
+        region = self._regions.get(rkey)
+        if region is None or va < region.va or va + n > region.va + region.length:
+            region = self.check(rkey, va, n)  # raises why not
         offset = va - region.va
-        region.buffer[offset : offset + len(data)] = data
+        region.buffer[offset : offset + n] = data

@@ -19,7 +19,6 @@ import wire
 from host_agent.core.errors import RemoteProtocolError
 from host_agent.core.events import Event, MessageReceived
 from host_agent.core.memory import BoundsViolation, MemoryTable, RkeyViolation
-from host_agent.core.types import RxMeta
 
 BITMAP_BITS = 64
 _BITMAP_MASK = (1 << BITMAP_BITS) - 1
@@ -30,8 +29,12 @@ _TRIM_REASON = {
     wire.DSCP_TRIMMED: wire.NACK_TRIMMED,
     wire.DSCP_TRIMMED_LASTHOP: wire.NACK_TRIMMED_LASTHOP,
 }
+_PSN_MASK = wire.PSN_MOD - 1
+_PSN_HALF = wire.PSN_MOD >> 1
+_NOT_LAST = (wire.OP_WRITE_FIRST, wire.OP_WRITE_MIDDLE)  # no message ends with these
 
-Control = wire.SackPacket | wire.NackPacket
+# wire.decode_data_fields: opcode, dest_qp, psn, msn, va, rkey, dma_len, imm, payload
+DataFields = tuple[int, int, int, int, int, int, int, "int | None", bytes]
 
 
 class Receiver:
@@ -61,41 +64,44 @@ class Receiver:
     def tracked_entries(self) -> int:
         return len(self._ends) + len(self._lengths)
 
-    def on_data(self, pkt: wire.DataPacket, meta: RxMeta) -> Control:
-        """Accept one data packet; return the SACK or NACK to send back."""
-        psn = pkt.bth.psn
-        rel = wire.psn_diff(psn, self.cack)
+    def on_data(self, fields: DataFields, dscp: int, ecn: int, ev: int) -> bytes:
+        """Accept one data packet (wire.decode_data_fields) that arrived with outer `dscp`,
+        `ecn` and EV `ev`; return the SACK or NACK to send back, encoded."""
+        opcode, _qp, psn, msn, va, rkey, dma_len, imm, payload = fields
+        rel = ((psn - self.cack + _PSN_HALF) & _PSN_MASK) - _PSN_HALF  # wire.psn_diff
         if rel >= self._window:
-            return self._nack(wire.NACK_PSN_OOR_WINDOW, psn, meta)
+            return self._nack(wire.NACK_PSN_OOR_WINDOW, psn, ev, ecn)
         if rel < 0 or self._bits >> rel & 1:
             self._stats["duplicates"] += 1
-            return self._sack(psn, meta)
-        if len(pkt.payload) < pkt.reth.dma_len:
-            reason = _TRIM_REASON.get(meta.dscp)
+            return self._sack(psn, ev, ecn)
+        length = len(payload)
+        if length < dma_len:
+            reason = _TRIM_REASON.get(dscp)
             if reason is None:
                 raise RemoteProtocolError(
-                    f"PSN {psn}: payload {len(pkt.payload)} < dma_len {pkt.reth.dma_len} "
-                    f"but DSCP {meta.dscp} is not a trimmed class"
+                    f"PSN {psn}: payload {length} < dma_len {dma_len} "
+                    f"but DSCP {dscp} is not a trimmed class"
                 )
             self._stats["trims_received"] += 1
-            return self._nack(reason, psn, meta)
+            return self._nack(reason, psn, ev, ecn)
         try:
-            self._memory.place(pkt.reth.rkey, pkt.reth.va, pkt.payload)
+            self._memory.place(rkey, va, payload)
         except RkeyViolation:
             self._stats["rkey_violations"] += 1
-            return self._nack(wire.NACK_RKEY_VIOLATION, psn, meta)
+            return self._nack(wire.NACK_RKEY_VIOLATION, psn, ev, ecn)
         except BoundsViolation:
             self._stats["bounds_violations"] += 1
-            return self._nack(wire.NACK_BOUNDS_VIOLATION, psn, meta)
-        msn = pkt.meth.msn
-        self._stats["rx_data_bytes"] += len(pkt.payload)
-        self._lengths[msn] = self._lengths.get(msn, 0) + len(pkt.payload)
-        self._rcvd_bytes = (self._rcvd_bytes + len(pkt.payload)) % _RCVD_MOD
+            return self._nack(wire.NACK_BOUNDS_VIOLATION, psn, ev, ecn)
+        self._stats["rx_data_bytes"] += length
+        lengths = self._lengths
+        lengths[msn] = lengths.get(msn, 0) + length
+        self._rcvd_bytes = (self._rcvd_bytes + length) % _RCVD_MOD
         self._bits |= 1 << rel
-        if pkt.bth.opcode not in (wire.OP_WRITE_FIRST, wire.OP_WRITE_MIDDLE):
-            self._ends[psn] = (msn, pkt.imm)
-        self._advance()
-        return self._sack(psn, meta)
+        if opcode not in _NOT_LAST:
+            self._ends[psn] = (msn, imm)
+        if rel == 0:  # bit 0 is always clear after _advance, so only PSN cack can advance it
+            self._advance()
+        return self._sack(psn, ev, ecn)
 
     def _advance(self) -> None:
         ones = (~self._bits & (self._bits + 1)).bit_length() - 1  # trailing one bits
@@ -115,39 +121,30 @@ class Receiver:
         length = self._lengths.pop(msn, 0)
         self._emit(MessageReceived(self._qpn, msn, length, imm))
 
-    def _sack(self, psn: int, meta: RxMeta, *, probe: bool = False) -> wire.SackPacket:
-        rel = wire.psn_diff(psn, self.cack)
+    def _sack(self, psn: int, ev: int, ecn: int, *, probe: bool = False) -> bytes:
+        cack = self.cack
+        rel = ((psn - cack + _PSN_HALF) & _PSN_MASK) - _PSN_HALF  # wire.psn_diff
         offset = 1 if rel <= BITMAP_BITS else rel - (BITMAP_BITS - 1)  # keep the trigger visible
-        bitmap = (self._bits >> offset) & _BITMAP_MASK
-        m = wire.M_SKIP_ONCE if meta.ecn == wire.ECN_CE and not probe else wire.M_NONE
+        bits = self._bits
         self._stats["sacks_sent"] += 1
-        return wire.SackPacket(
-            bth=wire.Bth(opcode=wire.OP_SACK, dest_qp=self._remote_qpn, psn=self.cack),
-            sack=wire.SackExt(
-                cack_psn=self.cack,
-                ack_psn_offset=0 if probe else min(max(rel, _OFFSET_MIN), _OFFSET_MAX),
-                entropy=meta.ev,
-                sack_offset=offset,
-                sack_bitmap=bitmap,
-                m=m,
-                probe_resp=probe,
-                spdcid=self._qpn & 0xFFFF,
-                dpdcid=self._remote_qpn & 0xFFFF,
-            ),
-            cc=wire.CcState(ooo_count=min(self._bits.bit_count(), _OOO_MAX),
-                            rcvd_bytes=self._rcvd_bytes),
-        )
+        return wire.encode_sack_fields(
+            self._remote_qpn, cack, cack,
+            0 if probe else (rel if _OFFSET_MIN <= rel <= _OFFSET_MAX
+                             else min(max(rel, _OFFSET_MIN), _OFFSET_MAX)),
+            ev, offset, (bits >> offset) & _BITMAP_MASK,
+            wire.M_SKIP_ONCE if ecn == wire.ECN_CE and not probe else wire.M_NONE, probe,
+            self._qpn & 0xFFFF, self._remote_qpn & 0xFFFF, min(bits.bit_count(), _OOO_MAX),
+            self._rcvd_bytes)
 
-    def probe_reply(self, probe: wire.ProbePacket, meta: RxMeta) -> wire.SackPacket:
-        """Answer a PROBE: a SACK with probe_resp=1 echoing the probed EV."""
-        return self._sack(self.cack, RxMeta(meta.peer, meta.plane, probe.probe.entropy,
-                                            meta.dscp, meta.ecn), probe=True)
+    def probe_reply(self, entropy: int, ecn: int) -> bytes:
+        """Answer a PROBE of the EV `entropy`: a SACK with probe_resp=1 echoing it."""
+        return self._sack(self.cack, entropy, ecn, probe=True)
 
-    def _nack(self, reason: int, psn: int, meta: RxMeta) -> wire.NackPacket:
+    def _nack(self, reason: int, psn: int, ev: int, ecn: int) -> bytes:
         self._stats["nacks_sent"] += 1
-        m = wire.M_SKIP_ONCE if meta.ecn == wire.ECN_CE else wire.M_NONE
-        return wire.NackPacket(
+        m = wire.M_SKIP_ONCE if ecn == wire.ECN_CE else wire.M_NONE
+        return wire.encode_packet(wire.NackPacket(
             bth=wire.Bth(opcode=wire.OP_NACK, dest_qp=self._remote_qpn, psn=self.cack),
-            nack=wire.NackExt(reason=reason, entropy=meta.ev, nack_psn=psn, cack_psn=self.cack,
+            nack=wire.NackExt(reason=reason, entropy=ev, nack_psn=psn, cack_psn=self.cack,
                               m=m, spdcid=self._qpn & 0xFFFF, dpdcid=self._remote_qpn & 0xFFFF),
-        )
+        ))

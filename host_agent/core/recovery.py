@@ -54,7 +54,7 @@ _RTT_MAX_DECAY = 0.999  # per sample on a path: its remembered maximum halves in
 DARK_PATH_LOSSES = 2  # rule-B losses on a path, no delivery between, that make it dark
 
 
-@dataclass
+@dataclass(slots=True)
 class Write:
     wr_id: int
     data: bytes
@@ -68,7 +68,7 @@ class Write:
     last_psn: int | None = None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class OutPkt:
     psn: int
     write: Write
@@ -90,7 +90,7 @@ class OutPkt:
     una_by_ev: dict[int, int] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class _PathState:
     queue: OrderedDict[int, OutPkt] = field(default_factory=OrderedDict)  # by tx_seq
     rack_seq: int = -1  # newest-sent delivered transmission on this path...
@@ -117,7 +117,7 @@ class LossDetector:
 
     def sent(self, pkt: OutPkt) -> None:
         assert pkt.path is not None
-        self._state(pkt.path).queue[pkt.tx_seq] = pkt
+        (self._paths.get(pkt.path) or self._state(pkt.path)).queue[pkt.tx_seq] = pkt
 
     def forget(self, pkt: OutPkt) -> None:
         """`pkt`'s latest transmission is no longer in flight."""
@@ -127,12 +127,14 @@ class LossDetector:
     def delivered(self, path: PathInfo, tx_seq: int, rtt: float, now: float) -> None:
         """An unambiguous transmission on `path`, sent `rtt` seconds ago, arrived, as told by
         an answer that came in on `path`'s plane (module docstring)."""
-        state = self._state(path)
+        state = self._paths.get(path) or self._state(path)
         state.silent_losses = 0
-        state.last_delivery = max(state.last_delivery, now)
+        if now > state.last_delivery:
+            state.last_delivery = now
         if tx_seq > state.rack_seq:
             state.rack_seq, state.rack_rtt = tx_seq, rtt
-        state.rtt_max = max(rtt, state.rtt_max * _RTT_MAX_DECAY)
+        decayed = state.rtt_max * _RTT_MAX_DECAY
+        state.rtt_max = rtt if rtt > decayed else decayed  # max(rtt, decayed)
         newest = self._planes.get(path.plane)
         if newest is None or tx_seq > newest[0]:
             self._planes[path.plane] = (tx_seq, rtt)
@@ -147,7 +149,10 @@ class LossDetector:
         recheck: float | None = None
         for path, state in self._paths.items():
             newest = self._planes.get(path.plane, (-1, 0.0))
+            rule_b_below = newest[0] - self._threshold  # rule B needs tx_seq <= this
             for pkt in state.queue.values():
+                if pkt.tx_seq >= state.rack_seq and pkt.tx_seq > rule_b_below:
+                    break  # neither rule applies (_due would say None): nor to later ones
                 due, silent = self._due(state, newest, pkt, reorder_window, fallback_patience)
                 if due is None:
                     break  # neither rule applies, nor to anything sent later on this path

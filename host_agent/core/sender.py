@@ -47,6 +47,10 @@ MSN_MOD = 1 << 16
 _CHOOSE_TRIES = 4  # picks to find another path for a retransmission
 _REORDER_SCALE_MAX = 8  # reorder_window multiplier cap after spurious retransmissions
 _REORDER_DECAY_ACKS = 64  # clean acks between steps down of that multiplier
+_PSN_MASK = wire.PSN_MOD - 1
+_PSN_HALF = wire.PSN_MOD >> 1
+BITMAP_BITS = 64  # a SACK bitmap's width
+_NOT_LAST = (wire.OP_WRITE_FIRST, wire.OP_WRITE_MIDDLE)  # data opcodes without ack_req
 
 
 def _opcode(first: bool, last: bool, imm: bool) -> int:
@@ -57,6 +61,10 @@ def _opcode(first: bool, last: bool, imm: bool) -> int:
     if last:
         return wire.OP_WRITE_LAST_IMM if imm else wire.OP_WRITE_LAST
     return wire.OP_WRITE_MIDDLE
+
+
+_OPCODES = {(f, la, i): _opcode(f, la, i) for f in (False, True) for la in (False, True)
+            for i in (False, True)}
 
 
 class Sender:
@@ -93,6 +101,9 @@ class Sender:
         self._tx_seq = 0
         self._loss = LossDetector(config.reorder_threshold)
         self._untriggered: OrderedDict[int, OutPkt] = OrderedDict()  # acked, own SACK not seen
+        # bit i: PSN snd_una + i (sent) is known to be neither in flight nor awaiting a resend,
+        # i.e. acknowledged: a SACK bitmap repeats such bits, and they need no second look
+        self._sacked = 0
         self._newest_acked: OutPkt | None = None  # RACK sample candidate of the current SACK
         self._answer_plane: int | None = None  # plane the answer being applied came in on
         self.rto = RtoEstimator(config.rto_initial, config.rto_min, config.rto_max)
@@ -141,24 +152,28 @@ class Sender:
                 return
             del self._retx[pkt.psn]
             out.append(self._transmit(pkt, entry, now))
-        while self._pending and self.outstanding_psns < self._cfg.window:
-            w = self._pending[0]
-            length = min(self._cfg.mtu, len(w.data) - w.next_offset)
-            if not self.cc.can_send(self.inflight_bytes, length):
+        pending, window, mtu = self._pending, self._cfg.window, self._cfg.mtu
+        can_send, choose = self.cc.can_send, self._evs.choose
+        while pending and (((self.next_psn - self.snd_una + _PSN_HALF) & _PSN_MASK)
+                           - _PSN_HALF) < window:  # outstanding_psns < window
+            w = pending[0]
+            size = len(w.data)
+            length = min(mtu, size - w.next_offset)
+            if not can_send(self.inflight_bytes, length):
                 return
-            entry = self._evs.choose(now)
+            entry = choose(now)
             if entry is None:
                 return
             first = not w.started
-            last = w.next_offset + length >= len(w.data)
+            last = w.next_offset + length >= size
             pkt = OutPkt(self.next_psn, w, w.next_offset, length,
-                          _opcode(first, last, w.imm is not None))
+                         _OPCODES[first, last, w.imm is not None])
             w.started = True
             w.next_offset += length
             if last:
                 w.last_psn = self.next_psn
-                self._sent.append(self._pending.popleft())
-            self.next_psn = wire.psn_add(self.next_psn, 1)
+                self._sent.append(pending.popleft())
+            self.next_psn = (self.next_psn + 1) & _PSN_MASK
             out.append(self._transmit(pkt, entry, now))
 
     def _choose_other(self, now: float, pkt: OutPkt) -> EvEntry | None:
@@ -191,21 +206,18 @@ class Sender:
         self._loss.sent(pkt)
         self.inflight_bytes += pkt.length
         w = pkt.write
-        imm = w.imm if pkt.opcode in wire.IMM_OPCODES else None
-        last = pkt.opcode not in (wire.OP_WRITE_FIRST, wire.OP_WRITE_MIDDLE)
-        data = wire.DataPacket(
-            bth=wire.Bth(opcode=pkt.opcode, dest_qp=self._remote_qpn, psn=pkt.psn,
-                         ack_req=last, rtx=retx),
-            meth=wire.Meth(msn=w.msn),
-            reth=wire.Reth(va=w.remote_va + pkt.offset, rkey=w.rkey, dma_len=pkt.length),
-            payload=w.data[pkt.offset : pkt.offset + pkt.length],
-            imm=imm,
-        )
+        opcode = pkt.opcode
         if retx:
             self._stats["retransmits"] += 1
-        dscp = wire.DSCP_TRIMMABLE_RETX if retx else wire.DSCP_TRIMMABLE
-        return TxPacket(self._peer, entry.path.plane, entry.path.route, entry.ev, dscp,
-                        wire.ECN_ECT0, wire.encode_packet(data))
+        payload = wire.encode_data_fields(
+            opcode, self._remote_qpn, pkt.psn, opcode not in _NOT_LAST, retx, w.msn,
+            w.remote_va + pkt.offset, w.rkey, pkt.length,
+            w.imm if opcode in wire.IMM_OPCODES else None,
+            w.data[pkt.offset : pkt.offset + pkt.length])
+        path = entry.path
+        return TxPacket(self._peer, path.plane, path.route, entry.ev,
+                        wire.DSCP_TRIMMABLE_RETX if retx else wire.DSCP_TRIMMABLE,
+                        wire.ECN_ECT0, payload)
 
     # ---- acknowledgements --------------------------------------------------------------------
 
@@ -216,54 +228,53 @@ class Sender:
         pkt = self._tracked(psn)
         return pkt if pkt is not None and ev in pkt.una_by_ev else None
 
-    def on_sack(self, sack: wire.SackExt, now: float, *, probe_outstanding: bool = False,
-                plane: int | None = None) -> bool:
-        """Apply a SACK; False (and nothing changed) if it answers nothing we sent. A probe
-        reply counts only if the EvSet had a probe outstanding on its EV. `plane`: the plane
-        it came in on; only deliveries on that plane feed loss detection (recovery module
-        docstring); None trusts it for every plane."""
+    def on_sack(self, cack_psn: int, ack_psn_offset: int, entropy: int, sack_offset: int,
+                sack_bitmap: int, m: int, probe_resp: bool, now: float, *,
+                probe_outstanding: bool = False, plane: int | None = None) -> bool:
+        """Apply a SACK (its SackExt fields); False (and nothing changed) if it answers nothing
+        we sent. A probe reply counts only if the EvSet had a probe outstanding on its EV.
+        `plane`: the plane it came in on; only deliveries on that plane feed loss detection
+        (recovery module docstring); None trusts it for every plane."""
         rtt: float | None = None
         self._newest_acked = None
         self._answer_plane = plane
         if self.error is not None:
             return self._refuse()
         answered: OutPkt | None = None
-        if sack.probe_resp:
+        if probe_resp:
             if not probe_outstanding:
                 return self._refuse()
         else:
-            trigger = wire.psn_add(sack.cack_psn, sack.ack_psn_offset)
-            answered = self._answered(trigger, sack.entropy)
-            if answered is None:
+            trigger = (cack_psn + ack_psn_offset) & _PSN_MASK
+            # _answered, inlined
+            answered = (self._inflight.get(trigger) or self._retx.get(trigger)
+                        or self._untriggered.get(trigger))
+            if answered is None or entropy not in answered.una_by_ev:
                 return self._refuse()
-        if self._out_of_sync(sack.cack_psn, answered, sack.entropy):
+        if self._out_of_sync(cack_psn, answered, entropy):
             return True
-        if not sack.probe_resp:
-            rtt = self._trigger_rtt(trigger, sack.entropy, now)
-        acked = self._cumulative(sack.cack_psn, now)
-        base = wire.psn_add(sack.cack_psn, sack.sack_offset)
-        bits = 0 if self._go_back else sack.sack_bitmap  # RoCE senders have no SACK
-        while bits:
-            low = bits & -bits
-            acked += self._acknowledge(wire.psn_add(base, low.bit_length() - 1), now)
-            bits ^= low
+        if answered is not None:  # not a probe reply
+            rtt = self._trigger_rtt(answered, trigger, entropy, now)
+        acked = self._cumulative(cack_psn, now)
+        if sack_bitmap and not self._go_back:  # RoCE senders have no SACK
+            acked += self._sack_bitmap(cack_psn + sack_offset, sack_bitmap, now)
         if acked:
             self._progress_at = now
             self.rto.progress()
-        if sack.probe_resp:  # no RTT, EV or CC news; but its cumulative ack may end writes
+        if probe_resp:  # no RTT, EV or CC news; but its cumulative ack may end writes
             self._complete_writes()
             return True
         if rtt is None and self._newest_acked is not None:
             rtt = now - self._newest_acked.sent_time
         if rtt is not None and rtt <= 0:
             rtt = None  # answered within the clock's resolution: no usable sample
-        ecn = sack.m != wire.M_NONE
+        ecn = m != wire.M_NONE
         if rtt is not None:
             self.rto.sample(rtt, self.next_psn, self.snd_una)
         if ecn:
-            self._evs.on_ecn(sack.entropy, now)
+            self._evs.on_ecn(entropy, now)
         else:
-            self._evs.on_delivered(sack.entropy, now)
+            self._evs.on_delivered(entropy, now)
         if acked:
             self._clean_acks += 1
             if self._clean_acks >= _REORDER_DECAY_ACKS:
@@ -274,6 +285,28 @@ class Sender:
         self._complete_writes()
         return True
 
+    def _sack_bitmap(self, base: int, bitmap: int, now: float) -> int:
+        """Acknowledge what bit i of a SACK bitmap (PSN base + i) newly says arrived; the bytes
+        acknowledged. Only sent PSNs at or above snd_una (the cumulative ack is applied) that
+        are not already known acknowledged (_sacked) are looked at, in PSN order."""
+        una = self.snd_una
+        shift = ((base - una + _PSN_HALF) & _PSN_MASK) - _PSN_HALF  # bit 0's PSN - snd_una
+        sent = ((self.next_psn - una + _PSN_HALF) & _PSN_MASK) - _PSN_HALF
+        if shift >= sent or shift <= -BITMAP_BITS or sent <= 0:
+            return 0  # every bit names a PSN below snd_una (acknowledged) or not sent yet
+        bits = bitmap << shift if shift >= 0 else bitmap >> -shift
+        bits &= ~self._sacked & ((1 << sent) - 1)
+        self._sacked |= bits  # after this, none of them is in flight or awaiting a resend
+        acked = 0
+        inflight, retx = self._inflight, self._retx
+        while bits:
+            low = bits & -bits
+            psn = (una + low.bit_length() - 1) & _PSN_MASK
+            if psn in inflight or psn in retx:  # else acknowledged already: nothing to do
+                acked += self._acknowledge(psn, now)
+            bits ^= low
+        return acked
+
     def _out_of_sync(self, cack: int, answered: OutPkt | None, ev: int) -> bool:
         """A believed answer from a receiver without this connection's state: the peer
         restarted or lost it. Its cumulative ack is beyond anything we sent, or older than
@@ -283,7 +316,9 @@ class Sender:
         the peer's path: the connection resynchronises to the PSN the peer expects
         (`_resync`) instead of retrying until write_timeout."""
         una_then = answered.una_by_ev[ev] if answered is not None else cack
-        if wire.psn_diff(cack, self.next_psn) > 0 or wire.psn_diff(una_then, cack) > 0:
+        # wire.psn_diff(cack, next_psn) > 0 or wire.psn_diff(una_then, cack) > 0
+        if (((cack - self.next_psn + _PSN_HALF) & _PSN_MASK) > _PSN_HALF
+                or ((una_then - cack + _PSN_HALF) & _PSN_MASK) > _PSN_HALF):
             self._resync(cack)
             return True
         return False
@@ -343,15 +378,14 @@ class Sender:
         self._complete_writes()
         return True
 
-    def _trigger_rtt(self, psn: int, ev: int, now: float) -> float | None:
-        """RTT of the transmission whose arrival triggered a SACK, told apart by the echoed EV
-        (Karn's rule without discarding resent packets); it also counts as delivered for loss
-        detection on its path. An answer to the transmission before a retransmission means
-        that retransmission was spurious: the reordering allowance grows."""
-        pkt = self._tracked(psn)
-        if pkt is None:
-            return None
-        self._late_answer(pkt, ev)
+    def _trigger_rtt(self, pkt: OutPkt, psn: int, ev: int, now: float) -> float | None:
+        """RTT of the transmission of `pkt` (PSN `psn`, the _tracked one) whose arrival
+        triggered a SACK, told apart by the echoed EV (Karn's rule without discarding resent
+        packets); it also counts as delivered for loss detection on its path. An answer to
+        the transmission before a retransmission means that retransmission was spurious: the
+        reordering allowance grows."""
+        if pkt.expired_evs:
+            self._late_answer(pkt, ev)
         if ev == pkt.ev and not pkt.expired_evs:  # no later answer is needed any more
             self._untriggered.pop(psn, None)
         if pkt.ev == pkt.prev_ev:
@@ -381,20 +415,27 @@ class Sender:
             self._stats["spurious_timeouts"] += 1
 
     def _cumulative(self, cack: int, now: float) -> int:
-        advance = wire.psn_diff(cack, self.snd_una)
+        una = self.snd_una
+        advance = ((cack - una + _PSN_HALF) & _PSN_MASK) - _PSN_HALF  # wire.psn_diff
         if advance <= 0:
             return 0
         acked = 0
+        inflight, retx = self._inflight, self._retx
         for i in range(advance):
-            acked += self._acknowledge(wire.psn_add(self.snd_una, i), now)
+            psn = (una + i) & _PSN_MASK
+            if psn in inflight or psn in retx:  # else acknowledged already: nothing to do
+                acked += self._acknowledge(psn, now)
         self.snd_una = cack
+        self._sacked >>= advance
         return acked
 
     def _acknowledge(self, psn: int, now: float) -> int:
         """Acknowledge `psn` (cumulatively or by a SACK bitmap bit)."""
         pkt = self._inflight.pop(psn, None)
         if pkt is not None:
-            self._landed(pkt)
+            pkt.in_flight = False  # _landed, inlined
+            self.inflight_bytes -= pkt.length
+            self._loss.forget(pkt)
             if pkt.tx_count == 1:  # unambiguous: only one transmission could have arrived
                 self._evidence(pkt, now)
                 if self._newest_acked is None or pkt.tx_seq > self._newest_acked.tx_seq:
@@ -416,12 +457,13 @@ class Sender:
             self._loss.delivered(pkt.path, pkt.tx_seq, now - pkt.sent_time, now)
 
     def _complete_writes(self) -> None:
-        while self._sent:
-            w = self._sent[0]
+        sent = self._sent
+        while sent:
+            w = sent[0]
             assert w.last_psn is not None
-            if wire.psn_diff(self.snd_una, w.last_psn) <= 0:
+            if ((self.snd_una - w.last_psn + _PSN_HALF) & _PSN_MASK) <= _PSN_HALF:  # diff <= 0
                 return
-            self._sent.popleft()
+            sent.popleft()
             self._emit(WriteCompleted(self._qpn, w.wr_id))
 
     # ---- loss ------------------------------------------------------------------------------
@@ -471,15 +513,17 @@ class Sender:
         posted = self._oldest_posted()
         if posted is None:
             return None
-        times = [posted + self._cfg.write_timeout]
+        when = posted + self._cfg.write_timeout  # the earliest of these (the list's min):
         if self._inflight:
             oldest = next(iter(self._inflight.values()))
-            times.append(max(oldest.sent_time, self._progress_at) + self.rto.current())
-        if self._hold_until and self._retx:
-            times.append(self._hold_until)
-        if self._recheck is not None:
-            times.append(self._recheck)
-        return min(times)
+            rto = max(oldest.sent_time, self._progress_at) + self.rto.current()
+            if rto < when:
+                when = rto
+        if self._hold_until and self._retx and self._hold_until < when:
+            when = self._hold_until
+        if self._recheck is not None and self._recheck < when:
+            when = self._recheck
+        return when
 
     def on_timer(self, now: float) -> None:
         posted = self._oldest_posted()
@@ -533,6 +577,7 @@ class Sender:
         self._inflight.clear()
         self._retx.clear()
         self._untriggered.clear()
+        self._sacked = 0
         self._newest_acked = None
         self.inflight_bytes = 0
         self._loss = LossDetector(self._cfg.reorder_threshold)

@@ -1,0 +1,245 @@
+"""Host agent CPU per packet: one MRC transfer between two agents, CPU read from /proc.
+
+    sudo .venv/bin/python -m bench.agent_speed [--vs COMMIT] [--bytes N] [--runs R]
+                                               [--target bmv2|soft|auto] [--json FILE]
+
+A small fabric (2 planes x 2 T0 x 2 T1, one host per T0, so traffic crosses the spines) runs
+without port rate limits: no rate limiter paces the agents, only their own speed and the
+switch processes'. Each run is one RDMA write of N bytes from h0 to h1 (after a small
+unmeasured warm-up write). Around the write the bench reads each agent process's utime+stime
+(/proc/PID/stat; the total is exact, its user/sys split is sampled at clock ticks) and its
+endpoint counters. "Packets" are the MRC frames that agent's endpoint sent plus those it
+received (tx_packets + rx_packets: data, SACK, NACK, probes and port status alike): the
+sender's are mostly data out and SACKs in, the receiver's the reverse. Reported per agent and
+for both: CPU ms per 1,000 packets, and per 1,000 data packets of the transfer (sent by h0,
+resends included). The sender's window includes building the write's test pattern
+(random.randbytes, about 3 ms per MB), the same for every tree.
+
+With --vs COMMIT the bench makes a temporary git worktree of COMMIT (removed afterwards, also
+on Ctrl-C or SIGTERM) and alternates the two agents' code on the same running fabric: before
+each run both agents are restarted from the tree under test (cwd and PYTHONPATH) and their QPs
+exchanged anew. It prints both medians and the ratio old/new, so a before/after comparison is
+one run on one machine. The switches and the bench itself always run this tree's code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from fabric.topology import Fabric
+from topologies.agents import REPO, exchange_qps
+from topologies.network import MrcNetwork, NetworkConfig
+from topologies.targets import TARGETS
+
+FABRIC = Fabric(planes=2, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=1)
+SRC, DST = 0, 1
+DEFAULT_BYTES = 8_000_000
+WARMUP_BYTES = 256 * 1024
+WRITE_TIMEOUT_S = 300.0
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+ROLES = ("sender", "receiver", "both")
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(utime, stime) of a process in seconds (fields 14 and 15 of /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+
+
+def git(*args: str, cwd: Path = REPO) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def describe(tree: Path) -> str:
+    """Short commit of a tree, marked -dirty when its tracked files differ from it."""
+    commit = git("rev-parse", "--short", "HEAD", cwd=tree)
+    dirty = git("status", "--porcelain", "--untracked-files=no", cwd=tree)
+    return commit + ("-dirty" if dirty else "")
+
+
+def use_tree(net: MrcNetwork, tree: Path) -> None:
+    """Restart both agents from `tree` and exchange their QPs anew (as bench.soak restarts one)."""
+    for host in (SRC, DST):
+        agent = net.agents[host]
+        agent.stop()
+        agent.repo = tree
+        agent.start()
+        net.record_pids()
+    for host in (SRC, DST):
+        net.agents[host].wait_ready()
+    exchange_qps({host: net.agent(host) for host in (SRC, DST)})
+
+
+def write(net: MrcNetwork, nbytes: int, seed: int) -> dict[str, Any]:
+    """One verified write h0 -> h1; returns the write's answer plus the CPU and counters."""
+    src, dst = net.agent(SRC), net.agent(DST)
+    agents = {"sender": src, "receiver": dst}
+    pids = {"sender": net.agent_pid(SRC), "receiver": net.agent_pid(DST)}
+    region = dst.call("register", size=nbytes)
+    try:
+        stats0 = {role: agent.call("stats") for role, agent in agents.items()}
+        cpu0 = {role: cpu_seconds(pid) for role, pid in pids.items()}  # type: ignore[arg-type]
+        answer = src.call("write", wait=WRITE_TIMEOUT_S + 30, peer=DST, bytes=nbytes,
+                          va=region["va"], rkey=region["rkey"], seed=seed,
+                          timeout=WRITE_TIMEOUT_S)
+        cpu1 = {role: cpu_seconds(pid) for role, pid in pids.items()}  # type: ignore[arg-type]
+        stats1 = {role: agent.call("stats") for role, agent in agents.items()}
+        check = dst.call("verify", rkey=region["rkey"], length=nbytes, seed=seed)
+    finally:
+        dst.call("deregister", rkey=region["rkey"])
+    out: dict[str, Any] = {"verified": bool(check["match"]), "duration_s": answer["duration_s"],
+                           "retransmits": answer["retransmits"], "timeouts": answer["timeouts"]}
+    for role in pids:
+        after, before = stats1[role]["endpoint"], stats0[role]["endpoint"]
+        d = {k: int(after[k]) - int(before[k])
+             for k in ("tx_packets", "rx_packets", "tx_data_packets", "sacks_sent",
+                       "sacks_received", "probes_sent", "retransmits")}
+        d["packets"] = d["tx_packets"] + d["rx_packets"]
+        if "wakeups" in stats1[role]:  # event-loop wake-ups (agents that report them)
+            d["wakeups"] = stats1[role]["wakeups"] - stats0[role]["wakeups"]
+        d["user_ms"] = (cpu1[role][0] - cpu0[role][0]) * 1000
+        d["sys_ms"] = (cpu1[role][1] - cpu0[role][1]) * 1000
+        d["cpu_ms"] = d["user_ms"] + d["sys_ms"]
+        d["ms_per_1000"] = d["cpu_ms"] / d["packets"] * 1000 if d["packets"] else None
+        out[role] = d
+    both = out["sender"]["cpu_ms"] + out["receiver"]["cpu_ms"]
+    packets = out["sender"]["packets"] + out["receiver"]["packets"]
+    out["both"] = {"cpu_ms": both, "packets": packets,
+                   "ms_per_1000": both / packets * 1000 if packets else None}
+    data = out["sender"]["tx_data_packets"]  # the transfer's data packets, resends included
+    for role in ("sender", "receiver", "both"):
+        out[role]["ms_per_1000_data"] = out[role]["cpu_ms"] / data * 1000 if data else None
+    return out
+
+
+def summarize(runs: list[dict[str, Any]], key: str) -> dict[str, float | None]:
+    """Median of `key` (ms per 1,000 packets or data packets) per role over runs."""
+    out: dict[str, float | None] = {}
+    for role in ROLES:
+        values = [r[role][key] for r in runs if r[role][key] is not None]
+        out[role] = statistics.median(values) if values else None
+    return out
+
+
+def run(args: argparse.Namespace, trees: dict[str, Path], log) -> dict[str, Any]:
+    labels = {name: describe(tree) for name, tree in trees.items()}
+    config = NetworkConfig(fabric=FABRIC, target=args.target, port_rate_pps=None)
+    runs: list[dict[str, Any]] = []
+    with MrcNetwork(config, log=log) as net:
+        net.start()
+        seed = 1
+        for i in range(args.runs):
+            order = list(trees) if i % 2 == 0 else list(reversed(trees))
+            for name in order:
+                if len(trees) > 1:
+                    use_tree(net, trees[name])
+                write(net, WARMUP_BYTES, seed)
+                result = write(net, args.bytes, seed + 1)
+                seed += 2
+                result.update(tree=name, commit=labels[name], run=i)
+                runs.append(result)
+                log(f"run {i} {name} ({labels[name]}): sender "
+                    f"{result['sender']['ms_per_1000']:.1f}, receiver "
+                    f"{result['receiver']['ms_per_1000']:.1f} ms/1000 packets "
+                    f"({result['sender']['packets']} / {result['receiver']['packets']} packets, "
+                    f"{result['duration_s']:.2f} s, verified {result['verified']})")
+    summary = {name: summarize([r for r in runs if r["tree"] == name], "ms_per_1000")
+               for name in trees}
+    per_data = {name: summarize([r for r in runs if r["tree"] == name], "ms_per_1000_data")
+                for name in trees}
+    report: dict[str, Any] = {
+        "bytes": args.bytes, "runs_per_tree": args.runs, "target": net.target,
+        "fabric": dataclasses.asdict(FABRIC),
+        "packets": "MRC packets the agent's endpoint sent plus those it received",
+        "cpu": "utime+stime of the agent process (/proc/PID/stat) across the write",
+        "data_packets": "data packets the sender sent (resends included): the same count for "
+                        "both agents",
+        "commits": labels, "runs": runs, "median_ms_per_1000": summary,
+        "median_ms_per_1000_data": per_data,
+    }
+    if "old" in trees:
+        report["ratio_old_over_new"] = {
+            role: (summary["old"][role] / summary["new"][role]
+                   if summary["old"][role] and summary["new"][role] else None)
+            for role in ROLES}
+    return report
+
+
+def _row(label: str, values: dict[str, float | None], fmt: str = "{:>10.1f}") -> str:
+    return f"{label:<24}" + "".join(fmt.format(values[r]) if values[r] is not None
+                                    else f"{'-':>10}" for r in ROLES)
+
+
+def print_report(report: dict[str, Any]) -> None:
+    print(f"\nagent CPU (utime+stime), median of {report['runs_per_tree']} runs of "
+          f"{report['bytes']} bytes h{SRC} -> h{DST}, {report['target']} switches")
+    for key, what in (("median_ms_per_1000", "ms per 1,000 packets (packets = MRC frames sent "
+                       "+ received by that agent)"),
+                      ("median_ms_per_1000_data", "ms per 1,000 data packets (sent by h0)")):
+        print(f"\n{what}:\n{'tree':<24}{'sender':>10}{'receiver':>10}{'both':>10}")
+        for name, med in report[key].items():
+            print(_row(f"{name} {report['commits'][name]}", med))
+    ratio = report.get("ratio_old_over_new")
+    if ratio:
+        print(_row("ratio old/new", ratio, "{:>9.2f}x"))
+    failed = [r for r in report["runs"] if not r["verified"]]
+    if failed:
+        print(f"WARNING: {len(failed)} runs did not verify")
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.agent_speed", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--vs", metavar="COMMIT", help="compare against the agents of COMMIT")
+    p.add_argument("--bytes", type=int, default=DEFAULT_BYTES, help="bytes per measured write")
+    p.add_argument("--runs", type=int, default=3, help="measured writes per tree")
+    p.add_argument("--target", choices=TARGETS, default="auto", help="switch implementation")
+    p.add_argument("--json", type=Path, help="also write the report here")
+    args = p.parse_args(argv)
+    if args.bytes < 1 or args.runs < 1:
+        p.error("--bytes and --runs must be positive")
+    if os.geteuid() != 0:
+        print("bench.agent_speed: needs root (Mininet); run it with sudo", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _terminate)
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    trees = {"new": REPO}
+    worktree: Path | None = None
+    try:
+        if args.vs:
+            worktree = Path(tempfile.mkdtemp(prefix="agent-speed-"))
+            old = worktree / "tree"
+            git("worktree", "add", "--detach", str(old), args.vs)
+            trees = {"old": old, "new": REPO}
+        report = run(args, trees, log)
+    finally:
+        if worktree is not None:
+            subprocess.run(["git", "worktree", "remove", "--force", str(worktree / "tree")],
+                           cwd=REPO, capture_output=True, check=False)
+            shutil.rmtree(worktree, ignore_errors=True)
+            subprocess.run(["git", "worktree", "prune"], cwd=REPO, capture_output=True,
+                           check=False)
+    print_report(report)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
