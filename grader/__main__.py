@@ -1,0 +1,125 @@
+"""Course exercises: hand out skeletons, grade submissions.
+
+    python -m grader list
+    python -m grader exercise N [--force]        skeleton -> exercises/work/NN-slug/
+    python -m grader solution N DIR              the reference solution's files -> DIR
+    python -m grader grade N [--submission DIR | --skeleton | --solution | --wrong NAME]
+                             [--target soft|bmv2|auto] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from grader import catalog, workspace
+from grader.report import Grade, render, summary
+
+
+def _target(choice: str) -> str:
+    if choice != "auto":
+        return choice
+    tools = ("p4c-bm2-ss", "simple_switch_grpc")
+    return "bmv2" if all(shutil.which(t) for t in tools) else "soft"
+
+
+def cmd_list(_args: argparse.Namespace) -> int:
+    for ex in catalog.load_all():
+        lo, hi = ex.minutes
+        print(f"{ex.number}  {ex.title}  [{ex.kind}, {lo}-{hi} min]  {ex.folder.name}/README.md")
+    return 0
+
+
+def cmd_exercise(args: argparse.Namespace) -> int:
+    ex = catalog.load(args.number)
+    dest = workspace.working_folder(ex)
+    existing = [rel for rel in ex.files if (dest / rel).exists()]
+    if existing and not args.force:
+        print(f"{dest} already holds your work on {', '.join(existing)}: grade it with "
+              f"sudo ./testbed grade {ex.number}, or start over with --force", file=sys.stderr)
+        return 1
+    paths = workspace.write(workspace.skeleton(ex), dest)
+    print(f"exercise {ex.number}: {ex.title}\n  read {ex.folder.relative_to(catalog.ROOT)}/"
+          f"README.md\n  edit (look for TODO):")
+    for path in paths:
+        print(f"    {path.relative_to(catalog.ROOT)}")
+    print(f"  then: sudo ./testbed grade {ex.number}")
+    return 0
+
+
+def cmd_solution(args: argparse.Namespace) -> int:
+    ex = catalog.load(args.number)
+    for path in workspace.write(workspace.solution(ex), Path(args.dest)):
+        print(path)
+    return 0
+
+
+def _to_grade(ex: catalog.Exercise,
+              args: argparse.Namespace) -> list[tuple[str, workspace.FileSet]]:
+    if args.skeleton:
+        return [("skeleton", workspace.skeleton(ex))]
+    if args.solution:
+        return [("solution", workspace.solution(ex))]
+    if args.wrong:
+        match = [w for w in ex.wrong_solutions() if w.name == args.wrong]
+        if not match:
+            names = ", ".join(w.name for w in ex.wrong_solutions()) or "none"
+            raise workspace.SubmissionError(f"no wrong solution {args.wrong!r} (there are: "
+                                            f"{names})")
+        return [(f"wrong/{args.wrong}", workspace.fixture(ex, match[0]))]
+    folder = Path(args.submission) if args.submission else workspace.working_folder(ex)
+    if not args.submission and not folder.exists():
+        raise workspace.SubmissionError(f"{folder} does not exist: start the exercise with "
+                                        f"./testbed exercise {ex.number}")
+    return [(str(sub), workspace.read(ex, sub)) for sub in workspace.submissions(ex, folder)]
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    ex = catalog.load(args.number)
+    target = _target(args.target)
+    grades: list[Grade] = []
+    for name, files in _to_grade(ex, args):
+        grade = workspace.grade(ex, files, name, target)
+        print(render(grade), flush=True)
+        grades.append(grade)
+    if args.json:
+        data = summary(grades) if len(grades) > 1 or args.submission else grades[0].to_json()
+        Path(args.json).write_text(json.dumps(data, indent=1))
+    return 0 if grades and all(g.full_marks for g in grades) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="testbed", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("list").set_defaults(run=cmd_list)
+    e = sub.add_parser("exercise", help="copy exercise N's skeleton into exercises/work/")
+    e.add_argument("number", type=int)
+    e.add_argument("--force", action="store_true", help="overwrite your work in progress")
+    e.set_defaults(run=cmd_exercise)
+    s = sub.add_parser("solution", help="write exercise N's reference solution into DEST")
+    s.add_argument("number", type=int)
+    s.add_argument("dest")
+    s.set_defaults(run=cmd_solution)
+    g = sub.add_parser("grade", help="grade exercise N")
+    g.add_argument("number", type=int)
+    which = g.add_mutually_exclusive_group()
+    which.add_argument("--submission", help="a submission folder, or a folder of them")
+    which.add_argument("--skeleton", action="store_true", help="grade the untouched skeleton")
+    which.add_argument("--solution", action="store_true", help="grade the reference solution")
+    which.add_argument("--wrong", metavar="NAME", help="grade a wrong-solution fixture")
+    g.add_argument("--target", choices=("soft", "bmv2", "auto"), default="auto")
+    g.add_argument("--json", help="also write the report as JSON to this file")
+    g.set_defaults(run=cmd_grade)
+    args = p.parse_args(argv)
+    try:
+        return args.run(args)
+    except (catalog.CatalogError, workspace.SubmissionError) as exc:
+        print(f"testbed: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,87 @@
+"""Check results and the grade report (text for the student, JSON for course tooling)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str  # stable, e.g. "usid.shift": fixtures and course tooling name checks by it
+    title: str
+    points: int
+    passed: bool
+    expected: str = ""
+    observed: str = ""
+    hint: str = ""  # what to look at when it failed
+
+    @property
+    def score(self) -> int:
+        return self.points if self.passed else 0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Check:
+        return cls(id=str(data["id"]), title=str(data["title"]), points=int(data["points"]),
+                   passed=bool(data["passed"]), expected=str(data.get("expected", "")),
+                   observed=str(data.get("observed", "")), hint=str(data.get("hint", "")))
+
+
+def not_run(id: str, title: str, points: int, reason: str) -> Check:
+    """A check a failed earlier stage kept from running: no points, and why."""
+    return Check(id, title, points, False, observed=f"not run: {reason}")
+
+
+@dataclass(frozen=True)
+class Grade:
+    exercise: int
+    submission: str
+    target: str
+    checks: tuple[Check, ...]
+    error: str = ""  # the grader could not grade (e.g. missing files): what to fix
+
+    @property
+    def score(self) -> int:
+        return sum(c.score for c in self.checks)
+
+    @property
+    def total(self) -> int:
+        return sum(c.points for c in self.checks)
+
+    @property
+    def full_marks(self) -> bool:
+        return not self.error and bool(self.checks) and self.score == self.total
+
+    def failed(self, check_id: str) -> bool:
+        return any(c.id == check_id and not c.passed for c in self.checks)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"exercise": self.exercise, "submission": self.submission, "target": self.target,
+                "score": self.score, "total": self.total, "full_marks": self.full_marks,
+                "error": self.error, "checks": [asdict(c) for c in self.checks]}
+
+
+def render(grade: Grade) -> str:
+    lines = [f"exercise {grade.exercise}: {grade.submission} (target {grade.target})"]
+    if grade.error:
+        lines.append(f"  cannot grade: {grade.error}")
+    for c in grade.checks:
+        mark = "PASS" if c.passed else "FAIL"
+        lines.append(f"  [{mark}] {c.id} ({c.score}/{c.points}) {c.title}")
+        if not c.passed:
+            if c.expected:
+                lines.append(f"         expected: {c.expected}")
+            if c.observed:
+                lines.append(f"         observed: {c.observed}")
+            if c.hint:
+                lines.append(f"         hint: {c.hint}")
+    lines.append(f"  score {grade.score}/{grade.total}"
+                 + (" (full marks)" if grade.full_marks else ""))
+    return "\n".join(lines)
+
+
+def summary(grades: Iterable[Grade]) -> dict[str, Any]:
+    grades = list(grades)
+    return {"submissions": [g.to_json() for g in grades],
+            "full_marks": sum(g.full_marks for g in grades), "count": len(grades)}

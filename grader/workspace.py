@@ -1,0 +1,138 @@
+"""Skeletons, reference solutions and fixtures as file sets, and the temporary project copy
+a submission is graded in.
+
+A file set maps project-relative paths to their text. Grading lays one over a fresh copy of
+the project's sources (never over the project itself) and runs the checks there with
+`python -m grader.inner`, so the student's code is what the pipeline, the controller or the
+agents import, and a crash, an endless loop or a stray write stays inside the copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from grader import regions
+from grader.catalog import ROOT, WORK, Exercise
+from grader.report import Check, Grade
+
+FileSet = dict[str, str]
+# not copied into a grading tree: environments, caches, build outputs, results, students' work
+_SKIP = {".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache", "results", "work",
+         "build"}
+CHECKS_TIMEOUT_S = 900  # one submission's checks, all stages: beyond it something hangs
+
+
+class SubmissionError(ValueError):
+    """A submission folder the grader cannot use: the message says what to fix."""
+
+
+def skeleton(ex: Exercise) -> FileSet:
+    return _cut(ex, {name: ex.stub(name) for names in ex.regions().values() for name in names})
+
+
+def solution(ex: Exercise) -> FileSet:
+    return {rel: (ROOT / rel).read_text() for rel in ex.files}
+
+
+def fixture(ex: Exercise, wrong: Path) -> FileSet:
+    """A wrong-solution fixture: the reference solution with the regions `wrong` holds
+    replaced by its broken bodies."""
+    bodies = {p.name: p.read_text() for p in wrong.iterdir() if p.name != "expect.json"}
+    return _cut(ex, bodies)
+
+
+def fixture_expectation(wrong: Path) -> dict[str, str]:
+    """{"fails": CHECK_ID, "why": ...} of a wrong-solution fixture."""
+    return json.loads((wrong / "expect.json").read_text())
+
+
+def _cut(ex: Exercise, bodies: dict[str, str]) -> FileSet:
+    out = {}
+    unused = set(bodies)
+    for rel, names in ex.regions().items():
+        mine = {n: bodies[n] for n in names if n in bodies}
+        unused -= set(mine)
+        out[rel] = regions.replace((ROOT / rel).read_text(), ex.number, mine, rel)
+    if unused:
+        raise SubmissionError(f"exercise {ex.number}: no region named {sorted(unused)} in "
+                              f"{', '.join(ex.files)}")
+    return out
+
+
+def write(files: FileSet, dest: Path) -> list[Path]:
+    written = []
+    for rel, text in files.items():
+        path = dest / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(path)
+    return written
+
+
+def working_folder(ex: Exercise) -> Path:
+    return WORK / ex.name
+
+
+def read(ex: Exercise, folder: Path) -> FileSet:
+    """A submission: the exercise's files under `folder`, at their project-relative paths."""
+    missing = [rel for rel in ex.files if not (folder / rel).is_file()]
+    if missing:
+        raise SubmissionError(
+            f"{folder}: missing {', '.join(missing)} (a submission holds the exercise's files "
+            f"at their project paths, as ./testbed exercise {ex.number} writes them)")
+    return {rel: (folder / rel).read_text(errors="replace") for rel in ex.files}
+
+
+def submissions(ex: Exercise, folder: Path) -> list[Path]:
+    """`folder` itself if it is one submission, else each sub-folder (one per student)."""
+    if not folder.is_dir():
+        raise SubmissionError(f"{folder} is not a directory")
+    if any((folder / rel).exists() for rel in ex.files):
+        return [folder]
+    subs = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not subs:
+        raise SubmissionError(f"{folder} holds neither {ex.files[0]} nor sub-folders of "
+                              f"submissions")
+    return subs
+
+
+@contextmanager
+def project_copy(files: FileSet) -> Iterator[Path]:
+    """A temporary copy of the project's sources with `files` laid over; removed on exit."""
+    tmp = Path(tempfile.mkdtemp(prefix="mrc-grade-"))
+    try:
+        root = tmp / "project"
+        shutil.copytree(ROOT, root, ignore=lambda _d, names: [n for n in names if n in _SKIP])
+        write(files, root)
+        yield root
+    finally:
+        shutil.rmtree(tmp, ignore_errors=False)
+
+
+def grade(ex: Exercise, files: FileSet, name: str, target: str) -> Grade:
+    """Run exercise `ex`'s checks on `files` in a project copy, in a process of their own."""
+    with project_copy(files) as root:
+        out = root.parent / "checks.json"
+        env = dict(os.environ, PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1")
+        cmd = [sys.executable, "-m", "grader.inner", str(ex.number), "--target", target,
+               "--out", str(out)]
+        try:
+            proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True,
+                                  timeout=CHECKS_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return Grade(ex.number, name, target, (), error=(
+                f"the checks did not finish in {CHECKS_TIMEOUT_S} s: does your code loop "
+                f"forever or wait on something that never comes?"))
+        if not out.exists():
+            return Grade(ex.number, name, target, (), error=(
+                f"the checks crashed (exit {proc.returncode}): {proc.stderr[-1500:]}"))
+        checks = tuple(Check.from_dict(c) for c in json.loads(out.read_text()))
+        return Grade(ex.number, name, target, checks)
