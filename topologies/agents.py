@@ -18,7 +18,7 @@ from typing import Any
 
 from fabric.topology import Fabric
 from host_agent.control import ControlClient, ControlError
-from host_agent.modes import AgentMode
+from host_agent.modes import MRC_MODE, AgentMode
 from topologies.procs import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
@@ -67,8 +67,9 @@ class AgentProcess:
                "--planes", str(f.planes), "--t0", str(f.t0_per_plane), "--t1",
                str(f.t1_per_plane), "--hosts-per-t0", str(f.hosts_per_t0),
                "--socket", str(self.socket_path), "--log", str(self.log_path),
-               "--base-rtt", f"{self.base_rtt:.6f}", "--exchange-qps", "--mode",
-               self.mode.name]
+               "--base-rtt", f"{self.base_rtt:.6f}", "--exchange-qps"]
+        if self.mode != MRC_MODE:  # the default: agents from before --mode (bench.agent_speed
+            cmd += ["--mode", self.mode.name]  # --vs an older commit) start as they did
         if self.keep_ipv6:
             cmd.append("--keep-ipv6")
         return cmd
@@ -124,17 +125,17 @@ def exchange_qps(agents: dict[int, AgentProxy], only: int | None = None) -> None
     every other: each side's QPN and initial PSN (drawn from `secrets` by the agent) reach the
     other through the control sockets, out of band, as RC applications exchange them. Two
     agents open as many QPs (lanes) as the one with fewer runs (1 unless both run roce)."""
-    lanes = {h: a.call("status")["lanes"] for h, a in agents.items()}
+    # an agent from before the modes (bench.agent_speed --vs an older commit) has one lane
+    lanes = {h: a.call("status").get("lanes", 1) for h, a in agents.items()}
     for a, b in itertools.combinations(sorted(agents), 2):
         if only is not None and only not in (a, b):
             continue
         for lane in range(min(lanes[a], lanes[b])):
-            offer_a = agents[a].call("qp_info", peer=b, lane=lane)
-            offer_b = agents[b].call("qp_info", peer=a, lane=lane)
-            agents[a].call("qp_connect", peer=b, lane=lane, qpn=offer_b["qpn"],
-                           psn=offer_b["psn"])
-            agents[b].call("qp_connect", peer=a, lane=lane, qpn=offer_a["qpn"],
-                           psn=offer_a["psn"])
+            on = {"lane": lane} if lane else {}  # lane 0 is the default: older agents too
+            offer_a = agents[a].call("qp_info", peer=b, **on)
+            offer_b = agents[b].call("qp_info", peer=a, **on)
+            agents[a].call("qp_connect", peer=b, qpn=offer_b["qpn"], psn=offer_b["psn"], **on)
+            agents[b].call("qp_connect", peer=a, qpn=offer_a["qpn"], psn=offer_a["psn"], **on)
 
 
 def run_transfer(src: AgentProxy, dst: AgentProxy, nbytes: int, timeout: float) -> dict:
