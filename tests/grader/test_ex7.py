@@ -109,3 +109,20 @@ def test_typical_slips_get_the_hint_that_names_them(tmp_path: Path, key: str, wr
     q = next(q for q in ex7.QUESTIONS if q.key == key)
     assert [i for i, c in checks.items() if not c.passed] == [q.check_id]
     assert words in checks[q.check_id].hint, checks[q.check_id]
+
+
+def test_a_folder_of_submissions_grades_each_student(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The instructor's run: one sub-folder per student, one JSON entry each."""
+    from grader.__main__ import main
+
+    subs = tmp_path / "subs"
+    workspace.write(workspace.solution(EX), subs / "alice")
+    workspace.write(workspace.skeleton(EX), subs / "bob")
+    report = tmp_path / "report.json"
+    rc = main(["grade", "7", "--submission", str(subs), "--target", "soft", "--json",
+               str(report)])
+    assert rc == 1 and "score 13/13 (full marks)" in capsys.readouterr().out
+    data = json.loads(report.read_text())
+    assert data["count"] == 2 and data["full_marks"] == 1
+    assert [Path(s["submission"]).name for s in data["submissions"]] == ["alice", "bob"]
