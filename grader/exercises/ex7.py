@@ -1,12 +1,14 @@
 """Exercise 7 (lab, no code): measure failures on the simulated fabric and answer in numbers.
 
 The student runs three scenarios of `python -m sim` (clean, link-failure, plane-failure) with
-the lab's size and their seed, and writes six answers into answers.json. The grader runs the
-same three scenarios with the same seed in the grading copy and compares every answer with
-its own figure, within the question's tolerance. The simulator is deterministic (the seed
-fixes every random choice), so a correct answer matches to the rounding the student used;
-the tolerances only absorb that rounding. An instructor can hand each student another seed
-(the figures move with it) so answers cannot be passed around.
+the lab's size on the fabric their answers.json names (a seed and the per-link delay), and
+writes six answers into it. The grader runs the same three scenarios on the same fabric in
+the grading copy and compares every answer with its own figure, within the question's
+tolerance. The simulator is deterministic (the seed fixes every random choice; the figures
+do not depend on the machine or on PYTHONHASHSEED), so a correct answer matches to the
+rounding the student used; the tolerances only absorb that rounding. An instructor can hand
+each student another delay (it moves the base RTT and the RTT counts; the seed alone moves
+only Q2 and Q4, a little) so answers cannot be passed around.
 
 Checks: measure.form (the file and its answers are usable), then one check per question.
 A question left unanswered fails its own check too, with the command that answers it.
@@ -27,24 +29,38 @@ ANSWERS = "answers.json"
 SIZE = 4_000_000  # bytes per scenario: about a second of wall time each
 SCENARIOS = ("clean", "link-failure", "plane-failure")
 SEED_RANGE = (1, 999_999)
+DELAY_RANGE_US = (0.1, 20.0)  # per-link propagation delay an instructor may assign
 SOLUTION_SEED = 1
+SOLUTION_DELAY_US = 1.0  # the simulator's default (SimSettings.delay_s)
 SENDER = "h0"  # every scenario's single transfer goes from the first host to the last
 
 Runs = dict[str, dict[str, Any]]
 
 
-def command(scenario: str, seed: int) -> str:
-    return f"python -m sim {scenario} --size {SIZE} --seed {seed} --json"
+@dataclass(frozen=True)
+class Setup:
+    """The given fabric: what answers.json says the student measured."""
+
+    seed: int = SOLUTION_SEED
+    delay_us: float = SOLUTION_DELAY_US
+
+    def __str__(self) -> str:
+        return f"seed {self.seed}, delay {self.delay_us:g} us"
+
+    def command(self, scenario: str) -> str:
+        return (f"python -m sim {scenario} --size {SIZE} --seed {self.seed} "
+                f"--delay {self.delay_us:g}e-6 --json")
 
 
 @functools.lru_cache(maxsize=4)
-def measure(seed: int) -> Runs:
-    """The lab's three runs, as the student makes them (imported late: the grading copy's sim)."""
+def measure(setup: Setup) -> Runs:
+    """The lab's three runs, as the student makes them (imported late: the grading copy's sim).
+    Cached: callers must not change the result."""
     from sim.harness import SimSettings
     from sim.scenarios import run_scenario
 
-    return {name: run_scenario(name, size=SIZE, settings=SimSettings(seed=seed))
-            for name in SCENARIOS}
+    settings = SimSettings(seed=setup.seed, delay_s=setup.delay_us * 1e-6)
+    return {name: run_scenario(name, size=SIZE, settings=settings) for name in SCENARIOS}
 
 
 def _plane_share(runs: Runs) -> list[float]:
@@ -228,59 +244,65 @@ def answered(runs: Runs) -> dict[str, Any]:
 
 def solution(_ex: Any) -> dict[str, str]:
     """The lab's reference solution: its own measurement with SOLUTION_SEED, answered."""
-    data = {"seed": SOLUTION_SEED, "answers": answered(measure(SOLUTION_SEED))}
+    setup = Setup()
+    data = {"seed": setup.seed, "delay_us": setup.delay_us, "answers": answered(measure(setup))}
     return {ANSWERS: json.dumps(data, indent=2) + "\n"}
 
 
-def _load(ctx: Any) -> tuple[dict[str, Any] | None, str]:
+def _load(ctx: Any) -> tuple[dict[str, Any] | None, Setup | None, str]:
     path = ctx.root / ANSWERS
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
-        return None, f"cannot read {ANSWERS}: {exc.strerror}"
+        return None, None, f"cannot read {ANSWERS}: {exc.strerror}"
     except ValueError as exc:
-        return None, f"{ANSWERS} is not valid JSON: {exc}"
+        return None, None, f"{ANSWERS} is not valid JSON: {exc}"
     if not isinstance(data, dict) or not isinstance(data.get("answers"), dict):
-        return None, f'{ANSWERS} has no "answers" object'
+        return None, None, f'{ANSWERS} has no "answers" object'
     seed = data.get("seed")
     lo, hi = SEED_RANGE
     if not (isinstance(seed, int) and not isinstance(seed, bool) and lo <= seed <= hi):
-        return None, f'"seed" is {seed!r}, not an integer in {lo}..{hi}'
-    return data, ""
+        return None, None, f'"seed" is {seed!r}, not an integer in {lo}..{hi}'
+    delay = data.get("delay_us", SOLUTION_DELAY_US)
+    lo, hi = DELAY_RANGE_US
+    if not (_number(delay) and lo <= delay <= hi):
+        return None, None, f'"delay_us" is {delay!r}, not a number of microseconds in {lo}..{hi}'
+    return data, Setup(seed, float(delay)), ""
 
 
 def grade(ctx: Any) -> Iterator[Check]:
-    form_title = f"{ANSWERS} holds a seed and a usable answer to every question"
-    expected_form = (f'{{"seed": N, "answers": {{{", ".join(q.key for q in QUESTIONS)}}}}} '
-                     f"with numbers (plane_share: 4 numbers)")
-    data, error = _load(ctx)
-    if data is None:
+    form_title = f"{ANSWERS} names the fabric and holds a usable answer to every question"
+    keys = ", ".join(q.key for q in QUESTIONS)
+    expected_form = (f'{{"seed": N, "delay_us": D, "answers": {{{keys}}}}} with numbers '
+                     f"(plane_share: 4 numbers)")
+    data, setup, error = _load(ctx)
+    if data is None or setup is None:
         yield Check("measure.form", form_title, 1, False, expected=expected_form,
                     observed=error, hint="compare it with the template: ./testbed exercise 7 "
                     "--force writes a fresh one (over your answers: copy them first)")
         for q in QUESTIONS:
             yield not_run(q.check_id, q.title, q.points, f"{ANSWERS} is unusable")
         return
-    seed, answers = data["seed"], data["answers"]
+    answers = data["answers"]
     problems = {q.key: _problem(q, answers.get(q.key)) for q in QUESTIONS}
     bad = {k: p for k, p in problems.items() if p}
     yield Check("measure.form", form_title, 1, not bad, expected=expected_form,
                 observed="; ".join(f"{k}: {p}" for k, p in bad.items()) or "all answered",
-                hint="" if not bad else f"run the three scenarios with seed {seed} "
+                hint="" if not bad else f"run the three scenarios with {setup} "
                 f"(README, Steps) and fill in every answer")
-    runs = measure(seed)
+    runs = measure(setup)
     for q in QUESTIONS:
-        yield _check(q, answers.get(q.key), problems[q.key], runs, seed)
+        yield _check(q, answers.get(q.key), problems[q.key], runs, setup)
 
 
-def _check(q: Question, answer: Any, problem: str, runs: Runs, seed: int) -> Check:
+def _check(q: Question, answer: Any, problem: str, runs: Runs, setup: Setup) -> Check:
     value = q.measured(runs)
-    run = f"`{command(q.scenario, seed)}`"
+    run = f"`{setup.command(q.scenario)}`"
     if q.length:
         expected = f"[{', '.join(f'{v:.4f}' for v in value)}] {q.unit}, each +-{q.abs_tol:g}"
     else:
         expected = f"{value:.4g} {q.unit} (+-{q.tolerance(value)})"
-    expected += f", as the grader measured with seed {seed}"
+    expected += f", as the grader measured with {setup}"
     if problem:
         return Check(q.check_id, q.title, q.points, False, expected=expected, observed=problem,
                      hint=f"answer it from {run} (README, question {q.title[1]})")
@@ -292,7 +314,7 @@ def _check(q: Question, answer: Any, problem: str, runs: Runs, seed: int) -> Che
         return Check(q.check_id, q.title, q.points, True, expected=expected,
                      observed=f"{answer}")
     hint = q.hints(answer, runs) or (
-        f"read it again from {run}: check the seed ({seed}), the --size ({SIZE}) and the "
+        f"read it again from {run}: check the seed, --delay and --size you ran with, and the "
         f"unit ({q.unit})")
     return Check(q.check_id, q.title, q.points, False, expected=expected,
                  observed=f"{answer}", hint=hint)

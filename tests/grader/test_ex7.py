@@ -40,7 +40,7 @@ def test_skeleton_fails_first_on_the_form_with_useful_messages() -> None:
     assert not first.passed and "no answer" in first.observed
     for c in g.checks:
         assert not c.passed and c.expected and c.observed and c.hint, c
-    assert "python -m sim link-failure --size 4000000 --seed 1" in g.checks[1].hint
+    assert "python -m sim link-failure --size 4000000 --seed 1 --delay 1e-6" in g.checks[1].hint
 
 
 def test_solution_gets_full_marks() -> None:
@@ -58,13 +58,17 @@ def test_wrong_answers_fail_their_named_check_only(wrong: Path) -> None:
     assert check.expected and check.observed and check.hint
 
 
-def test_answers_are_bound_to_their_seed() -> None:
-    """Seed 1's answers handed in as seed 2: the grader measures seed 2 and some fail."""
-    data = _solution_answers()
-    data["seed"] = 2
-    g = _grade({ex7.ANSWERS: json.dumps(data)}, "other-seed")
+@pytest.mark.parametrize("change, fail", [
+    ({"seed": 2}, {"measure.recovery-rtts"}),
+    ({"delay_us": 2}, {"measure.base-rtt", "measure.recovery-rtts", "measure.peer-notified"}),
+])
+def test_answers_are_bound_to_their_fabric(change: dict[str, Any], fail: set[str]) -> None:
+    """The solution's answers handed in for another seed or delay: the grader measures that
+    fabric and the answers that depend on it fail."""
+    data = {**_solution_answers(), **change}
+    g = _grade({ex7.ANSWERS: json.dumps(data)}, "other-fabric")
     assert g.checks[0].passed and not g.full_marks
-    assert g.failed("measure.recovery-rtts")
+    assert {c.id for c in g.checks if not c.passed} >= fail
 
 
 def _grade_here(tmp_path: Path, data: object) -> dict[str, Any]:
@@ -80,6 +84,8 @@ def test_unusable_file_stops_before_measuring(tmp_path: Path) -> None:
     assert all(c.observed.startswith("not run") for i, c in checks.items() if i != "measure.form")
     checks = _grade_here(tmp_path, {"seed": "one", "answers": {}})
     assert "seed" in checks["measure.form"].observed
+    checks = _grade_here(tmp_path, {"seed": 1, "delay_us": 1000, "answers": {}})
+    assert "delay_us" in checks["measure.form"].observed
 
 
 @pytest.mark.parametrize("key, wrong, words", [
@@ -103,7 +109,7 @@ def test_unusable_file_stops_before_measuring(tmp_path: Path) -> None:
 def test_typical_slips_get_the_hint_that_names_them(tmp_path: Path, key: str, wrong: Any,
                                                      words: str) -> None:
     data = _solution_answers()
-    runs = ex7.measure(data["seed"])
+    runs = ex7.measure(ex7.Setup(data["seed"], data["delay_us"]))
     data["answers"][key] = wrong(data["answers"][key], runs)
     checks = _grade_here(tmp_path, data)
     q = next(q for q in ex7.QUESTIONS if q.key == key)
