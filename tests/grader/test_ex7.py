@@ -132,3 +132,11 @@ def test_a_folder_of_submissions_grades_each_student(tmp_path: Path,
     data = json.loads(report.read_text())
     assert data["count"] == 2 and data["full_marks"] == 1
     assert [Path(s["submission"]).name for s in data["submissions"]] == ["alice", "bob"]
+
+
+def test_an_assigned_fabric_answered_right_gets_full_marks(tmp_path: Path) -> None:
+    setup = ex7.Setup(seed=7, delay_us=2.5)
+    data = {"seed": setup.seed, "delay_us": setup.delay_us,
+            "answers": ex7.answered(ex7.measure(setup))}
+    checks = _grade_here(tmp_path, data)
+    assert all(c.passed for c in checks.values()), [c for c in checks.values() if not c.passed]
