@@ -5,6 +5,12 @@ exercise.json: {"title": str, "minutes": [min, max], "kind": "p4" | "python" | "
 (a skeleton's body for each region of the exercise) and wrong/NAME/ fixtures (REGION files
 plus expect.json: {"fails": CHECK_ID, "why": str}). The checks live in
 grader/exercises/exN.py.
+
+A lab ("kind": "lab") has no code to cut: its files are what the student hands in (e.g.
+answers.json), at the root of the submission folder. Its skeleton is the folder's
+template/FILE; its solution is computed by grader/exercises/exN.py's `solution(ex)` (the
+measurement answered by the grader itself); a wrong/NAME/FILE fixture holds JSON that is
+merged over that solution (only the answers it gets wrong).
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ class Exercise:
 
     def regions(self, root: Path = ROOT) -> dict[str, list[str]]:
         """Per file the exercise edits: its regions' names, as the markers in `root` say."""
+        if self.kind == "lab":
+            return {}  # a lab's files are the student's own, not cut from the project
         out = {}
         for rel in self.files:
             text = (root / rel).read_text()

@@ -9,6 +9,7 @@ agents import, and a crash, an endless loop or a stray write stays inside the co
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -35,10 +36,15 @@ class SubmissionError(ValueError):
 
 
 def skeleton(ex: Exercise) -> FileSet:
+    if ex.kind == "lab":  # a lab's skeleton is its template (catalog.py's docstring)
+        return {rel: (ex.folder / "template" / rel).read_text() for rel in ex.files}
     return _cut(ex, {name: ex.stub(name) for names in ex.regions().values() for name in names})
 
 
 def solution(ex: Exercise) -> FileSet:
+    if ex.kind == "lab":  # computed: the grader answers its own questions by measuring
+        module = importlib.import_module(f"grader.exercises.ex{ex.number}")
+        return dict(module.solution(ex))
     return {rel: (ROOT / rel).read_text() for rel in ex.files}
 
 
@@ -46,7 +52,28 @@ def fixture(ex: Exercise, wrong: Path) -> FileSet:
     """A wrong-solution fixture: the reference solution with the regions `wrong` holds
     replaced by its broken bodies."""
     bodies = {p.name: p.read_text() for p in wrong.iterdir() if p.name != "expect.json"}
+    if ex.kind == "lab":
+        return _lab_fixture(ex, bodies)
     return _cut(ex, bodies)
+
+
+def _lab_fixture(ex: Exercise, overlays: dict[str, str]) -> FileSet:
+    """A lab's wrong answers: each JSON overlay merged over the computed solution's file."""
+    out = solution(ex)
+    unknown = sorted(set(overlays) - set(out))
+    if unknown:
+        raise SubmissionError(f"exercise {ex.number}: {unknown} are not among its files "
+                              f"{', '.join(ex.files)}")
+    for rel, overlay in overlays.items():
+        merged = _merge(json.loads(out[rel]), json.loads(overlay))
+        out[rel] = json.dumps(merged, indent=2) + "\n"
+    return out
+
+
+def _merge(base: object, overlay: object) -> object:
+    if isinstance(base, dict) and isinstance(overlay, dict):
+        return {**base, **{k: _merge(base.get(k), v) for k, v in overlay.items()}}
+    return overlay
 
 
 def fixture_expectation(wrong: Path) -> dict[str, str]:

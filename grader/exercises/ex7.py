@@ -1,0 +1,320 @@
+"""Exercise 7 (lab, no code): measure failures on the simulated fabric and answer in numbers.
+
+The student runs three scenarios of `python -m sim` (clean, link-failure, plane-failure) with
+the lab's size on the fabric their answers.json names (a seed and the per-link delay), and
+writes six answers into it. The grader runs the same three scenarios on the same fabric in
+the grading copy and compares every answer with its own figure, within the question's
+tolerance. The simulator is deterministic (the seed fixes every random choice; the figures
+do not depend on the machine or on PYTHONHASHSEED), so a correct answer matches to the
+rounding the student used; the tolerances only absorb that rounding. An instructor can hand
+each student another delay (it moves the base RTT and the RTT counts; the seed alone moves
+only Q2 and Q4, a little) so answers cannot be passed around.
+
+Checks: measure.form (the file and its answers are usable), then one check per question.
+A question left unanswered fails its own check too, with the command that answers it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from grader.report import Check, not_run
+
+ANSWERS = "answers.json"
+SIZE = 4_000_000  # bytes per scenario: about a second of wall time each
+SCENARIOS = ("clean", "link-failure", "plane-failure")
+SEED_RANGE = (1, 999_999)
+DELAY_RANGE_US = (0.1, 20.0)  # per-link propagation delay an instructor may assign
+SOLUTION_SEED = 1
+SOLUTION_DELAY_US = 1.0  # the simulator's default (SimSettings.delay_s)
+SENDER = "h0"  # every scenario's single transfer goes from the first host to the last
+
+Runs = dict[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The given fabric: what answers.json says the student measured."""
+
+    seed: int = SOLUTION_SEED
+    delay_us: float = SOLUTION_DELAY_US
+
+    def __str__(self) -> str:
+        return f"seed {self.seed}, delay {self.delay_us:g} us"
+
+    def command(self, scenario: str) -> str:
+        return (f"python -m sim {scenario} --size {SIZE} --seed {self.seed} "
+                f"--delay {self.delay_us:g}e-6 --json")
+
+
+@functools.lru_cache(maxsize=4)
+def measure(setup: Setup) -> Runs:
+    """The lab's three runs, as the student makes them (imported late: the grading copy's sim).
+    Cached: callers must not change the result."""
+    from sim.harness import SimSettings
+    from sim.scenarios import run_scenario
+
+    settings = SimSettings(seed=setup.seed, delay_s=setup.delay_us * 1e-6)
+    return {name: run_scenario(name, size=SIZE, settings=settings) for name in SCENARIOS}
+
+
+def _plane_share(runs: Runs) -> list[float]:
+    counts = runs["link-failure"]["data_tx_per_plane"][SENDER]
+    return [c / sum(counts) for c in counts]
+
+
+def _goodput_vs_clean(runs: Runs) -> float:
+    return runs["plane-failure"]["goodput_after_failure_bps"] / runs["clean"]["goodput_bps"]
+
+
+# ---- hints for the typical mistakes: each returns a sentence when the answer looks like it
+
+
+def _close(a: float, b: float, rel: float = 0.03) -> bool:
+    return math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
+
+
+def _unit_hint(answer: float, value: float, what: str, units: dict[str, float]) -> str:
+    for name, factor in units.items():
+        if _close(answer, value * factor):
+            return f"{answer:g} looks like {what} in {name}"
+    return ""
+
+
+def _base_rtt_hints(answer: float, runs: Runs) -> str:
+    rtt_s = runs["link-failure"]["base_rtt_s"]
+    unit = _unit_hint(answer, rtt_s, "the base RTT", {"seconds": 1, "milliseconds": 1e3,
+                                                       "nanoseconds": 1e9})
+    return f"{unit}: give it in microseconds" if unit else ""
+
+
+def _recovery_hints(answer: float, runs: Runs) -> str:
+    r = runs["link-failure"]
+    t = r["recovery_rtts"] * r["base_rtt_s"]
+    unit = _unit_hint(answer, t, "the time to stop using the failed path",
+                      {"seconds": 1, "milliseconds": 1e3, "microseconds": 1e6})
+    if unit:
+        return (f"{unit}; divide the time by the base RTT ({r['base_rtt_s'] * 1e6:.2f} us): "
+                f"the answer is a number of base RTTs")
+    if r["recovery_rtts"] and _close(answer, r["data_on_failed_path_after_failure"], 0.001):
+        return ("that is the number of data packets sent on the failed path after the "
+                "failure (data_on_failed_path_after_failure), not the time in base RTTs")
+    return ""
+
+
+def _retired_hints(answer: float, runs: Runs) -> str:
+    r = runs["link-failure"]
+    if answer == 0 != r["retired_evs"]:
+        return ("no EV retired is what the clean and plane-failure runs report: read the "
+                "link-failure run's count")
+    if answer == r["reinstated_evs"] != r["retired_evs"]:
+        return "that is the count of reinstated EVs, not retired ones"
+    return ""
+
+
+def _share_hints(answer: list[float], runs: Runs) -> str:
+    good = _plane_share(runs)
+    counts = runs["link-failure"]["data_tx_per_plane"][SENDER]
+    if all(_close(a, float(c), 0.001) for a, c in zip(answer, counts, strict=True)):
+        return "those are packet counts: divide each by their sum"
+    if all(_close(a, 100 * g, 0.02) for a, g in zip(answer, good, strict=True)):
+        return "those are percentages: give fractions (they sum to 1)"
+    if all(_close(a, g, 0.04) for a, g in zip(sorted(answer), sorted(good), strict=True)):
+        return (f"the right shares in the wrong order: entry i is plane i, and the failed "
+                f"link was on plane 0 (failed_link {runs['link-failure']['failed_link']})")
+    tx = runs["link-failure"]["tx_packets_per_plane"][SENDER]
+    every = [c / sum(tx) for c in tx]
+    if all(abs(a - e) <= 0.01 for a, e in zip(answer, every, strict=True)):
+        return ("those shares count every packet the sender sent (probes included): "
+                "count data packets only (data_tx_per_plane)")
+    if abs(sum(answer) - 1) > 0.02:
+        return f"the shares sum to {sum(answer):.3f}, not 1"
+    return ""
+
+
+def _notified_hints(answer: float, runs: Runs) -> str:
+    r = runs["plane-failure"]
+    t = r["peer_notified_after_rtts"] * r["base_rtt_s"]
+    unit = _unit_hint(answer, t, "the notification delay",
+                      {"seconds": 1, "milliseconds": 1e3, "microseconds": 1e6})
+    if unit:
+        return f"{unit}; divide by the base RTT: the answer is a number of base RTTs"
+    if _close(answer, r["recovery_rtts"], 0.01) and not _close(answer,
+                                                                 r["peer_notified_after_rtts"]):
+        return ("that is recovery_rtts (the last data packet on the failed plane), not "
+                "peer_notified_after_rtts (when the sender learned of the failure)")
+    return ""
+
+
+def _goodput_hints(answer: float, runs: Runs) -> str:
+    p, c = runs["plane-failure"], runs["clean"]
+    good = _goodput_vs_clean(runs)
+    if _close(answer, 100 * good, 0.01):
+        return "that is a percentage: give a fraction"
+    if _close(answer, p["goodput_ratio_after_failure"], 0.004):
+        return ("that is goodput_ratio_after_failure: the goodput after the failure relative "
+                "to the capacity left (3 planes), not to the clean run's goodput")
+    if _close(answer, p["goodput_bps"] / c["goodput_bps"], 0.004):
+        return ("that divides the plane-failure run's goodput over the whole transfer; the "
+                "question asks for the goodput after the failure (goodput_after_failure_bps)")
+    planes = p["fabric"]["planes"]
+    if _close(answer, (planes - 1) / planes, 0.002):
+        return (f"{answer:g} is (planes-1)/planes, what losing one plane of {planes} costs on "
+                f"paper; the question asks what the run measured")
+    return ""
+
+
+@dataclass(frozen=True)
+class Question:
+    key: str  # in answers.json's "answers"
+    check_id: str
+    title: str
+    scenario: str  # the run that answers it
+    measured: Callable[[Runs], Any]
+    abs_tol: float
+    rel_tol: float
+    unit: str
+    hints: Callable[[Any, Runs], str]
+    points: int = 2
+    length: int = 0  # a list of this many numbers (0: one number)
+
+    def within(self, answer: float, value: float) -> bool:
+        return abs(answer - value) <= max(self.abs_tol, self.rel_tol * abs(value))
+
+    def tolerance(self, value: float) -> str:
+        return f"{max(self.abs_tol, self.rel_tol * abs(value)):.3g}"
+
+
+QUESTIONS = (
+    Question("base_rtt_us", "measure.base-rtt", "Q1 the base RTT of the transfer's path",
+             "link-failure", lambda r: r["link-failure"]["base_rtt_s"] * 1e6,
+             0.0, 0.02, "microseconds", _base_rtt_hints),
+    Question("recovery_rtts", "measure.recovery-rtts",
+             "Q2 base RTTs from the link failure to the last data packet on the failed path",
+             "link-failure", lambda r: r["link-failure"]["recovery_rtts"],
+             0.02, 0.02, "base RTTs", _recovery_hints),
+    Question("retired_evs", "measure.retired-evs", "Q3 EVs the sender retired after the link "
+             "failure", "link-failure", lambda r: r["link-failure"]["retired_evs"],
+             0.0, 0.0, "EVs", _retired_hints),
+    Question("plane_share", "measure.plane-share", "Q4 each plane's share of the sender's data "
+             "packets in the link-failure run", "link-failure", _plane_share,
+             0.01, 0.0, "fractions, plane 0 first", _share_hints, length=4),
+    Question("peer_notified_rtts", "measure.peer-notified",
+             "Q5 base RTTs from the NIC failure until the sender learned of it",
+             "plane-failure", lambda r: r["plane-failure"]["peer_notified_after_rtts"],
+             0.02, 0.03, "base RTTs", _notified_hints),
+    Question("goodput_after_plane_failure_vs_clean", "measure.goodput-vs-clean",
+             "Q6 goodput after the plane failure relative to the clean run's goodput",
+             "plane-failure", _goodput_vs_clean, 0.006, 0.0, "a fraction of the clean goodput",
+             _goodput_hints),
+)
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _problem(q: Question, answer: Any) -> str:
+    """Why an answer cannot be compared ('' when it can)."""
+    if answer is None or answer == [None] * q.length:
+        return "no answer"
+    if q.length:
+        if not isinstance(answer, list) or len(answer) != q.length or \
+                not all(_number(a) for a in answer):
+            return f"not a list of {q.length} numbers: {answer!r}"
+    elif not _number(answer):
+        return f"not a number: {answer!r}"
+    return ""
+
+
+def answered(runs: Runs) -> dict[str, Any]:
+    """Every question answered from `runs` (the reference solution's answers)."""
+    out = {}
+    for q in QUESTIONS:
+        v = q.measured(runs)
+        out[q.key] = [round(x, 4) for x in v] if q.length else \
+            (v if isinstance(v, int) else round(v, 4))
+    return out
+
+
+def solution(_ex: Any) -> dict[str, str]:
+    """The lab's reference solution: its own measurement with SOLUTION_SEED, answered."""
+    setup = Setup()
+    data = {"seed": setup.seed, "delay_us": setup.delay_us, "answers": answered(measure(setup))}
+    return {ANSWERS: json.dumps(data, indent=2) + "\n"}
+
+
+def _load(ctx: Any) -> tuple[dict[str, Any] | None, Setup | None, str]:
+    path = ctx.root / ANSWERS
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        return None, None, f"cannot read {ANSWERS}: {exc.strerror}"
+    except ValueError as exc:
+        return None, None, f"{ANSWERS} is not valid JSON: {exc}"
+    if not isinstance(data, dict) or not isinstance(data.get("answers"), dict):
+        return None, None, f'{ANSWERS} has no "answers" object'
+    seed = data.get("seed")
+    lo, hi = SEED_RANGE
+    if not (isinstance(seed, int) and not isinstance(seed, bool) and lo <= seed <= hi):
+        return None, None, f'"seed" is {seed!r}, not an integer in {lo}..{hi}'
+    delay = data.get("delay_us", SOLUTION_DELAY_US)
+    lo, hi = DELAY_RANGE_US
+    if not (_number(delay) and lo <= delay <= hi):
+        return None, None, f'"delay_us" is {delay!r}, not a number of microseconds in {lo}..{hi}'
+    return data, Setup(seed, float(delay)), ""
+
+
+def grade(ctx: Any) -> Iterator[Check]:
+    form_title = f"{ANSWERS} names the fabric and holds a usable answer to every question"
+    keys = ", ".join(q.key for q in QUESTIONS)
+    expected_form = (f'{{"seed": N, "delay_us": D, "answers": {{{keys}}}}} with numbers '
+                     f"(plane_share: 4 numbers)")
+    data, setup, error = _load(ctx)
+    if data is None or setup is None:
+        yield Check("measure.form", form_title, 1, False, expected=expected_form,
+                    observed=error, hint="compare it with the template: ./testbed exercise 7 "
+                    "--force writes a fresh one (over your answers: copy them first)")
+        for q in QUESTIONS:
+            yield not_run(q.check_id, q.title, q.points, f"{ANSWERS} is unusable")
+        return
+    answers = data["answers"]
+    problems = {q.key: _problem(q, answers.get(q.key)) for q in QUESTIONS}
+    bad = {k: p for k, p in problems.items() if p}
+    yield Check("measure.form", form_title, 1, not bad, expected=expected_form,
+                observed="; ".join(f"{k}: {p}" for k, p in bad.items()) or "all answered",
+                hint="" if not bad else f"run the three scenarios with {setup} "
+                f"(README, Steps) and fill in every answer")
+    runs = measure(setup)
+    for q in QUESTIONS:
+        yield _check(q, answers.get(q.key), problems[q.key], runs, setup)
+
+
+def _check(q: Question, answer: Any, problem: str, runs: Runs, setup: Setup) -> Check:
+    value = q.measured(runs)
+    run = f"`{setup.command(q.scenario)}`"
+    if q.length:
+        expected = f"[{', '.join(f'{v:.4f}' for v in value)}] {q.unit}, each +-{q.abs_tol:g}"
+    else:
+        expected = f"{value:.4g} {q.unit} (+-{q.tolerance(value)})"
+    expected += f", as the grader measured with {setup}"
+    if problem:
+        return Check(q.check_id, q.title, q.points, False, expected=expected, observed=problem,
+                     hint=f"answer it from {run} (README, question {q.title[1]})")
+    if q.length:
+        ok = all(q.within(a, v) for a, v in zip(answer, value, strict=True))
+    else:
+        ok = q.within(answer, value)
+    if ok:
+        return Check(q.check_id, q.title, q.points, True, expected=expected,
+                     observed=f"{answer}")
+    hint = q.hints(answer, runs) or (
+        f"read it again from {run}: check the seed, --delay and --size you ran with, and the "
+        f"unit ({q.unit})")
+    return Check(q.check_id, q.title, q.points, False, expected=expected,
+                 observed=f"{answer}", hint=hint)

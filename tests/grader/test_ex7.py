@@ -1,0 +1,142 @@
+"""Exercise 7 (lab): the template fails with useful messages, the computed solution gets full
+marks, each wrong-answer fixture fails exactly its named check, answers are bound to their
+seed, and the typical slips get the hint that names them. The lab runs the simulator only
+(no Mininet, no root): every grading here takes a few seconds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from grader import catalog, workspace
+from grader.exercises import ex7
+
+EX = catalog.load(7)
+
+
+def _grade(files: workspace.FileSet, name: str):  # type: ignore[no-untyped-def]
+    return workspace.grade(EX, files, name, "soft")
+
+
+def _solution_answers() -> dict[str, Any]:
+    return json.loads(workspace.solution(EX)[ex7.ANSWERS])
+
+
+def test_catalog_knows_the_lab() -> None:
+    assert EX.kind == "lab" and EX.files == (ex7.ANSWERS,)
+    assert EX.regions() == {}
+    assert {w.name for w in EX.wrong_solutions()} >= {"rtts-in-ms", "swapped-planes"}
+
+
+def test_skeleton_fails_first_on_the_form_with_useful_messages() -> None:
+    g = _grade(workspace.skeleton(EX), "skeleton")
+    assert not g.error and not g.full_marks and g.score == 0
+    assert [c.id for c in g.checks] == ["measure.form"] + [q.check_id for q in ex7.QUESTIONS]
+    first = g.checks[0]
+    assert not first.passed and "no answer" in first.observed
+    for c in g.checks:
+        assert not c.passed and c.expected and c.observed and c.hint, c
+    assert "python -m sim link-failure --size 4000000 --seed 1 --delay 1e-6" in g.checks[1].hint
+
+
+def test_solution_gets_full_marks() -> None:
+    g = _grade(workspace.solution(EX), "solution")
+    assert g.full_marks, [c for c in g.checks if not c.passed]
+
+
+@pytest.mark.parametrize("wrong", EX.wrong_solutions(), ids=lambda p: p.name)
+def test_wrong_answers_fail_their_named_check_only(wrong: Path) -> None:
+    expect = workspace.fixture_expectation(wrong)
+    g = _grade(workspace.fixture(EX, wrong), f"wrong/{wrong.name}")
+    failed = [c.id for c in g.checks if not c.passed]
+    assert failed == [expect["fails"]], g.checks
+    check = next(c for c in g.checks if c.id == expect["fails"])
+    assert check.expected and check.observed and check.hint
+
+
+@pytest.mark.parametrize("change, fail", [
+    ({"seed": 2}, {"measure.recovery-rtts"}),
+    ({"delay_us": 2}, {"measure.base-rtt", "measure.recovery-rtts", "measure.peer-notified"}),
+])
+def test_answers_are_bound_to_their_fabric(change: dict[str, Any], fail: set[str]) -> None:
+    """The solution's answers handed in for another seed or delay: the grader measures that
+    fabric and the answers that depend on it fail."""
+    data = {**_solution_answers(), **change}
+    g = _grade({ex7.ANSWERS: json.dumps(data)}, "other-fabric")
+    assert g.checks[0].passed and not g.full_marks
+    assert {c.id for c in g.checks if not c.passed} >= fail
+
+
+def _grade_here(tmp_path: Path, data: object) -> dict[str, Any]:
+    """The checks in this process (the project's own sim), keyed by id."""
+    (tmp_path / ex7.ANSWERS).write_text(data if isinstance(data, str) else json.dumps(data))
+    ctx = SimpleNamespace(root=tmp_path, target="soft", exercise=EX, is_root=False)
+    return {c.id: c for c in ex7.grade(ctx)}
+
+
+def test_unusable_file_stops_before_measuring(tmp_path: Path) -> None:
+    checks = _grade_here(tmp_path, "{not json")
+    assert not checks["measure.form"].passed and "not valid JSON" in checks["measure.form"].observed
+    assert all(c.observed.startswith("not run") for i, c in checks.items() if i != "measure.form")
+    checks = _grade_here(tmp_path, {"seed": "one", "answers": {}})
+    assert "seed" in checks["measure.form"].observed
+    checks = _grade_here(tmp_path, {"seed": 1, "delay_us": 1000, "answers": {}})
+    assert "delay_us" in checks["measure.form"].observed
+
+
+@pytest.mark.parametrize("key, wrong, words", [
+    ("base_rtt_us", lambda a, r: r["link-failure"]["base_rtt_s"], "seconds"),
+    ("recovery_rtts", lambda a, r: r["link-failure"]["recovery_rtts"]
+     * r["link-failure"]["base_rtt_s"] * 1e6, "microseconds"),
+    ("recovery_rtts", lambda a, r: r["link-failure"]["data_on_failed_path_after_failure"],
+     "data packets"),
+    ("retired_evs", lambda a, r: 0, "link-failure run's count"),
+    ("plane_share", lambda a, r: r["link-failure"]["data_tx_per_plane"]["h0"], "packet counts"),
+    ("plane_share", lambda a, r: [100 * x for x in a], "percentages"),
+    ("plane_share", lambda a, r: [c / sum(r["link-failure"]["tx_packets_per_plane"]["h0"])
+                                  for c in r["link-failure"]["tx_packets_per_plane"]["h0"]],
+     "probes included"),
+    ("peer_notified_rtts", lambda a, r: r["plane-failure"]["recovery_rtts"], "recovery_rtts"),
+    ("goodput_after_plane_failure_vs_clean",
+     lambda a, r: r["plane-failure"]["goodput_bps"] / r["clean"]["goodput_bps"], "whole transfer"),
+    ("goodput_after_plane_failure_vs_clean", lambda a, r: 0.75, "(planes-1)/planes"),
+    ("goodput_after_plane_failure_vs_clean", lambda a, r: 100 * a, "percentage"),
+])
+def test_typical_slips_get_the_hint_that_names_them(tmp_path: Path, key: str, wrong: Any,
+                                                     words: str) -> None:
+    data = _solution_answers()
+    runs = ex7.measure(ex7.Setup(data["seed"], data["delay_us"]))
+    data["answers"][key] = wrong(data["answers"][key], runs)
+    checks = _grade_here(tmp_path, data)
+    q = next(q for q in ex7.QUESTIONS if q.key == key)
+    assert [i for i, c in checks.items() if not c.passed] == [q.check_id]
+    assert words in checks[q.check_id].hint, checks[q.check_id]
+
+
+def test_a_folder_of_submissions_grades_each_student(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The instructor's run: one sub-folder per student, one JSON entry each."""
+    from grader.__main__ import main
+
+    subs = tmp_path / "subs"
+    workspace.write(workspace.solution(EX), subs / "alice")
+    workspace.write(workspace.skeleton(EX), subs / "bob")
+    report = tmp_path / "report.json"
+    rc = main(["grade", "7", "--submission", str(subs), "--target", "soft", "--json",
+               str(report)])
+    assert rc == 1 and "score 13/13 (full marks)" in capsys.readouterr().out
+    data = json.loads(report.read_text())
+    assert data["count"] == 2 and data["full_marks"] == 1
+    assert [Path(s["submission"]).name for s in data["submissions"]] == ["alice", "bob"]
+
+
+def test_an_assigned_fabric_answered_right_gets_full_marks(tmp_path: Path) -> None:
+    setup = ex7.Setup(seed=7, delay_us=2.5)
+    data = {"seed": setup.seed, "delay_us": setup.delay_us,
+            "answers": ex7.answered(ex7.measure(setup))}
+    checks = _grade_here(tmp_path, data)
+    assert all(c.passed for c in checks.values()), [c for c in checks.values() if not c.passed]
