@@ -26,6 +26,8 @@ ALLOWED: dict[str, set[str]] = {
                    "venv_entry"},
     "bench": {"host_agent.core", "host_agent", "wire", "fabric", "p4rt", "softswitch",
               "controller", "sim", "topologies", "venv_entry"},
+    "grader": {"host_agent.core", "host_agent", "wire", "fabric", "p4rt", "softswitch",
+               "controller", "sim", "topologies", "venv_entry"},
     "venv_entry": set(),
 }
 UNITS = set(ALLOWED) | {"tests"}
