@@ -1,7 +1,8 @@
 """A fresh Debian 12 (bookworm, minbase) root to run the provisioning script in, as a new
 machine would: debootstrap from the Debian mirror this machine's apt uses, then commands run
 chrooted in their own mount, PID, IPC and UTS namespaces (not a network namespace: apt and pip
-need the network). Everything mounted for a command lives in its private mount namespace and
+need the network, so the root gets this machine's resolv.conf, local CA certificates and proxy
+settings). Everything mounted for a command lives in its private mount namespace and
 goes with it; the root's directory is removed on exit, also after a failure or a timeout.
 
     sudo .venv/bin/python -m tests.lab.fresh_root [--archive DIR] [--keep] -- COMMAND...
@@ -28,12 +29,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = "bookworm"
-FALLBACK_MIRROR = "http://deb.debian.org/debian"
 GUEST_REPO = "/srv/mrc-testbed"
 # Beside the checkout, where install-p4lang.sh looks for the prebuilt archive (../shared/p4lang)
 GUEST_ARCHIVE = "/srv/shared/p4lang"
 TARBALL_ENV = "MRC_FRESH_ROOT_TARBALL"
 MIRROR_ENV = "MRC_FRESH_ROOT_MIRROR"
+LOCAL_CAS = Path("/usr/local/share/ca-certificates")
 # Passed into the root when set: a proxy the host needs, the root needs too.
 PASS_ENV = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
 COPY_SKIP = {".venv", ".git", "__pycache__", ".pytest_cache", ".ruff_cache", "results", "build"}
@@ -53,9 +54,9 @@ exec chroot "$root" "$@"
 """
 
 
-def debian_mirror(etc_apt: Path = Path("/etc/apt")) -> str:
+def debian_mirror(etc_apt: Path = Path("/etc/apt")) -> str | None:
     """The URI this machine's apt fetches bookworm from (deb822 .sources or one-line .list
-    files; apt reads no other names), else deb.debian.org."""
+    files; apt reads no other names); None for debootstrap's own default."""
     if os.environ.get(MIRROR_ENV):
         return os.environ[MIRROR_ENV]
     files = [etc_apt / "sources.list"]
@@ -83,7 +84,7 @@ def debian_mirror(etc_apt: Path = Path("/etc/apt")) -> str:
                 words = re.sub(r"\[[^]]*\]", "", line.split("#", 1)[0]).split()
                 if len(words) >= 3 and words[0] == "deb" and words[2] == SUITE:
                     return words[1]
-    return FALLBACK_MIRROR
+    return None
 
 
 def checkout_files(repo: Path = REPO) -> list[Path]:
@@ -138,8 +139,9 @@ class FreshRoot:
             self._logged(["tar", "-xpf", tarball, "-C", str(self.dir)], timeout=300)
             self.timings["unpack cached root"] = time.monotonic() - started
             return
+        mirror = debian_mirror()
         self._logged(["debootstrap", "--variant=minbase", SUITE, str(self.dir),
-                      debian_mirror()], timeout=900)
+                      *([mirror] if mirror else [])], timeout=900)
         self.timings["debootstrap"] = time.monotonic() - started
         if tarball:
             partial = f"{tarball}.partial-{os.getpid()}"
@@ -149,6 +151,12 @@ class FreshRoot:
     def _prepare(self) -> None:
         assert self.dir is not None
         shutil.copyfile("/etc/resolv.conf", self.dir / "etc/resolv.conf")  # follows a symlink
+        # This machine's own CA certificates (a network that inspects TLS has one): the root
+        # uses this machine's network, so it needs them as it needs resolv.conf. Debian's
+        # ca-certificates, installed by the provisioning, adds them to the root's bundle.
+        if LOCAL_CAS.is_dir():
+            shutil.copytree(LOCAL_CAS, self.dir / str(LOCAL_CAS).lstrip("/"),
+                            dirs_exist_ok=True)
         # As in any chroot: packages may not start services (there is no init to own them).
         policy = self.dir / "usr/sbin/policy-rc.d"
         policy.write_text("#!/bin/sh\nexit 101\n")

@@ -93,4 +93,4 @@ def test_debian_mirror_from_apt_sources(tmp_path: Path) -> None:
     (etc / "sources.list").write_text(
         "deb [arch=amd64] http://listed.example/debian bookworm main # note\n")
     assert debian_mirror(etc) == "http://listed.example/debian"
-    assert debian_mirror(tmp_path / "none") == "http://deb.debian.org/debian"
+    assert debian_mirror(tmp_path / "none") is None  # debootstrap's default then
