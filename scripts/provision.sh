@@ -19,15 +19,16 @@
 #
 # Needs (M: measured, E: estimate; where and how in README, "Vagrant lab"):
 #   cores   2 or more (checked). The suite's and the demo's figures are from 2-core machines.
-#   memory  4 GB or more (checked; E: the suite runs up to 16 switch processes and their
-#           agents at once). Building p4c from source: 1.2 GB per compile job on top
-#           (install-p4lang.sh sets the job count from this machine's RAM).
-#   disk    3 GB free (checked) on / and on the checkout's file system (M, Debian 12: the
-#           packages 0.3 GB, .venv 0.4 GB, the prebuilt P4 toolchain 0.4 GB with its
-#           libraries); building from source, about 6 GB more (E; install-p4lang.sh checks).
-#   time    M, fresh Debian 12 root on a 2-core machine: steps 1-2 about 2 minutes, the
-#           archive route about 1 minute; E: the p4lang packages (Ubuntu) a few minutes,
-#           building from source about 33 minutes on 2 cores.
+#   memory  4 GB or more (checked; E, not measured: the suite runs up to 16 switch processes
+#           and their agents at once). Building p4c from source: 1.2 GB per compile job on
+#           top (install-p4lang.sh sets the job count from this machine's RAM).
+#   disk    3 GB free (checked) on / and on the checkout's file system. M, fresh Debian 12
+#           root, archive route: 1.1 GB in all (packages 0.5 GB with the P4 runtime
+#           libraries, .venv 0.3 GB, /opt/p4 0.15 GB, apt's download cache 0.2 GB). Building
+#           from source: about 6 GB more (E; install-p4lang.sh checks).
+#   time    M, fresh Debian 12 root, 2 cores, a fast mirror: steps 1-2 about 30 s, the
+#           archive route 6 s more, a second run 2 s. E: the p4lang packages (Ubuntu, the VM)
+#           a few minutes; building from source about 33 minutes on 2 cores (M, README "BMv2").
 #   network the distribution's package archive and PyPI; after those the P4 step fetches from
 #           the openSUSE Build Service (packages route, Ubuntu: the VM) or GitHub (source
 #           route). --stop-at-external stops right before that download, says what and from
