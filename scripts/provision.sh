@@ -23,7 +23,7 @@
 #           and their agents at once). Building p4c from source: 1.2 GB per compile job on
 #           top (install-p4lang.sh sets the job count from this machine's RAM).
 #   disk    3 GB free (checked) on / and on the checkout's file system. M, fresh Debian 12
-#           root, archive route: 1.1 GB in all (packages 0.5 GB with the P4 runtime
+#           root, archive route: 1.1 GB in all (packages 0.4 GB with the P4 runtime
 #           libraries, .venv 0.3 GB, /opt/p4 0.15 GB, apt's download cache 0.2 GB). Building
 #           from source: about 6 GB more (E; install-p4lang.sh checks).
 #   time    M, fresh Debian 12 root, 2 cores, a fast mirror: steps 1-2 about 30 s, the
