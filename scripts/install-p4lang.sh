@@ -3,6 +3,7 @@
 # and BMv2 1.15.1 or newer (simple_switch_grpc with --priority-queues, simple_switch_CLI).
 #
 #   sudo scripts/install-p4lang.sh [--method auto|archive|packages|source] [--dry-run] [--check]
+#                                  [--stop-at-external]
 #
 # Routes (auto picks the first that fits):
 #   archive   Debian 12 amd64 with the prebuilt archive next to the checkout
@@ -13,8 +14,12 @@
 #   source    anything else: p4c v1.2.4.15, PI v0.1.1 and behavioral-model 1.15.1 built
 #             from their GitHub tags into /opt/p4: about 33 minutes on 2 cores, 1.2 GB of
 #             RAM per p4c compile job (the job count is chosen from this machine's RAM).
+#             The source route also wants about 6 GB free under SRC_DIR (an estimate; checked).
 # Whatever the route, the result is checked: a simple_switch_grpc without --priority-queues
 # (BMv2 before 1.15.1) is refused, because the MRC program needs two priority queues.
+# --stop-at-external does everything that needs only the distribution's package archive, then
+# stops (exit 3) before the first download from anywhere else, naming it: the openSUSE Build
+# Service on the packages route, GitHub on the source route; the archive route has none.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -23,7 +28,9 @@ ARCHIVE="${P4LANG_ARCHIVE:-$repo/../shared/p4lang}"
 PREFIX="${PREFIX:-/opt/p4}"
 SRC="${SRC_DIR:-/tmp/p4lang-src}"
 P4C_TAG=v1.2.4.15 PI_TAG=v0.1.1 BMV2_TAG=1.15.1
-method=auto dry=0 check_only=0
+method=auto dry=0 check_only=0 stop_ext=0
+# Where the system is described; tests point it at another file to see another system's route.
+OS_RELEASE=${OS_RELEASE:-/etc/os-release}
 
 die() { echo "install-p4lang: $*" >&2; exit 2; }
 say() { echo "install-p4lang: $*"; }
@@ -34,7 +41,8 @@ while [ $# -gt 0 ]; do
         --method) method=${2:-}; shift 2 ;;
         --dry-run) dry=1; shift ;;
         --check) check_only=1; shift ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        --stop-at-external) stop_ext=1; shift ;;
+        -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -71,7 +79,7 @@ if [ "$check_only" = 1 ]; then check; exit; fi
 if [ "$method" = auto ] && [ "$dry" = 0 ] && check >/dev/null 2>&1; then check; exit 0; fi
 
 # ---- choose a route ----------------------------------------------------------------------
-. /etc/os-release
+. "$OS_RELEASE"
 arch=$(dpkg --print-architecture 2>/dev/null || uname -m)
 if [ "$method" = auto ]; then
     if [ "${ID:-}" = debian ] && [ "${VERSION_ID:-}" = 12 ] && [ "$arch" = amd64 ] &&
@@ -84,6 +92,18 @@ if [ "$method" = auto ]; then
     fi
 fi
 say "route: $method (${PRETTY_NAME:-unknown system}, $arch)"
+
+# The boundary --stop-at-external stops at: $1 is what would be fetched, $2 where from.
+external() {
+    [ "$stop_ext" = 1 ] || return 0
+    if [ "$dry" = 1 ]; then
+        say "dry run: --stop-at-external would stop here, before fetching $1 from $2"
+    else
+        say "stopped before fetching $1 from $2 (--stop-at-external): up to here only the" \
+            "distribution's package archive was used"
+    fi
+    exit 3
+}
 
 install_archive() {
     [ -f "$ARCHIVE/install.sh" ] || die "no prebuilt archive at $ARCHIVE (set P4LANG_ARCHIVE)"
@@ -101,6 +121,7 @@ install_packages() {
     run apt-get update -qq
     run env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl gnupg ca-certificates \
         python3-thrift
+    external "the p4lang apt repository's key and package lists" "$obs/$repo_path/"
     if [ "$dry" = 1 ]; then
         echo "would add: deb $obs/$repo_path/ /"
     else
@@ -118,6 +139,14 @@ install_source() {
     [ "$jobs" -le "$(nproc)" ] || jobs=$(nproc)
     say "building p4c $P4C_TAG, PI $PI_TAG, behavioral-model $BMV2_TAG into $PREFIX with" \
         "$jobs jobs (${mem_gb} GB RAM): about 33 minutes on 2 cores"
+    local parent=$SRC free_gb
+    while [ ! -d "$parent" ]; do parent=$(dirname "$parent"); done
+    free_gb=$(df -Pk "$parent" | awk 'NR == 2 {print int($4 / 1048576)}')
+    if [ "$free_gb" -lt 6 ]; then
+        local short="the source build wants about 6 GB free under $SRC (sources, build trees);"
+        short="$short $parent has ${free_gb} GB: free some, or set SRC_DIR to a larger file system"
+        if [ "$dry" = 1 ]; then say "warning: $short"; else die "$short"; fi
+    fi
     run apt-get update -qq
     run env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         build-essential cmake bison flex libfl-dev git pkg-config autoconf automake libtool \
@@ -129,6 +158,9 @@ install_source() {
         libjudy-dev libreadline-dev libssl-dev zlib1g-dev uthash-dev
     run mkdir -p "$SRC"
     local gh=https://github.com/p4lang
+    if [ ! -d "$SRC/PI" ] || [ ! -d "$SRC/behavioral-model" ] || [ ! -d "$SRC/p4c" ]; then
+        external "the sources of PI $PI_TAG, behavioral-model $BMV2_TAG and p4c $P4C_TAG" "$gh"
+    fi
     [ -d "$SRC/PI" ] || run git clone -q --depth 1 --branch "$PI_TAG" --recurse-submodules \
         --shallow-submodules "$gh/PI" "$SRC/PI"
     [ -d "$SRC/behavioral-model" ] || run git clone -q --depth 1 --branch "$BMV2_TAG" \

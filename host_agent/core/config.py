@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -10,10 +9,11 @@ from dataclasses import dataclass, field
 from host_agent.core.cc import DEFAULT_BASE_RTT, DEFAULT_MTU, CongestionControl, Nscc, NsccConfig
 from host_agent.core.errors import ConfigError
 from host_agent.core.evstate import EvConfig
+from host_agent.core.types import StrEnum
 from wire import PSN_MOD
 
 
-class RecoveryMode(enum.StrEnum):
+class RecoveryMode(StrEnum):
     """How a sender repairs loss."""
 
     SELECTIVE = "selective"  # resend only lost packets, SACK bitmaps honoured (MRC)

@@ -7,16 +7,15 @@ EvSet (evs.py) owns the set and the rules that move EVs between pools.
 
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass, field
 
 from host_agent.core.cc import DEFAULT_BASE_RTT
 from host_agent.core.errors import ConfigError
-from host_agent.core.types import EvState, PathInfo
+from host_agent.core.types import EvState, PathInfo, StrEnum
 
 
-class EvTrigger(enum.StrEnum):
+class EvTrigger(StrEnum):
     """What happened to an EV; also the `reason` of EvStateChanged."""
 
     ECN = "ecn"  # CE echo or SACK M=SKIP_ONCE
@@ -29,7 +28,7 @@ class EvTrigger(enum.StrEnum):
     ALLOW = "allow"  # management
 
 
-class Pool(enum.StrEnum):
+class Pool(StrEnum):
     ACTIVE = "active"  # sprayed on
     BACKUP = "backup"  # standby, replaces a retired active EV of its plane
     OUT = "out"  # ASSUMED_BAD or DENIED

@@ -8,6 +8,18 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 
+class StrEnum(str, enum.Enum):
+    """enum.StrEnum for Python 3.10 (the stdlib class is 3.11+; the Vagrant VM runs Ubuntu
+    22.04's 3.10): members are str, and str() and format() give the value, as with the
+    stdlib class. Used on every version, so behaviour does not depend on the interpreter."""
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __format__(self, format_spec: str) -> str:
+        return str.__format__(self, format_spec)
+
+
 class EvState(enum.Enum):
     GOOD = "good"
     SKIP = "skip"  # internal: congestion seen on this EV, rest it for a while
