@@ -152,9 +152,10 @@ def _compare() -> _Findings:
                         f"{where}: {_describe(u)} leaves on port {e.port}, expected port "
                         f"{w.port} (the port facing {w.neighbour})")
                 elif e.dmac != w.dmac:
+                    got_mac = _mac(e.dmac) if 0 <= e.dmac < 1 << 48 else str(e.dmac)
                     found.problems[w.kind].append(
-                        f"{where}: {_describe(u)} gets dmac {_mac(e.dmac) if e.dmac >= 0 else e.dmac}"
-                        f", expected {_mac(w.dmac)} ({w.neighbour}'s MAC)")
+                        f"{where}: {_describe(u)} gets dmac {got_mac}, expected "
+                        f"{_mac(w.dmac)} ({w.neighbour}'s MAC)")
     return found
 
 
@@ -257,7 +258,8 @@ def _walk(fabric: Any, pipes: dict[str, Any], path: Any) -> str:
         out_port, _prio, frame = result
         nxt = ends.get((node, out_port))
         if nxt is None:
-            return f"{' -> '.join(trail)}: {node} sent it out of port {out_port}, which has no cable"
+            return (f"{' -> '.join(trail)}: {node} sent it out of port {out_port}, which has "
+                    f"no cable")
         node, port = nxt
         if node not in pipes:  # a host
             if (node, port) == (f"h{path.dst.host}", path.plane):

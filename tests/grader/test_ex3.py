@@ -83,5 +83,6 @@ def test_reachability_walk_names_the_switch_that_drops(monkeypatch):
     monkeypatch.setattr(tables, "switch_tables", one_entry_short)
     check = ex3._reach_check()
     assert not check.passed
-    assert "dropped at p1l0 (UNKNOWN_USID)" in check.observed and "plane 1 spine 1" in check.observed
+    assert "dropped at p1l0 (UNKNOWN_USID)" in check.observed
+    assert "plane 1 spine 1" in check.observed
     assert check.expected and check.hint
