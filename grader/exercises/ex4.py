@@ -22,7 +22,8 @@ from grader.report import Check, not_run
 
 PLANES, SPINES = 4, 2
 EVS, BACKUPS, MIN_ACTIVE = 16, 2, 4
-ROUNDS = 100  # choices per usable EV in the spreading checks
+ROUNDS = 200  # choices per usable EV in the spreading checks (a random choice stays
+# within TOLERANCE of its share with a margin of about 5 standard deviations)
 TOLERANCE = 0.35  # an EV's (or plane's) share may be off its fair share by this fraction
 SIM_SIZE = 1024 * 1024
 SIM_MIN_PLANE_SHARE = 0.5  # each plane carries at least half of its fair share of data
