@@ -108,6 +108,7 @@ def switch_tables(fabric: Fabric, switch: Switch, dead_links: Iterable[LinkKey] 
     thresholds = thresholds or PortThresholds()
     p = switch.plane
     entries = [program.my_usid(usid_prefix(switch.usid))]
+    # BEGIN exercise 3 neighbours
     neighbours: list[tuple[int, str, str, int]] = []  # (port, node name, mac, uSID)
     if switch.role == ROLE_T0:
         for g in range(switch.index * fabric.hosts_per_t0,
@@ -122,6 +123,7 @@ def switch_tables(fabric: Fabric, switch: Switch, dead_links: Iterable[LinkKey] 
         for k in range(fabric.t0_per_plane):
             leaf = fabric.t0(p, k)
             neighbours.append((fabric.downlink_port(k), leaf.name, leaf.mac, leaf.usid))
+    # END exercise 3 neighbours
     live = {port for port, name, _, _ in neighbours if link_key(switch.name, name) not in dead}
 
     entries += [program.usid_fwd(usid_prefix(u), port, mac_int(mac))

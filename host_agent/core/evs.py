@@ -321,6 +321,7 @@ class EvSet:
         ev_min_active usable EVs."""
         self._expire_skips(now)
         if self._usable_count >= self.config.ev_min_active:
+            # BEGIN exercise 4 spray
             ring = self._ring
             while True:
                 entry = ring.popleft()
@@ -328,6 +329,7 @@ class EvSet:
                     ring.append(entry)
                     break
                 entry.in_ring = False
+            # END exercise 4 spray
         else:
             if self._fallback is None:
                 self._fallback = self._build_fallback()

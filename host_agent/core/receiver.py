@@ -122,6 +122,7 @@ class Receiver:
         self._emit(MessageReceived(self._qpn, msn, length, imm))
 
     def _sack(self, psn: int, ev: int, ecn: int, *, probe: bool = False) -> bytes:
+        # BEGIN exercise 4 sack
         cack = self.cack
         rel = ((psn - cack + _PSN_HALF) & _PSN_MASK) - _PSN_HALF  # wire.psn_diff
         offset = 1 if rel <= BITMAP_BITS else rel - (BITMAP_BITS - 1)  # keep the trigger visible
@@ -135,6 +136,7 @@ class Receiver:
             wire.M_SKIP_ONCE if ecn == wire.ECN_CE and not probe else wire.M_NONE, probe,
             self._qpn & 0xFFFF, self._remote_qpn & 0xFFFF, min(bits.bit_count(), _OOO_MAX),
             self._rcvd_bytes)
+        # END exercise 4 sack
 
     def probe_reply(self, entropy: int, ecn: int) -> bytes:
         """Answer a PROBE of the EV `entropy`: a SACK with probe_resp=1 echoing it."""

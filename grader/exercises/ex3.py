@@ -1,0 +1,326 @@
+"""Exercise 3, static tables in the controller: the student lists a switch's neighbours in
+controller.tables.switch_tables, from which its usid_fwd_table entries are made.
+
+Stages: (1) unit checks of the usid_fwd entries of every switch of several fabrics against
+entries derived here from the fabric's cables (fabric.topology.Fabric.links says which port of
+a switch faces which node; a switch must forward exactly its neighbours' uSIDs, each out of the
+port facing it, to that neighbour's MAC); (2) a reachability walk: every switch gets the
+student's full tables in the software switch's pipeline (the P4 program in Python) and a data
+frame for every host pair, plane and spine is pushed through it hop by hop along the cables;
+(3) the live Mininet transfer.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from grader.live import transfer_check
+from grader.report import Check, not_run
+
+# Several shapes, so a solution cannot hard-code one: the live fabric, the default one, one
+# plane with more spines than T0s, and more T0s than spines with three hosts each.
+FABRICS = (
+    {"planes": 2, "t0_per_plane": 2, "t1_per_plane": 2, "hosts_per_t0": 1},
+    {"planes": 4, "t0_per_plane": 2, "t1_per_plane": 2, "hosts_per_t0": 2},
+    {"planes": 1, "t0_per_plane": 2, "t1_per_plane": 4, "hosts_per_t0": 2},
+    {"planes": 2, "t0_per_plane": 4, "t1_per_plane": 3, "hosts_per_t0": 3},
+)
+MAX_HOPS = 6  # a two-tier path crosses at most 3 switches; more is a forwarding loop
+
+HOST, UPLINK, DOWNLINK = "host", "uplink", "downlink"
+KIND_TEXT = {HOST: "a T0 towards one of its hosts", UPLINK: "a T0 towards a spine",
+             DOWNLINK: "a spine towards a T0"}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One usid_fwd entry: frames whose next uSID is `usid` leave on `port` to `dmac`."""
+
+    usid: int
+    port: int
+    dmac: int
+    neighbour: str = ""  # for expected entries: the node behind the port
+    kind: str = ""
+
+
+def _mac(value: int) -> str:
+    return ":".join(f"{b:02x}" for b in value.to_bytes(6, "big"))
+
+
+def _shape(fabric: Any) -> str:
+    return (f"Fabric(planes={fabric.planes}, t0_per_plane={fabric.t0_per_plane}, "
+            f"t1_per_plane={fabric.t1_per_plane}, hosts_per_t0={fabric.hosts_per_t0})")
+
+
+def _fabrics() -> list[Any]:
+    from fabric.topology import Fabric
+    return [Fabric(**shape) for shape in FABRICS]
+
+
+def expected_entries(fabric: Any) -> dict[str, dict[int, Entry]]:
+    """Per switch: uSID -> entry, read off the fabric's cables (not off the controller)."""
+    from fabric.topology import ROLE_T0
+    from p4rt.program import mac_int
+
+    out: dict[str, dict[int, Entry]] = {s.name: {} for s in fabric.switches}
+    for cable in fabric.links:
+        for here, port, there, there_port in ((cable.a, cable.a_port, cable.b, cable.b_port),
+                                              (cable.b, cable.b_port, cable.a, cable.a_port)):
+            if here not in out:
+                continue  # a host's end of the cable: hosts hold no tables
+            me = fabric.by_name[here]
+            if there in fabric.by_name:
+                peer = fabric.by_name[there]
+                usid, mac = peer.usid, peer.mac
+                kind = UPLINK if me.role == ROLE_T0 else DOWNLINK
+            else:  # a host: its port number on the cable is its plane
+                nic = fabric.nic(int(there.lstrip("h")), there_port)
+                usid, mac, kind = nic.usid, nic.mac, HOST
+            out[here][usid] = Entry(usid, port, mac_int(mac), there, kind)
+    return out
+
+
+def _observed(fabric: Any, switch: Any) -> list[Entry]:
+    """The student's usid_fwd entries of one switch (may raise: the caller reports it)."""
+    from controller.tables import switch_tables
+    from fabric.topology import USID_BITS
+    from p4rt import names as N
+
+    out = []
+    for e in switch_tables(fabric, switch).table(N.USID_FWD_TABLE):
+        prefix = dict(e.match)[N.USID_PREFIX].value
+        params = e.action.param_dict if e.action is not None else {}
+        out.append(Entry(prefix & ((1 << USID_BITS) - 1), params.get(N.PARAM_PORT, -1),
+                         params.get(N.PARAM_DMAC, -1)))
+    return out
+
+
+def _crash(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
+
+
+def _describe(u: int) -> str:
+    plane, role, index = u >> 12, u >> 8 & 0xF, u & 0xFF
+    what = {0x1: f"T0 p{plane}l{index}", 0x2: f"spine p{plane}s{index}",
+            0xE: f"host h{index} on plane {plane}"}.get(role, f"role {role:#x} index {index}")
+    return f"uSID {u:#06x} ({what})"
+
+
+@dataclass
+class _Findings:
+    """Per kind of entry, the problems found over every switch of every fabric."""
+
+    problems: dict[str, list[str]]
+    extras: list[str]
+    checked: dict[str, int]
+    crash: str = ""
+
+
+def _compare() -> _Findings:
+    found = _Findings({HOST: [], UPLINK: [], DOWNLINK: []}, [], dict.fromkeys(KIND_TEXT, 0))
+    for fabric in _fabrics():
+        want_all = expected_entries(fabric)
+        for switch in fabric.switches:
+            where = f"{switch.name} of {_shape(fabric)}"
+            try:
+                got = _observed(fabric, switch)
+            except Exception as exc:  # the student's code: report, do not crash the grader
+                found.crash = f"switch_tables({switch.name}) raised {_crash(exc)}"
+                return found
+            want = want_all[switch.name]
+            seen: dict[int, Entry] = {}
+            for e in got:
+                if e.usid in seen:
+                    found.extras.append(f"{where}: two entries for {_describe(e.usid)} (ports "
+                                        f"{seen[e.usid].port} and {e.port})")
+                seen[e.usid] = e
+                if e.usid not in want:
+                    found.extras.append(f"{where}: entry for {_describe(e.usid)} -> port "
+                                        f"{e.port}, which is not a neighbour of {switch.name}")
+            for u, w in want.items():
+                found.checked[w.kind] += 1
+                e = seen.get(u)
+                if e is None:
+                    found.problems[w.kind].append(
+                        f"{where}: no entry for {_describe(u)}; expected port {w.port} "
+                        f"(towards {w.neighbour}, dmac {_mac(w.dmac)})")
+                elif e.port != w.port:
+                    found.problems[w.kind].append(
+                        f"{where}: {_describe(u)} leaves on port {e.port}, expected port "
+                        f"{w.port} (the port facing {w.neighbour})")
+                elif e.dmac != w.dmac:
+                    got_mac = _mac(e.dmac) if 0 <= e.dmac < 1 << 48 else str(e.dmac)
+                    found.problems[w.kind].append(
+                        f"{where}: {_describe(u)} gets dmac {got_mac}, expected "
+                        f"{_mac(w.dmac)} ({w.neighbour}'s MAC)")
+    return found
+
+
+HINTS = {
+    HOST: "a T0's host-facing ports are fabric.host_port(local) = local + 1 for the hosts "
+          "switch.index * hosts_per_t0 ... + hosts_per_t0 - 1; the uSID and MAC are those of "
+          "the host's NIC on the switch's plane (fabric.nic(host, plane).usid / .mac)",
+    UPLINK: "a T0 has one uplink per spine of its plane: spine j is fabric.t1(plane, j) behind "
+            "fabric.uplink_port(j); loop over every j in range(fabric.t1_per_plane)",
+    DOWNLINK: "a spine has one downlink per T0 of its plane: T0 k is fabric.t0(plane, k) behind "
+              "fabric.downlink_port(k) (= k + 1); the port depends on the T0, not on the spine",
+}
+TITLES = {
+    HOST: "every T0 forwards its hosts' uSIDs out of their host ports",
+    UPLINK: "every T0 forwards each spine's uSID out of the uplink facing that spine",
+    DOWNLINK: "every spine forwards each T0's uSID out of the downlink facing that T0",
+}
+
+
+def _unit_checks(found: _Findings) -> Iterator[Check]:
+    for kind in (HOST, UPLINK, DOWNLINK):
+        cid, title = f"tables.{kind}", TITLES[kind]
+        expected = (f"{found.checked[kind]} entries of {KIND_TEXT[kind]} over {len(FABRICS)} "
+                    f"fabrics, each to the right port and MAC")
+        if found.crash:
+            yield Check(cid, title, 2, False, expected=expected, observed=found.crash,
+                        hint="fill in the neighbours list of switch_tables (the TODO in "
+                             "controller/tables.py); the traceback's last line says what failed")
+            continue
+        bad = found.problems[kind]
+        observed = "all present and right" if not bad else \
+            f"{len(bad)} wrong or missing, e.g. {bad[0]}"
+        yield Check(cid, title, 2, not bad, expected=expected, observed=observed,
+                    hint="" if not bad else HINTS[kind])
+    cid, title = "tables.only-neighbours", "no usid_fwd entry for a node that is not a neighbour"
+    if found.crash:
+        yield not_run(cid, title, 1, "switch_tables raised (see above)")
+        return
+    yield Check(cid, title, 1, not found.extras,
+                expected="only the uSIDs of the switch's directly cabled neighbours, once each",
+                observed="none" if not found.extras else
+                f"{len(found.extras)} extra entries, e.g. {found.extras[0]}",
+                hint="" if not found.extras else
+                "uSID forwarding is one hop at a time: a switch only needs the uSIDs of the "
+                "nodes cabled to it (a host's uSID only on its own T0 and plane); the uN shift "
+                "brings the next hop's uSID up at every switch")
+
+
+# ---- stage 2: the walk through the software pipeline ----------------------------------------
+def _programmed(fabric: Any) -> dict[str, Any]:
+    """A software-switch pipeline per switch, holding the student's complete tables."""
+    from controller.tables import switch_tables
+    from p4rt.codec import Codec
+    from softswitch.pipeline import Pipeline
+    from softswitch.store import DeviceState
+
+    codec = Codec.committed()
+    out = {}
+    for switch in fabric.switches:
+        tables = switch_tables(fabric, switch)
+        state = DeviceState(codec.index)
+        updates = [codec.update("INSERT", e) for e in tables.entities()]
+        errors = [e for e in state.write(updates) if e is not None]
+        if errors:
+            raise ValueError(f"{switch.name}: the switch refused the tables: {errors[0]}")
+        out[switch.name] = Pipeline(state)
+    return out
+
+
+def _frame(path: Any, t0_mac: str) -> bytes:
+    import wire as W
+
+    env = W.Envelope(path.src.mac, t0_mac, path.src.address, path.address, path.src.address,
+                     path.dst.address, 0x1234, W.DSCP_TRIMMABLE, W.ECN_ECT0, 64)
+    pkt = W.DataPacket(W.Bth(W.OP_WRITE_ONLY, 0x100, 1), W.Meth(1), W.Reth(0x1000, 7, 64),
+                       b"\x5a" * 64, None)
+    return W.encode_frame(env, W.encode_packet(pkt))
+
+
+def _walk(fabric: Any, pipes: dict[str, Any], path: Any) -> str:
+    """'' if the frame of `path` reaches its destination NIC, else what happened to it."""
+    from p4rt import names as N
+
+    reasons = {v: k for k, v in N.DROP_REASONS.items()}
+    ends: dict[tuple[str, int], tuple[str, int]] = {}
+    for c in fabric.links:
+        ends[(c.a, c.a_port)] = (c.b, c.b_port)
+        ends[(c.b, c.b_port)] = (c.a, c.a_port)
+    t0 = fabric.t0(path.plane, path.src.t0)
+    node, port = t0.name, fabric.host_port(path.src.local)
+    frame, trail = _frame(path, t0.mac), [f"h{path.src.host}"]
+    for _ in range(MAX_HOPS):
+        trail.append(node)
+        pipe = pipes[node]
+        before = [c[0] for c in pipe.drops]
+        result = pipe.ingress(frame, port)
+        if result is None:
+            why = [reasons.get(i, str(i)) for i, c in enumerate(pipe.drops) if c[0] > before[i]]
+            return f"{' -> '.join(trail)}: dropped at {node} ({', '.join(why) or 'dropped'})"
+        out_port, _prio, frame = result
+        nxt = ends.get((node, out_port))
+        if nxt is None:
+            return (f"{' -> '.join(trail)}: {node} sent it out of port {out_port}, which has "
+                    f"no cable")
+        node, port = nxt
+        if node not in pipes:  # a host
+            if (node, port) == (f"h{path.dst.host}", path.plane):
+                return ""
+            return (f"{' -> '.join(trail)} -> {node}: delivered to {node} on plane {port}, "
+                    f"expected h{path.dst.host} on plane {path.plane}")
+    return f"{' -> '.join(trail)}: still forwarded after {MAX_HOPS} switches (a loop)"
+
+
+def _reach_check() -> Check:
+    cid = "reach.all-paths"
+    title = "a frame for every host pair, plane and spine reaches its destination NIC"
+    failures: list[str] = []
+    total = 0
+    for fabric in _fabrics()[1:]:  # the live fabric's paths are covered by the larger shapes
+        try:
+            pipes = _programmed(fabric)
+        except Exception as exc:
+            return Check(cid, title, 4, False, expected="the switches accept the tables",
+                         observed=f"{_shape(fabric)}: {_crash(exc)}",
+                         hint="each table key may appear once per switch: a duplicate uSID "
+                              "entry is refused like on a real switch")
+        for src in range(fabric.hosts):
+            for dst in range(fabric.hosts):
+                if src == dst:
+                    continue
+                for path in fabric.all_paths(src, dst):
+                    total += 1
+                    why = _walk(fabric, pipes, path)
+                    if why:
+                        failures.append(
+                            f"{_shape(fabric)} h{src} -> h{dst} plane {path.plane} "
+                            f"{'same T0' if path.spine is None else f'spine {path.spine}'} "
+                            f"(DA {path.address}): {why}")
+    return Check(cid, title, 4, not failures,
+                 expected=f"all {total} paths deliver to the destination host's NIC on the "
+                          f"path's plane",
+                 observed="all delivered" if not failures else
+                 f"{len(failures)} of {total} paths fail, e.g. {failures[0]}",
+                 hint="" if not failures else
+                 "follow the trail: the switch named last dropped the frame or sent it to the "
+                 "wrong neighbour; UNKNOWN_USID means its usid_fwd table lacks the next uSID")
+
+
+def grade(ctx: Any) -> Iterator[Check]:
+    found = _compare()
+    units = list(_unit_checks(found))
+    yield from units
+    stage1 = all(c.passed for c in units)
+    if not stage1:
+        yield not_run("reach.all-paths", "a frame for every host pair, plane and spine reaches "
+                      "its destination NIC", 4, "fix the table checks above first")
+        yield not_run("live.transfer", "a write crosses a Mininet fabric running your tables",
+                      4, "fix the table checks above first")
+        return
+    reach = _reach_check()
+    yield reach
+    if not reach.passed:
+        yield not_run("live.transfer", "a write crosses a Mininet fabric running your tables",
+                      4, "fix the reachability check first")
+        return
+    yield transfer_check(ctx, "live.transfer", 4,
+                         hint="the tables pass the checks above, so look at the controller's "
+                              "log in the report: did every switch accept its entries?")

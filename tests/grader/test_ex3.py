@@ -1,0 +1,88 @@
+"""Exercise 3 (static tables in the controller): the grader fails the skeleton with useful
+messages, gives the reference solution every point of the unit and reachability stages, and
+fails each wrong-solution fixture on the check it names. The live stage is skipped here
+(grader.live.SKIP_ENV); tests/grader/test_ex3.py::test_solution_live runs it as root."""
+
+from __future__ import annotations
+
+import pytest
+
+from grader import catalog, live, workspace
+from tests.e2e.support import skip_reason
+
+EX = catalog.load(3)
+
+
+@pytest.fixture
+def no_live(monkeypatch):
+    monkeypatch.setenv(live.SKIP_ENV, "1")
+
+
+def _assert_useful(grade) -> None:
+    for c in grade.checks:
+        if not c.passed and not c.observed.startswith("not run"):
+            assert c.expected and c.observed and c.hint, c
+
+
+def test_skeleton_fails_first_on_the_tables(no_live):
+    g = workspace.grade(EX, workspace.skeleton(EX), "skeleton", "soft")
+    assert not g.error and not g.full_marks
+    first = next(c for c in g.checks if not c.passed)
+    assert first.id == "tables.host" and "NotImplementedError" in first.observed
+    _assert_useful(g)
+    assert all(c.observed.startswith("not run") for c in g.checks
+               if c.id in ("reach.all-paths", "live.transfer"))
+
+
+def test_solution_passes_every_stage_but_live(no_live):
+    g = workspace.grade(EX, workspace.solution(EX), "solution", "soft")
+    assert not g.error
+    assert [c.id for c in g.checks if not c.passed] == ["live.transfer"], g.checks
+    assert "skipped" in g.checks[-1].observed
+
+
+@pytest.mark.parametrize("wrong", EX.wrong_solutions(), ids=lambda p: p.name)
+def test_wrong_solution_fails_its_check(no_live, wrong):
+    expect = workspace.fixture_expectation(wrong)
+    g = workspace.grade(EX, workspace.fixture(EX, wrong), wrong.name, "soft")
+    assert not g.error
+    first = next(c for c in g.checks if not c.passed)
+    assert first.id == expect["fails"], (first, g.checks)
+    _assert_useful(g)
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_solution_live():
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    g = workspace.grade(EX, workspace.solution(EX), "solution", "soft")
+    assert g.full_marks, g.checks
+
+
+def test_reachability_walk_names_the_switch_that_drops(monkeypatch):
+    """The walk stage itself (no fixture reaches it: each fails a table check first)."""
+    import dataclasses
+
+    from controller import tables
+    from grader.exercises import ex3
+    from p4rt import names as N
+
+    real = tables.switch_tables
+
+    def one_entry_short(fabric, switch, *args, **kwargs):
+        t = real(fabric, switch, *args, **kwargs)
+        if switch.name != "p1l0":
+            return t
+        spine = fabric.t1(1, 1).usid
+        keep = tuple(e for e in t.entries if not (
+            e.table == N.USID_FWD_TABLE and dict(e.match)[N.USID_PREFIX].value & 0xFFFF == spine))
+        return dataclasses.replace(t, entries=keep)
+
+    monkeypatch.setattr(tables, "switch_tables", one_entry_short)
+    check = ex3._reach_check()
+    assert not check.passed
+    assert "dropped at p1l0 (UNKNOWN_USID)" in check.observed
+    assert "plane 1 spine 1" in check.observed
+    assert check.expected and check.hint

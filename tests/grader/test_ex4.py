@@ -1,0 +1,85 @@
+"""Exercise 4 (spraying and SACK in the agent): the grader fails the skeleton with useful
+messages, gives the reference solution every point of the unit and reachability stages, and
+fails each wrong-solution fixture on the check it names. The live stage is skipped here
+(grader.live.SKIP_ENV); tests/grader/test_ex4.py::test_solution_live runs it as root."""
+
+from __future__ import annotations
+
+import pytest
+
+from grader import catalog, live, workspace
+from tests.e2e.support import skip_reason
+
+EX = catalog.load(4)
+
+
+@pytest.fixture
+def no_live(monkeypatch):
+    monkeypatch.setenv(live.SKIP_ENV, "1")
+
+
+def _assert_useful(grade) -> None:
+    for c in grade.checks:
+        if not c.passed and not c.observed.startswith("not run"):
+            assert c.expected and c.observed and c.hint, c
+
+
+def test_skeleton_fails_first_on_spraying(no_live):
+    g = workspace.grade(EX, workspace.skeleton(EX), "skeleton", "soft")
+    assert not g.error and not g.full_marks
+    first = next(c for c in g.checks if not c.passed)
+    assert first.id == "spray.spread" and "NotImplementedError" in first.observed
+    assert "NotImplementedError" in next(c for c in g.checks if c.id == "sack.bitmap").observed
+    _assert_useful(g)
+    assert all(c.observed.startswith("not run") for c in g.checks
+               if c.id.startswith(("sim.", "live.")))
+
+
+def test_solution_passes_every_stage_but_live(no_live):
+    g = workspace.grade(EX, workspace.solution(EX), "solution", "soft")
+    assert not g.error
+    assert [c.id for c in g.checks if not c.passed] == ["live.transfer"], g.checks
+    assert "skipped" in g.checks[-1].observed
+
+
+@pytest.mark.parametrize("wrong", EX.wrong_solutions(), ids=lambda p: p.name)
+def test_wrong_solution_fails_its_check(no_live, wrong):
+    expect = workspace.fixture_expectation(wrong)
+    g = workspace.grade(EX, workspace.fixture(EX, wrong), wrong.name, "soft")
+    assert not g.error
+    first = next(c for c in g.checks if not c.passed)
+    assert first.id == expect["fails"], (first, g.checks)
+    _assert_useful(g)
+
+
+@pytest.mark.slow
+@pytest.mark.root
+def test_solution_live():
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    g = workspace.grade(EX, workspace.solution(EX), "solution", "soft")
+    assert g.full_marks, g.checks
+
+
+
+def test_simulator_stage_sees_a_plane_left_out(monkeypatch):
+    """The simulator stage itself (every fixture fails a unit check first): an agent that
+    sprays on plane 0 only still completes, but sim.every-plane fails."""
+    from grader.exercises import ex4
+    from host_agent.core.evs import EvSet
+
+    real = EvSet.choose
+
+    def plane_zero_only(self, now):
+        for _ in range(len(self)):
+            entry = real(self, now)
+            if entry is None or entry.path.plane == 0:
+                return entry
+        return entry
+
+    monkeypatch.setattr(EvSet, "choose", plane_zero_only)
+    lossy, planes = ex4._check_sim()
+    assert lossy.passed, lossy
+    assert not planes.passed and planes.expected and planes.hint
+    assert planes.observed.startswith("data packets per plane [")
