@@ -266,6 +266,7 @@ class Endpoint:
 
     # ---- planes and PORT_STATUS --------------------------------------------------------------
 
+    # BEGIN exercise 6 announce
     def set_plane_up(self, plane: int, up: bool, *, now: float) -> None:
         if not 0 <= plane < self.planes:
             raise LocalProtocolError(f"plane {plane!r}: this endpoint has 0..{self.planes - 1}")
@@ -300,6 +301,7 @@ class Endpoint:
                 self._stats["port_status_sent"] += 1
         if opcode == wire.OP_EP_REQ:
             self._pending_announce[peer] = (seq, mask, now + self.config.port_status_retry)
+    # END exercise 6 announce
 
     def _on_port_status(self, pkt: wire.PortStatusPacket, meta: RxMeta, now: float) -> None:
         if pkt.bth.dest_qp != wire.QPN_ENDPOINT:
@@ -326,6 +328,7 @@ class Endpoint:
         reply_plane = meta.plane if 0 <= meta.plane < self.planes else None
         self._send_port_status(meta.peer, wire.OP_EP_RSP, seq, mask, now, reply_plane)
 
+    # BEGIN exercise 6 peer-mask
     def _apply_peer_mask(self, peer: Hashable, mask: int) -> None:
         up = {p for p in range(self.planes) if mask >> p & 1}
         old = self._peer_up[peer]
@@ -336,6 +339,7 @@ class Endpoint:
                 if conn.peer == peer:
                     conn.set_plane_usable(plane, self._local_up[plane] and plane in up)
                     conn.drain_ev_changes()
+    # END exercise 6 peer-mask
 
     # ---- stats -------------------------------------------------------------------------------
 

@@ -519,6 +519,7 @@ class EvSet:
         self._deadline_ok = False
         return entry
 
+    # BEGIN exercise 5 probe-results
     def on_probe_reply(self, ev: int, now: float) -> bool:
         """True if a probe was outstanding on `ev` (only then is the reply believed)."""
         entry = self._outstanding(ev)
@@ -538,3 +539,4 @@ class EvSet:
         entry.counters["probe_timeouts"] += 1
         self.counters["probe_timeouts"] += 1
         entry.probe_successes = 0
+    # END exercise 5 probe-results

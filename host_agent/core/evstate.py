@@ -37,6 +37,7 @@ class Pool(StrEnum):
 G, S, B, D = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
 T = EvTrigger
 
+# BEGIN exercise 5 transitions
 TRANSITIONS: dict[tuple[EvState, EvTrigger], EvState] = {
     (G, T.ECN): S, (G, T.NACK_TRIMMED): S, (G, T.LOSS): B, (G, T.PATH_DARK): B, (G, T.DENY): D,
     # SKIP: more congestion restarts the skip time
@@ -49,6 +50,7 @@ TRANSITIONS: dict[tuple[EvState, EvTrigger], EvState] = {
     # DENIED: feedback on packets still in flight is ignored; only management lets it go
     (D, T.ECN): D, (D, T.NACK_TRIMMED): D, (D, T.LOSS): D, (D, T.ALLOW): G,
 }  # fmt: skip
+# END exercise 5 transitions
 
 
 def _new_counters() -> dict[str, int]:
