@@ -4,7 +4,7 @@
    the student's files as `p4src/include/ingress.p4:123: error: ...`, and check the P4Info
    is the committed one (the controller and the corpus program the tables by those names);
 2. run golden-corpus cases (tests/golden/cases.json) on simple_switch_grpc with the student's
-   JSON (tests/switch/bmv2_runner.py), grouped into checks by exercise modules that judge
+   JSON (topologies/bmv2_corpus.py), grouped into checks by exercise modules that judge
    each case's outcome and turn a difference into a hint;
 3. (in the exercise modules) the live transfer, grader.live.transfer_check.
 
@@ -217,7 +217,7 @@ def compile_stage(ctx: Any, points: tuple[int, int] = (1, 1)) -> tuple[list[Chec
 @dataclass
 class Outcome:
     """What the student's switch did with one case's frame."""
-    case: Any  # tests.golden.corpus.Case (possibly with diagnostic entries added)
+    case: Any  # p4rt.corpus.Case (possibly with diagnostic entries added)
     outputs: list[tuple[int, bytes]] = field(default_factory=list)
     drop: str | None = None  # the drop reason whose counter rose, if any
     counters: dict[str, dict[int, int]] = field(default_factory=dict)
@@ -225,13 +225,13 @@ class Outcome:
 
     @property
     def golden_ok(self) -> bool:
-        from tests.switch import bmv2_runner
+        from topologies import bmv2_corpus
 
         if self.error:
             return False
         wanted = {name: {i: self.counters.get(name, {}).get(i, 0) for i in idx}
                   for name, idx in self.case.counters.items()}
-        return bmv2_runner.check(self.case, bmv2_runner.Observed(self.outputs, wanted)) == []
+        return bmv2_corpus.check(self.case, bmv2_corpus.Observed(self.outputs, wanted)) == []
 
     @property
     def single(self) -> tuple[int, bytes] | None:
@@ -252,7 +252,7 @@ def bmv2_missing(ctx: Any) -> str:
 
 
 def load_cases(names: Iterable[str]) -> dict[str, Any]:
-    from tests.golden.corpus import load_cases as load
+    from p4rt.corpus import load_cases as load
 
     wanted = list(names)
     by_name = {c.name: c for c in load()}
@@ -268,12 +268,12 @@ def run_cases(cases: Sequence[Any], ports: int = 4) -> tuple[list[Outcome], str]
     Returns (outcomes, error): error is set when the switch could not be started or
     programmed at all (then outcomes is empty)."""
     from p4rt import names as n
-    from tests.switch import bmv2_runner
+    from topologies import bmv2_corpus
 
     drops = {i: 0 for i in n.DROP_REASONS.values()}
     reason_of = {i: name for name, i in n.DROP_REASONS.items()}
     try:
-        harness = bmv2_runner.Bmv2Harness(ports)
+        harness = bmv2_corpus.Bmv2Harness(ports)
         harness.__enter__()
     except Exception as exc:  # noqa: BLE001 - BMv2 rejecting a student's JSON raises anything
         return [], f"BMv2 did not accept the compiled program: {type(exc).__name__}: {exc}"
