@@ -67,6 +67,39 @@ def test_decoys_leave_the_golden_expectation_alone() -> None:
             assert len(seen) == len(ex1.MISTAKES) and ex1.shift(da) not in seen
 
 
+def _left(case, port: int, da: int, dmac: int | None = None) -> p4.Outcome:
+    """An outcome as a switch would give it: the case's expected frame with another DA (and
+    destination MAC), on `port`."""
+    from wire import layout as L
+
+    frame = bytearray(case.outputs[0].frame)
+    frame[L.OUTER_DST:L.OUTER_DST + 16] = da.to_bytes(16, "big")
+    if dmac is not None:
+        frame[L.ETH_DST:L.ETH_DST + 6] = dmac.to_bytes(6, "big")
+    return p4.Outcome(case, [(port, bytes(frame))])
+
+
+def test_the_judges_name_the_mistake() -> None:
+    """Without a switch: outcomes shaped like those of the wrong solutions get their hints."""
+    case = next(c for c in ex1.cases() if c.name == "usid_shift_t0_up")
+    da = p4.outer_dst(case.frame)
+    index = [m for m, _, _ in ex1.MISTAKES].index("shift8")
+    by8 = _left(case, ex1.DECOY_PORT, ex1.shift(da, 8), ex1.DECOY_MAC + index)
+    check = p4.group_check("usid.shift", "t", 1, [by8], ex1.judge_shift)
+    assert not check.passed and "the shift moved 8 bits, not 16" in check.hint
+    assert f"left on port {ex1.DECOY_PORT}" in check.observed and "expected" not in check.hint
+    assert "fcbb:bbbb:100:200:101:e02::" in check.observed
+    assert ex1.judge_my_usid(by8) is None  # it took the uSID path: only the shift is wrong
+    index = [m for m, _, _ in ex1.MISTAKES].index("none")
+    stale = _left(case, ex1.DECOY_PORT, ex1.shift(da), ex1.DECOY_MAC + index)
+    assert ex1.judge_shift(stale) is None
+    assert "before the shift" in ex1.judge_fwd(stale).hint
+    routed = p4.Outcome(case, [], drop="NO_ROUTE")
+    assert "my_usid_table" in ex1.judge_my_usid(routed).hint
+    right = p4.Outcome(case, [(case.outputs[0].port, case.outputs[0].frame)], counters={})
+    assert all(j(right) is None for j in (ex1.judge_my_usid, ex1.judge_shift, ex1.judge_fwd))
+
+
 def test_compiler_messages_name_the_students_file_and_line(tmp_path: Path) -> None:
     text = (f"{tmp_path}/p4src/include/ingress.p4(123): [--Werror=type-error] error: x\n"
             "p4src/./include/ingress.p4(7):syntax error, unexpected IDENTIFIER\n"

@@ -60,6 +60,50 @@ def test_trimmed_cases_are_cut_to_134_bytes_and_the_others_whole() -> None:
         assert out == 134 or name not in ex2.TRIMMED
 
 
+def _with(frame: bytes, **fields: int) -> bytes:
+    """`frame` with 16-bit fields (offset=value) or the traffic class (tc=value) replaced."""
+    from wire import layout as L
+
+    out = bytearray(frame)
+    for offset, value in fields.items():
+        if offset == "tc":
+            word = int.from_bytes(out[L.OUTER:L.OUTER + 4], "big")
+            word = (word & ~(0xFF << L.TC_SHIFT)) | (value << L.TC_SHIFT)
+            out[L.OUTER:L.OUTER + 4] = word.to_bytes(4, "big")
+        else:
+            at = getattr(L, offset)
+            out[at:at + 2] = value.to_bytes(2, "big")
+    return bytes(out)
+
+
+def test_the_judges_name_the_mistake() -> None:
+    """Without a switch: outcomes shaped like those of the wrong solutions get their hints."""
+    from wire import layout as L
+
+    cases = {c.name: c for c in ex2.cases()}
+    trim = cases["trim_fabric_port"]
+    want = trim.outputs[0].frame
+    unfixed = _with(want, OUTER_PAYLOAD_LEN=p4.u16(trim.frame, L.OUTER_PAYLOAD_LEN),
+                    UDP_LENGTH_FIELD=p4.u16(trim.frame, L.UDP_LENGTH_FIELD))
+    outcome = p4.Outcome(trim, [(3, unfixed)])
+    assert ex2.judge_cut(outcome) is None and ex2.judge_dscp(outcome) is None
+    miss = ex2.judge_lengths(outcome)
+    assert "hdr.outer_ipv6.payload_len = TRIMMED_OUTER_PAYLOAD_LEN" in miss.hint
+    assert "hdr.udp.len = TRIMMED_UDP_LEN" in miss.hint and "inner" not in miss.hint
+    host = cases[ex2.HOST_ECN_ON]
+    marked = _with(host.outputs[0].frame, tc=p4.traffic_class(host.outputs[0].frame) | 3)
+    miss = ex2.judge_ecn_host(p4.Outcome(host, [(host.outputs[0].port, marked)]))
+    assert miss is not None and "host-facing" in miss.hint and "CE" in miss.observed
+    last = cases["trim_last_hop"]
+    fabric_dscp = _with(last.outputs[0].frame,
+                        tc=(L.DSCP_TRIMMED << 2) | (p4.traffic_class(last.outputs[0].frame) & 3))
+    miss = ex2.judge_dscp(p4.Outcome(last, [(last.outputs[0].port, fabric_dscp)]))
+    assert "DSCP_TRIMMED_LASTHOP" in miss.hint and miss.observed == "DSCP 12"
+    after = cases["trim_after_trimmed_departure"]
+    whole = p4.Outcome(after, [(after.outputs[0].port, after.frame[:])])
+    assert "PRIORITY_HIGH" in ex2.judge_priority(whole).hint
+
+
 @pytest.mark.slow
 @pytest.mark.bmv2
 @pytest.mark.root
