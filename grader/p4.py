@@ -140,6 +140,7 @@ def compile_program(root: Path) -> Compiled:
                     text = (proc.stderr + "\n" + proc.stdout).strip()
                     return Compiled(False, messages=map_messages(text, root),
                                     seconds=time.monotonic() - start)
+                (tmp / "messages.txt").write_text((proc.stderr + "\n" + proc.stdout).strip())
                 tmp.rename(entry)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -147,8 +148,10 @@ def compile_program(root: Path) -> Compiled:
     build.mkdir(parents=True, exist_ok=True)
     for name in ("mrc.json", "mrc.p4info.txtpb"):
         shutil.copyfile(entry / name, build / name)  # fresh mtime: newer than every source
+    warnings = entry / "messages.txt"
     return Compiled(True, build / "mrc.json", build / "mrc.p4info.txtpb",
-                    seconds=time.monotonic() - start, cached=cached)
+                    messages=map_messages(warnings.read_text(), root) if warnings.exists()
+                    else "", seconds=time.monotonic() - start, cached=cached)
 
 
 def _p4info_names(text: str) -> set[str]:
@@ -200,9 +203,12 @@ def compile_stage(ctx: Any, points: tuple[int, int] = (1, 1)) -> tuple[list[Chec
         checks.append(Check("p4.interface", title_i, points[1], True))
         return checks, True
     gone, new = sorted(committed - mine), sorted(mine - committed)
+    removed = [line.strip() for line in result.messages.splitlines()
+               if "removing" in line or "unused instance" in line]
     observed = "; ".join(filter(None, [
         f"missing: {', '.join(gone)}" if gone else "",
-        f"not in the committed P4Info: {', '.join(new)}" if new else ""]))
+        f"not in the committed P4Info: {', '.join(new)}" if new else "",
+        f"p4c said: {' | '.join(removed)}" if removed else ""]))
     checks.append(Check(
         "p4.interface", title_i, points[1], False, expected="the P4Info of p4src/mrc.p4info.txtpb",
         observed=observed,
