@@ -167,8 +167,9 @@ def judge_priority(o: Outcome) -> Miss | None:
     got = _out(o)
     if want_trim and got is not None and len(got) == len(o.case.frame):
         hint = (f"{len(before)} frame(s) left this port first ({o.case.description}); after "
-                f"them this data frame was not trimmed, so one of them reset the depth "
-                f"egress records: egress records it only for PRIORITY_DATA packets, so control "
+                f"them this data frame was not trimmed. If trim.cut passes, one of them reset "
+                f"the depth egress records: egress records it only for PRIORITY_DATA packets, "
+                f"so control "
                 f"packets (high_priority) and trimmed headers must get standard_metadata."
                 f"priority = PRIORITY_HIGH")
     elif not want_trim and got is not None and len(got) < len(o.case.frame):
