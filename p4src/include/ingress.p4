@@ -21,7 +21,9 @@ control IngressPipeImpl(inout parsed_headers_t hdr,
 
     /* F3216 uN: keep the 32-bit block, move the rest left by one 16-bit uSID, zero fill. */
     action shift_usid() {
+        // BEGIN exercise 1 shift
         hdr.outer_ipv6.dst_addr[95:0] = hdr.outer_ipv6.dst_addr[79:0] ++ 16w0;
+        // END exercise 1 shift
     }
 
     action set_next_hop(port_num_t port, mac_addr_t dmac) {
@@ -119,6 +121,7 @@ control IngressPipeImpl(inout parsed_headers_t hdr,
             local_metadata.drop = true;
             local_metadata.drop_reason = DROP_HOP_LIMIT;
         } else {
+            // BEGIN exercise 1 usid-forwarding
             local_metadata.usid_prefix = hdr.outer_ipv6.dst_addr[127:80];
             if (my_usid_table.apply().hit) {
                 local_metadata.usid_prefix = hdr.outer_ipv6.dst_addr[127:80];
@@ -130,6 +133,7 @@ control IngressPipeImpl(inout parsed_headers_t hdr,
                 local_metadata.drop = true;
                 local_metadata.drop_reason = DROP_NO_ROUTE;
             }
+            // END exercise 1 usid-forwarding
         }
 
         if (local_metadata.drop) {
@@ -148,6 +152,9 @@ control IngressPipeImpl(inout parsed_headers_t hdr,
                              && (hdr.outer_ipv6.dscp == DSCP_TRIMMABLE
                                  || hdr.outer_ipv6.dscp == DSCP_TRIMMABLE_RETX);
 
+            bool trimmed = false;
+            bool ce_marked = false;
+            // BEGIN exercise 2 trim
             if (local_metadata.port_configured && trimmable
                     && standard_metadata.packet_length > TRIMMED_FRAME_LEN
                     && local_metadata.queue_depth >= local_metadata.trim_threshold) {
@@ -161,21 +168,32 @@ control IngressPipeImpl(inout parsed_headers_t hdr,
                 } else {
                     hdr.outer_ipv6.dscp = DSCP_TRIMMED;
                 }
-                trim_counter.count((bit<32>)standard_metadata.egress_spec);
-                high_priority = true;
-            } else if (!high_priority && local_metadata.port_configured
+                trimmed = true;
+            }
+            // END exercise 2 trim
+            // BEGIN exercise 2 ecn
+            if (!trimmed && !high_priority && local_metadata.port_configured
                     && local_metadata.ecn_enabled == 1 && local_metadata.host_facing == 0
                     && (hdr.outer_ipv6.ecn == ECN_ECT0 || hdr.outer_ipv6.ecn == ECN_ECT1)
                     && local_metadata.queue_depth >= local_metadata.ecn_threshold) {
                 hdr.outer_ipv6.ecn = ECN_CE;
+                ce_marked = true;
+            }
+            // END exercise 2 ecn
+            if (trimmed) {
+                trim_counter.count((bit<32>)standard_metadata.egress_spec);
+            }
+            if (ce_marked) {
                 ecn_mark_counter.count((bit<32>)standard_metadata.egress_spec);
             }
 
-            if (high_priority) {
+            // BEGIN exercise 2 priority
+            if (high_priority || trimmed) {
                 standard_metadata.priority = PRIORITY_HIGH;
             } else {
                 standard_metadata.priority = PRIORITY_DATA;
             }
+            // END exercise 2 priority
         }
     }
 }

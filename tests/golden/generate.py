@@ -20,7 +20,7 @@ from scapy.layers.l2 import ARP, Ether
 import wire as w
 from fabric.topology import Fabric, Switch, shift_usid, usid_address, usid_prefix
 from p4rt import names as n
-from tests.golden.corpus import CASES_PATH, FORMAT_VERSION
+from p4rt.corpus import CASES_PATH, FORMAT_VERSION
 
 FABRIC = Fabric(planes=2, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=2)
 TRIM_THRESHOLD = 20  # packets

@@ -7,10 +7,10 @@ import pytest
 
 from fabric.topology import Fabric
 from p4rt import names as N
+from p4rt.corpus import Case, case_updates, load_cases
 from sim.engine import EventLoop
 from sim.network import Network, SwitchNode
 from softswitch.store import DeviceState
-from tests.golden.corpus import Case, case_updates, load_cases
 from tests.switch.p4rt_support import CODEC, IDX
 
 CASES = load_cases()

@@ -36,12 +36,12 @@ from p4runtime_sh.p4runtime import P4RuntimeClient
 import wire as W
 from controller import p4build
 from fabric.topology import shift_usid, usid_address
+from p4rt import corpus
 from p4rt import names as N
+from p4rt.corpus import case_updates
 from p4rt.p4info import load_committed
 from softswitch.cli import request
-from tests.golden import corpus
 from tests.golden import generate as G
-from tests.golden.corpus import case_updates
 from tests.switch.p4rt_support import CODEC, IDX, free_port, register_update, wait_listening
 from topologies.bmv2_switch import LOG_LEVEL
 from topologies.procs import stop_process

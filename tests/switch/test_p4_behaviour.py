@@ -36,11 +36,11 @@ from p4.v1 import p4runtime_pb2
 import wire as W
 from controller import p4build
 from p4rt import names as N
+from p4rt.corpus import load_cases
 from softswitch.cli import request
-from tests.golden.corpus import load_cases
 from tests.support import require_bmv2, require_root
-from tests.switch import bmv2_runner
 from tests.switch import differential as D
+from topologies import bmv2_corpus
 from topologies.vethlab import VethLab
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(300)]
@@ -364,16 +364,16 @@ def test_prelude_corpus_cases_fail_on_the_old_egress(tmp_path: Path) -> None:
     """The corpus cases with a prelude are there to catch the per-queue depth bug: on BMv2
     running the pre-fix egress, each of them must fail (and pass on the real one, which
     tests/switch/test_p4_bmv2.py checks)."""
-    require_bmv2(bmv2_runner.TOOLS)
+    require_bmv2(bmv2_corpus.TOOLS)
     require_root("veth pairs")
     old = patched_program(tmp_path, OLD_EGRESS, keep=False)
 
-    class OldHarness(bmv2_runner.Bmv2Harness):
+    class OldHarness(bmv2_corpus.Bmv2Harness):
         def _connect(self, json_path: Path) -> None:
             super()._connect(old)
 
     cases = [c for c in load_cases() if c.prelude]
     assert cases
     with OldHarness() as harness:
-        failed = [c.name for c in cases if bmv2_runner.check(c, harness.run(c))]
+        failed = [c.name for c in cases if bmv2_corpus.check(c, harness.run(c))]
     assert failed == [c.name for c in cases if c.name.startswith("trim_after_")], failed

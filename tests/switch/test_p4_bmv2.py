@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from controller import p4build
-from tests.golden.corpus import Case, load_cases
+from p4rt.corpus import Case, load_cases
 from tests.support import require_bmv2, require_root
-from tests.switch import bmv2_runner
+from topologies import bmv2_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED_P4INFO = ROOT / "p4src" / "mrc.p4info.txtpb"
@@ -42,17 +42,17 @@ def test_committed_p4info_is_p4c_output(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def harness():
-    require_bmv2(bmv2_runner.TOOLS)
+    require_bmv2(bmv2_corpus.TOOLS)
     require_root("creating veth pairs")
-    with bmv2_runner.Bmv2Harness() as h:
+    with bmv2_corpus.Bmv2Harness() as h:
         yield h
 
 
 @pytest.mark.bmv2
 @pytest.mark.root
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_golden_case_on_bmv2(harness: bmv2_runner.Bmv2Harness, case: Case) -> None:
-    assert bmv2_runner.check(case, harness.run(case)) == []
+def test_golden_case_on_bmv2(harness: bmv2_corpus.Bmv2Harness, case: Case) -> None:
+    assert bmv2_corpus.check(case, harness.run(case)) == []
 
 
 def test_check_reports_differences() -> None:
@@ -61,13 +61,13 @@ def test_check_reports_differences() -> None:
     dropped = next(c for c in CASES if c.drop_reason)
     ecmp = next(c for c in CASES if c.one_of)
     good = [(o.port, o.frame) for o in forwarded.outputs]
-    obs = bmv2_runner.Observed
-    assert bmv2_runner.check(forwarded, obs(good, forwarded.counters)) == []
-    assert bmv2_runner.check(forwarded, obs([], forwarded.counters)) != []
-    assert bmv2_runner.check(forwarded, obs([(9, good[0][1])], forwarded.counters)) != []
-    assert bmv2_runner.check(dropped, obs([], dropped.counters)) == []
-    assert bmv2_runner.check(dropped, obs(good, dropped.counters)) != []
-    assert bmv2_runner.check(dropped, obs([], {})) != []
+    obs = bmv2_corpus.Observed
+    assert bmv2_corpus.check(forwarded, obs(good, forwarded.counters)) == []
+    assert bmv2_corpus.check(forwarded, obs([], forwarded.counters)) != []
+    assert bmv2_corpus.check(forwarded, obs([(9, good[0][1])], forwarded.counters)) != []
+    assert bmv2_corpus.check(dropped, obs([], dropped.counters)) == []
+    assert bmv2_corpus.check(dropped, obs(good, dropped.counters)) != []
+    assert bmv2_corpus.check(dropped, obs([], {})) != []
     member = (ecmp.outputs[1].port, ecmp.outputs[1].frame)
-    assert bmv2_runner.check(ecmp, obs([member], ecmp.counters)) == []
-    assert bmv2_runner.check(ecmp, obs([member, member], ecmp.counters)) != []
+    assert bmv2_corpus.check(ecmp, obs([member], ecmp.counters)) == []
+    assert bmv2_corpus.check(ecmp, obs([member, member], ecmp.counters)) != []

@@ -17,12 +17,12 @@ import pytest
 import wire
 from fabric.topology import shift_usid
 from p4rt import names as n
+from p4rt.corpus import CASES_PATH, Case, CorpusError, case_updates, load_cases
 from p4rt.entities import Exact
 from softswitch.pipeline import Pipeline
 from softswitch.queues import PortQueues
 from softswitch.store import DeviceState
 from tests.golden import generate
-from tests.golden.corpus import CASES_PATH, Case, CorpusError, case_updates, load_cases
 from tests.switch.p4rt_support import CODEC, IDX
 
 CASES = load_cases()

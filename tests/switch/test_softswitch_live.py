@@ -22,10 +22,10 @@ from p4.v1 import p4runtime_pb2
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
 import wire as W
+from p4rt import corpus
 from p4rt import names as N
+from p4rt.corpus import case_updates
 from softswitch.cli import parse_command, request
-from tests.golden import corpus
-from tests.golden.corpus import case_updates
 from tests.support import wait_until
 from tests.switch.p4rt_support import CODEC, IDX, free_port, reset_pipeline, wait_listening
 from topologies.procs import stop_process

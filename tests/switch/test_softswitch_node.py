@@ -11,10 +11,10 @@ import sys
 import pytest
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
+from p4rt import corpus
+from p4rt.corpus import case_updates
 from softswitch.__main__ import ConfigError, main, parse_interface, parse_loopback
 from softswitch.cli import parse_command, request
-from tests.golden import corpus
-from tests.golden.corpus import case_updates
 from tests.switch.p4rt_support import CODEC, free_port, reset_pipeline, wait_listening
 from topologies import targets
 from topologies.softswitch_node import SoftSwitch, softswitch_command

@@ -8,13 +8,12 @@ import pytest
 
 import wire as W
 from fabric.topology import Fabric, shift_usid, usid_prefix
+from p4rt import corpus, program
 from p4rt import names as N
-from p4rt import program
+from p4rt.corpus import case_updates
 from softswitch.pipeline import Pipeline
 from softswitch.queues import PortQueues
 from softswitch.store import DeviceState
-from tests.golden import corpus
-from tests.golden.corpus import case_updates
 from tests.switch.p4rt_support import CODEC, IDX, usid_entries
 
 FABRIC = Fabric()

@@ -1,7 +1,9 @@
-"""Loader for the golden packet corpus (tests/golden/cases.json, format in README.md).
+"""Loader for the golden packet corpus (tests/golden/cases.json, format in tests/golden/README.md).
 
-One truth for every data plane: the BMv2 runner (tests/switch/bmv2_runner.py) and the software
-switch's tests both feed these cases to their pipeline and compare. API:
+One truth for every data plane: the BMv2 runner (topologies/bmv2_corpus.py), the software
+switch's and the simulator's tests and the P4 exercises' grader (grader/p4.py) feed these cases
+to their pipeline and compare. It lives here, not in tests/, because the grader is production
+code and must not import tests (docs/architecture.md). API:
 
     load_cases(path=CASES_PATH) -> list[Case]
 
@@ -21,7 +23,7 @@ from p4rt.codec import Codec
 from p4rt.entities import Action, Entity, Exact, Lpm, RegisterCell, TableEntry
 from p4rt.program import ecmp_group, ecmp_member
 
-CASES_PATH = Path(__file__).resolve().parent / "cases.json"
+CASES_PATH = Path(__file__).resolve().parents[1] / "tests" / "golden" / "cases.json"  # data
 FORMAT_VERSION = 2  # 2: optional `prelude`
 
 

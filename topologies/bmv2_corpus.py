@@ -5,7 +5,9 @@ simple_switch_grpc on the switch ends (gRPC on 127.0.0.1, Thrift for register wr
 pushes the pipeline over P4Runtime and, per case: installs the entries, presets the
 queue-depth register, sends the frame on the host end of the ingress port, collects what
 arrives on every host end, reads counters, removes the entries. Everything it creates is
-removed by name/PID in close(), also on failure. Used by tests/switch/test_p4_bmv2.py.
+removed by name/PID in close(), also on failure. Used by tests/switch/test_p4_bmv2.py and by
+the P4 exercises' grader (grader/p4.py), which runs it inside a grading copy of the project so
+that p4build compiles (or finds) the student's program.
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from controller import p4build
 from p4rt import names as n
 from p4rt.codec import Codec
+from p4rt.corpus import Case
 from p4rt.entities import TableEntry
 from p4rt.p4info import P4InfoIndex
-from tests.golden.corpus import Case
 from topologies.bmv2_switch import runtime_cli
 from topologies.procs import stop_process
 

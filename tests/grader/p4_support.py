@@ -1,0 +1,54 @@
+"""What the P4 exercises' tests share: grading a file set on BMv2, the report's invariants."""
+
+from __future__ import annotations
+
+import time
+
+from grader import catalog, workspace
+from grader.report import Grade
+from tests.e2e.support import skip_reason
+from tests.support import require_bmv2, require_root
+
+NOT_RUN = "not run:"
+
+
+def require_corpus_stage() -> None:
+    """The corpus stage: p4c, BMv2 and root (veths)."""
+    require_bmv2()
+    require_root("the BMv2 harness (veth pairs)")
+
+
+def require_live_stage() -> None:
+    require_corpus_stage()
+    reason = skip_reason()
+    if reason:
+        import pytest
+
+        pytest.skip(reason)
+
+
+def grade(number: int, files: workspace.FileSet, name: str, target: str = "bmv2",
+          timings: dict[str, float] | None = None) -> Grade:
+    ex = catalog.load(number)
+    start = time.monotonic()
+    result = workspace.grade(ex, files, name, target)
+    if timings is not None:
+        timings[name] = time.monotonic() - start
+    print(f"graded exercise {number} {name} in {time.monotonic() - start:.1f} s")
+    return result
+
+
+def assert_useful_failures(grade: Grade) -> None:
+    """Every failed check says what was expected, what was seen and what to do, or why it
+    did not run."""
+    assert not grade.error, grade.error
+    for c in grade.checks:
+        if c.passed:
+            continue
+        if c.observed.startswith(NOT_RUN):
+            continue
+        assert c.expected and c.observed and c.hint, c
+
+
+def first_failure(grade: Grade) -> str:
+    return next(c.id for c in grade.checks if not c.passed)
