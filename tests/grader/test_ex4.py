@@ -9,6 +9,7 @@ import pytest
 
 from grader import catalog, live, workspace
 from tests.e2e.support import skip_reason
+from tests.support import require_bmv2
 
 EX = catalog.load(4)
 
@@ -54,11 +55,14 @@ def test_wrong_solution_fails_its_check(no_live, wrong):
 
 @pytest.mark.slow
 @pytest.mark.root
-def test_solution_live():
+@pytest.mark.parametrize("target", ["soft", pytest.param("bmv2", marks=pytest.mark.bmv2)])
+def test_solution_live(target):
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
-    g = workspace.grade(EX, workspace.solution(EX), "solution", "soft")
+    if target == "bmv2":
+        require_bmv2()
+    g = workspace.grade(EX, workspace.solution(EX), "solution", target)
     assert g.full_marks, g.checks
 
 
