@@ -63,9 +63,8 @@ def _evs(k: int = 3) -> tuple[Any, Any]:
     """A small EV set: 2 planes x 2 paths, 8 active EVs, probe rule `k`."""
     import random
 
-    from host_agent.core.evs import EvSet
-    from host_agent.core.evstate import EvConfig
-    from host_agent.core.types import PathInfo
+    from host_agent.core import EvConfig, PathInfo
+    from host_agent.core.evs import EvSet  # the class the student's probe rule is part of
 
     cfg = EvConfig(evs_per_connection=8, backups_per_plane=2, skip_time=1.0,
                    probe_interval=1.0, probe_timeout=0.5, probe_successes_to_reinstate=k,
@@ -102,8 +101,7 @@ def _run(check_id: str, title: str, points: int, hint: str, expected: str,
 # ----- stage 1: the table ---------------------------------------------------------------------
 
 def _cell(table: dict, state: str, trigger: str) -> str | None:
-    from host_agent.core.evstate import EvTrigger
-    from host_agent.core.types import EvState
+    from host_agent.core import EvState, EvTrigger
 
     new = table.get((EvState[state], EvTrigger(trigger)))
     return None if new is None else new.name
@@ -118,7 +116,7 @@ def _table_check(check_id: str, title: str, triggers: tuple[str, ...], hint: str
                          for s in STATES)
 
     def body() -> str:
-        from host_agent.core.evstate import TRANSITIONS
+        from host_agent.core.evstate import TRANSITIONS  # the student's table
         wrong = [f"{s} --{t}--> {_show(_cell(TRANSITIONS, s, t))} (expected "
                  f"{_show(EXPECTED[t][s])})" for t in triggers for s in STATES
                  if _cell(TRANSITIONS, s, t) != EXPECTED[t][s]]
@@ -132,9 +130,7 @@ def _illegal_check() -> Check:
     pairs = [(s, t) for t, row in EXPECTED.items() for s, new in row.items() if new is None]
 
     def body() -> str:
-        from host_agent.core.errors import LocalProtocolError
-        from host_agent.core.evstate import EvTrigger
-        from host_agent.core.types import EvState
+        from host_agent.core import EvState, EvTrigger, LocalProtocolError
 
         accepted = []
         for state, trigger in pairs:
@@ -160,7 +156,7 @@ def _illegal_check() -> Check:
 # ----- stage 1: the probe rule ----------------------------------------------------------------
 
 def _retire(evs: Any, entry: Any, now: float) -> None:
-    from host_agent.core.errors import LocalProtocolError
+    from host_agent.core import LocalProtocolError
     try:
         evs.on_loss(entry.ev, now)
     except LocalProtocolError as exc:
