@@ -1,7 +1,7 @@
 """Exercise 5 (path retirement and probing): the grader fails the skeleton with useful
-messages, gives the reference solution every point of the unit and simulator stages, and fails
-each wrong-solution fixture on the check it names. The live stage is skipped here
-(grader.live.SKIP_ENV); test_solution_live runs it as root."""
+messages and gives the reference solution every point before the live stage, which is skipped here
+(grader.live.SKIP_ENV); test_solution_live runs it as root. The wrong-solution fixtures are
+held to their named checks in test_python_fixtures.py."""
 
 from __future__ import annotations
 
