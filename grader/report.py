@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import traceback
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -31,6 +32,30 @@ class Check:
 def not_run(id: str, title: str, points: int, reason: str) -> Check:
     """A check a failed earlier stage kept from running: no points, and why."""
     return Check(id, title, points, False, observed=f"not run: {reason}")
+
+
+def raised(exc: BaseException) -> str:
+    """An exception as a student reads it: type, message and the innermost project line."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if "/grader/" not in f.filename]
+    where = ""
+    if frames:
+        f = frames[-1]
+        rel = f.filename.split("/project/", 1)[-1]
+        where = f" (raised at {rel}:{f.lineno} in {f.name}: {(f.line or '').strip()})"
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def run_check(check_id: str, title: str, points: int, hint: str, expected: str,
+              body: Callable[[], str]) -> Check:
+    """A check whose body returns "" when it holds, else what it observed; any exception from
+    the student's code is what it observed."""
+    try:
+        observed = body()
+    except Exception as exc:  # the student's code may raise anything
+        observed = raised(exc)
+    return Check(check_id, title, points, not observed, expected=expected,
+                 observed=observed or "as expected", hint=hint)
 
 
 @dataclass(frozen=True)

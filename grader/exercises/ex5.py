@@ -13,12 +13,12 @@ allows; (3) the live Mininet transfer.
 
 from __future__ import annotations
 
-import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from grader.live import transfer_check
-from grader.report import Check, not_run
+from grader.report import Check, not_run, raised
+from grader.report import run_check as _run
 
 G, S, B, D = "GOOD", "SKIP", "ASSUMED_BAD", "DENIED"
 STATES = (G, S, B, D)
@@ -72,30 +72,6 @@ def _evs(k: int = 3) -> tuple[Any, Any]:
     paths = [PathInfo(p, f"route-{p}-{s}") for p in (0, 1) for s in (0, 1)]
     evs = EvSet(paths, cfg, random.Random(1))
     return evs, evs.entries()[0]
-
-
-def raised(exc: BaseException) -> str:
-    """An exception as a student reads it: type, message and the innermost project line."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if "/grader/" not in f.filename]
-    where = ""
-    if frames:
-        f = frames[-1]
-        rel = f.filename.split("/project/", 1)[-1]
-        where = f" (raised at {rel}:{f.lineno} in {f.name}: {(f.line or '').strip()})"
-    return f"{type(exc).__name__}: {exc}{where}"
-
-
-def _run(check_id: str, title: str, points: int, hint: str, expected: str,
-         body: Callable[[], str]) -> Check:
-    """A check whose body returns "" when it holds, else what it observed; any exception from
-    the student's code is what it observed."""
-    try:
-        observed = body()
-    except Exception as exc:  # the student's code may raise anything
-        observed = raised(exc)
-    return Check(check_id, title, points, not observed, expected=expected,
-                 observed=observed or "as expected", hint=hint)
 
 
 # ----- stage 1: the table ---------------------------------------------------------------------

@@ -12,39 +12,17 @@ comes back; (3) the live Mininet transfer.
 
 from __future__ import annotations
 
-import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from grader.live import transfer_check
-from grader.report import Check, not_run
+from grader.report import Check, not_run, raised
+from grader.report import run_check as _run
 
 PLANES = 4
 DEAD = 1  # the plane A loses in the unit checks
 QPN = {("A", "B"): 0x100, ("A", "C"): 0x101, ("B", "A"): 0x200, ("C", "A"): 0x300}
 WRITE = 32 * 1024  # enough data packets to be sprayed over every usable plane
-
-
-def raised(exc: BaseException) -> str:
-    """An exception as a student reads it: type, message and the innermost project line."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if "/grader/" not in f.filename]
-    where = ""
-    if frames:
-        f = frames[-1]
-        rel = f.filename.split("/project/", 1)[-1]
-        where = f" (raised at {rel}:{f.lineno} in {f.name}: {(f.line or '').strip()})"
-    return f"{type(exc).__name__}: {exc}{where}"
-
-
-def _run(check_id: str, title: str, points: int, hint: str, expected: str,
-         body: Callable[[], str]) -> Check:
-    try:
-        observed = body()
-    except Exception as exc:  # the student's code may raise anything
-        observed = raised(exc)
-    return Check(check_id, title, points, not observed, expected=expected,
-                 observed=observed or "as expected", hint=hint)
 
 
 class Trio:
