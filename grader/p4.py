@@ -27,11 +27,12 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from grader.live import transfer_check
 from grader.report import Check, not_run
 
 COMPILER = "p4c-bm2-ss"
@@ -427,3 +428,26 @@ def corpus_stage(ctx: Any, cases: Sequence[Any],
 
 def passed(checks: Iterable[Check]) -> bool:
     return all(c.passed for c in checks)
+
+
+LIVE = ("live.transfer", "the live transfer")
+
+
+def grade_stages(ctx: Any, cases: Sequence[Any],
+                 plan: Sequence[tuple[str, str, int, Sequence[str], Judge]], live_points: int,
+                 live_hint: str, ports: int = 4) -> Iterator[Check]:
+    """A P4 exercise's stages, each gating the next: compile, the corpus checks of `plan` on
+    BMv2, the live transfer."""
+    checks, ok = compile_stage(ctx)
+    yield from checks
+    if not ok:
+        yield from (not_run(cid, title, pts, "the program did not compile")
+                    for cid, title, pts, _, _ in plan)
+        yield not_run(*LIVE, live_points, "the program did not compile")
+        return
+    results = corpus_stage(ctx, cases, plan, ports=ports)
+    yield from results
+    if not passed(results):
+        yield not_run(*LIVE, live_points, "the corpus cases failed")
+        return
+    yield transfer_check(ctx, LIVE[0], live_points, hint=live_hint)

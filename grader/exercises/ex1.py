@@ -18,9 +18,8 @@ from dataclasses import replace
 from typing import Any
 
 from grader import p4
-from grader.live import transfer_check
 from grader.p4 import Miss, Outcome, addr, outer_dst
-from grader.report import Check, not_run
+from grader.report import Check
 
 BLOCK_BITS = 32
 USID_BITS = 16
@@ -223,8 +222,6 @@ def judge_all(o: Outcome) -> Miss | None:
 
 
 def grade(ctx: Any) -> Iterator[Check]:
-    checks, ok = p4.compile_stage(ctx)
-    yield from checks
     plan = [
         ("usid.my-usid", "frames whose DA[127:80] is this switch's uSID take the uSID path, all "
          "others the baseline table", 2, SHIFTED + UNKNOWN + BASELINE + [NOT_MINE],
@@ -236,17 +233,6 @@ def grade(ctx: Any) -> Iterator[Check]:
         ("p4.corpus", "every frame byte for byte as the golden corpus says", 1,
          SHIFTED + UNKNOWN + BASELINE + [NOT_MINE], judge_all),
     ]
-    live = ("live.transfer", 2)
-    if not ok:
-        yield from (not_run(cid, title, pts, "the program did not compile")
-                    for cid, title, pts, _, _ in plan)
-        yield not_run(live[0], "the live transfer", live[1], "the program did not compile")
-        return
-    results = p4.corpus_stage(ctx, cases(), plan, ports=DECOY_PORT)
-    yield from results
-    if not p4.passed(results):
-        yield not_run(live[0], "the live transfer", live[1], "the corpus cases failed")
-        return
-    yield transfer_check(ctx, live[0], live[1], hint=(
+    yield from p4.grade_stages(ctx, cases(), plan, 2, ports=DECOY_PORT, live_hint=(
         "the corpus cases passed but a transfer did not: look at the switch logs the error "
         "names; a table the controller fills may not be applied the way it expects"))

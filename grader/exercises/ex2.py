@@ -16,9 +16,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from grader import p4
-from grader.live import transfer_check
 from grader.p4 import Miss, Outcome, traffic_class, u16
-from grader.report import Check, not_run
+from grader.report import Check
 
 TRIMMED = ["trim_fabric_port", "trim_exact_threshold", "trim_retransmission",
            "trim_cuts_immdt", "trim_last_hop"]
@@ -221,8 +220,6 @@ def judge_all(o: Outcome) -> Miss | None:
 
 
 def grade(ctx: Any) -> Iterator[Check]:
-    checks, ok = p4.compile_stage(ctx)
-    yield from checks
     plan = [
         ("trim.cut", "trimmable packets are cut to 134 bytes at or above the trim threshold, "
          "nothing else is", 3, TRIMMED + UNTRIMMED, judge_cut),
@@ -238,17 +235,6 @@ def grade(ctx: Any) -> Iterator[Check]:
         ("p4.corpus", "every frame byte for byte as the golden corpus says", 1, ALL,
          judge_all),
     ]
-    live = ("live.transfer", 2)
-    if not ok:
-        yield from (not_run(cid, title, pts, "the program did not compile")
-                    for cid, title, pts, _, _ in plan)
-        yield not_run(live[0], "the live transfer", live[1], "the program did not compile")
-        return
-    results = p4.corpus_stage(ctx, cases(), plan)
-    yield from results
-    if not p4.passed(results):
-        yield not_run(live[0], "the live transfer", live[1], "the corpus cases failed")
-        return
-    yield transfer_check(ctx, live[0], live[1], hint=(
+    yield from p4.grade_stages(ctx, cases(), plan, 2, live_hint=(
         "the corpus cases passed but a transfer did not: look at the switch logs the error "
         "names"))
