@@ -16,6 +16,7 @@ USID_BLOCK = 0xFCBBBBBB  # fcbb:bbbb::/32
 BLOCK_BITS = 32
 USID_BITS = 16
 MAX_USIDS = (128 - BLOCK_BITS) // USID_BITS  # six uSIDs after the block
+USID_NET = ipaddress.IPv6Network((USID_BLOCK << (128 - BLOCK_BITS), BLOCK_BITS))
 
 ROLE_T0 = 0x1
 ROLE_T1 = 0x2

@@ -77,12 +77,23 @@ def _bad_evs(net: MrcNetwork, host: int, peer: int) -> int:
     return sum(counts.get("ASSUMED_BAD", 0) for counts in states.values())
 
 
+def _icmp6_unreachables_sent(net: MrcNetwork, host: int) -> int:
+    for line in net.host(host).cmd("cat /proc/net/snmp6").splitlines():
+        name, _, value = line.partition(" ")
+        if name == "Icmp6OutDestUnreachs":
+            return int(value)
+    raise AssertionError(f"h{host}: no Icmp6OutDestUnreachs in /proc/net/snmp6")
+
+
 def test_transfer_verified_byte_for_byte(net):
     result = net.transfer(SRC, DST, SECOND)
     assert result["ok"] and result["verified"], result
     assert result["bytes"] == SECOND
     per_plane = net.stats(SRC)["endpoint"]["per_plane"]
     assert all(per_plane[p]["tx_packets"] > 0 for p in per_plane), "every plane carries data"
+    # the hosts' kernels (IPv6 on, keep_ipv6) see the MRC frames too: they must not answer
+    # them with errors that compete with data in the fabric's queues
+    assert [_icmp6_unreachables_sent(net, h) for h in (SRC, DST)] == [0, 0]
 
 
 def test_link_failure_mid_transfer_retires_then_reinstates(net):
