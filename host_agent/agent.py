@@ -469,8 +469,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-kernel-setup", action="store_true",
                    help="leave sysctls and offloads alone")
     p.add_argument("--write-timeout", type=float, default=EndpointConfig.write_timeout,
-                   help="seconds a write may stay unacknowledged before it fails and its QP "
-                        "with it (default %(default)s)")
+                   help="seconds a QP's outstanding writes may go without any data acknowledged "
+                        "before they fail, and the QP with them (default %(default)s)")
     p.add_argument("--connect-all", action="store_true", help="open QPs to every peer at start")
     p.add_argument("--exchange-qps", action="store_true",
                    help="QPNs and initial PSNs from secrets, exchanged out of band through the "

@@ -13,9 +13,11 @@ disable_ipv6=1: the kernel then drops every IPv6 frame on it before routing (no 
 discovery, DAD, router solicitation or MLD traffic, and no ICMP errors about MRC frames).
 keep_ipv6 is for the kernel TCP/MPTCP baselines that need addresses on the NICs: it keeps IPv6
 but turns off autoconf, router advertisements/solicitations and DAD, and forwarding. With
-forwarding off, a frame to an address the kernel does not own (uSID carriers, other NICs) is
-dropped by ip6_forward without an ICMP error; frames to another MAC are dropped even earlier
-(PACKET_OTHERHOST). Offloads that could rewrite raw frames are disabled with ethtool.
+forwarding off, a frame to an address the kernel does not own is dropped by ip6_forward without
+an ICMP error, but only if some route matches it: a uSID carrier that no route covers is
+answered with ICMPv6 "no route" instead, so whoever keeps IPv6 on must also route the uSID
+block somewhere silent (topologies.network blackholes it). Frames to another MAC are dropped
+earlier (PACKET_OTHERHOST). Offloads that could rewrite raw frames are disabled with ethtool.
 """
 
 from __future__ import annotations

@@ -41,8 +41,9 @@ class EndpointConfig:
     reorder_window: float = DEFAULT_BASE_RTT / 2  # ...and it has been out for srtt + this long
     port_status_retry: float = 4 * DEFAULT_BASE_RTT  # EP_REQ repeat interval until EP_RSP
     oor_backoff: float = DEFAULT_BASE_RTT  # pause after NACK(PSN_OOR_WINDOW) before resending
-    # a write not acknowledged this long after it was posted fails, and with it the QP
-    # (IBTA RC: retries exhausted): every pending write ends within this bound
+    # outstanding writes that see no new data acknowledged for this long (counted from the
+    # oldest one's posting at the earliest) fail, and with them the QP (IBTA RC: retries
+    # exhausted): a moving transfer never times out, a stuck one ends within this bound
     write_timeout: float = 60.0
     recovery: RecoveryMode = RecoveryMode.SELECTIVE  # a RecoveryMode or its value
     ev: EvConfig = field(default_factory=EvConfig)

@@ -15,7 +15,7 @@ class FailReason(enum.IntEnum):
 
     RKEY_VIOLATION = wire.NACK_RKEY_VIOLATION
     BOUNDS_VIOLATION = wire.NACK_BOUNDS_VIOLATION
-    TIMEOUT = 0x100  # not acknowledged within EndpointConfig.write_timeout: the QP failed
+    TIMEOUT = 0x100  # nothing acknowledged for EndpointConfig.write_timeout: the QP failed
     FLUSHED = 0x101  # queued behind a write that failed the same QP
     PEER_OUT_OF_SYNC = 0x102  # the peer answered from other state: it restarted (Sender)
 

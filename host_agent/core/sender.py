@@ -24,7 +24,11 @@ back to the newest-sent unambiguous transmission it newly acknowledges (RACK).
 
 A write completes once the cumulative ack passes its end: the receiver never consumes a PSN
 it refused (Receiver docstring), so a cumulative ack is proof of placement. A refusal NACK or
-an exhausted write_timeout fails the QP (_fail), as in IBTA RC.
+an exhausted write_timeout fails the QP (_fail), as in IBTA RC. write_timeout runs from the
+later of the oldest outstanding write's posting and the last acknowledgement of new data
+(`_acked_at`), the way IBTA's retry count restarts on progress: a long write on a slow or
+congested fabric keeps going while it moves, and a QP that moves nothing fails in bounded
+time. A NACK is not progress here (a trim storm could NACK forever), only an ack is.
 """
 
 from __future__ import annotations
@@ -109,6 +113,7 @@ class Sender:
         self.rto = RtoEstimator(config.rto_initial, config.rto_min, config.rto_max)
         self._hold_until = 0.0  # after NACK(PSN_OOR_WINDOW): send nothing before this
         self._progress_at = 0.0  # last forward progress: the RTO runs from here (docstring)
+        self._acked_at = 0.0  # last acknowledgement of new data: write_timeout runs from here
         self._recheck: float | None = None  # when a reordered packet may be declared lost
         self._reorder_scale = 1  # grows on spurious retransmissions, decays on clean acks
         self._clean_acks = 0
@@ -259,7 +264,7 @@ class Sender:
         if sack_bitmap and not self._go_back:  # RoCE senders have no SACK
             acked += self._sack_bitmap(cack_psn + sack_offset, sack_bitmap, now)
         if acked:
-            self._progress_at = now
+            self._progress_at = self._acked_at = now
             self.rto.progress()
         if probe_resp:  # no RTT, EV or CC news; but its cumulative ack may end writes
             self._complete_writes()
@@ -374,7 +379,8 @@ class Sender:
             self._retx[pkt.psn] = pkt
             self._retx.move_to_end(pkt.psn, last=False)  # resend before anything else
             self._resend_from([pkt])
-        self._cumulative(nack.cack_psn, now)
+        if self._cumulative(nack.cack_psn, now):
+            self._acked_at = now
         self._complete_writes()
         return True
 
@@ -503,17 +509,21 @@ class Sender:
         self.inflight_bytes -= pkt.length
         self._loss.forget(pkt)
 
-    def _oldest_posted(self) -> float | None:
+    def stalled_since(self) -> float | None:
+        """Since when the outstanding writes have had no data acknowledged (module docstring);
+        None when no write is outstanding."""
         oldest = self._sent[0] if self._sent else self._pending[0] if self._pending else None
-        return None if oldest is None else oldest.posted_at
+        if oldest is None:
+            return None
+        return oldest.posted_at if oldest.posted_at > self._acked_at else self._acked_at
 
     def deadline(self) -> float | None:
         """The next time on_timer has work. While a write is pending there always is one: its
         write_timeout (liveness: every write ends in success or WriteFailed)."""
-        posted = self._oldest_posted()
-        if posted is None:
+        stalled = self.stalled_since()
+        if stalled is None:
             return None
-        when = posted + self._cfg.write_timeout  # the earliest of these (the list's min):
+        when = stalled + self._cfg.write_timeout  # the earliest of these (the list's min):
         if self._inflight:
             oldest = next(iter(self._inflight.values()))
             rto = max(oldest.sent_time, self._progress_at) + self.rto.current()
@@ -526,8 +536,8 @@ class Sender:
         return when
 
     def on_timer(self, now: float) -> None:
-        posted = self._oldest_posted()
-        if posted is not None and now >= posted + self._cfg.write_timeout:
+        stalled = self.stalled_since()
+        if stalled is not None and now >= stalled + self._cfg.write_timeout:
             self._fail(FailReason.TIMEOUT)
             return
         if self._recheck is not None and now >= self._recheck:

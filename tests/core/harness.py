@@ -67,6 +67,7 @@ class Harness:
         self.eps = {"A": Endpoint(cfg, planes=planes, name="A", seed=seed),
                     "B": Endpoint(cfg, planes=planes, name="B", seed=seed + 1)}
         self.events: dict[str, list[Event]] = {"A": [], "B": []}
+        self.event_times: dict[str, list[float]] = {"A": [], "B": []}  # when each was taken
         # (time, seq, stage, dst, src, meta, payload); stage "in" = reaches a bottleneck
         self._queue: list[tuple[float, int, str, str, str, RxMeta, bytes]] = []
         self._seq = 0
@@ -148,6 +149,7 @@ class Harness:
                 self._transmit(name, tx)
             while (ev := ep.next_event()) is not None:
                 self.events[name].append(ev)
+                self.event_times[name].append(self.now)
 
     def step(self) -> bool:
         """Advance to the next delivery or timer; False when nothing is left to do."""
@@ -216,6 +218,10 @@ class Harness:
 
     def of_type(self, name: str, cls: type) -> list:
         return [e for e in self.events[name] if isinstance(e, cls)]
+
+    def timeline(self, name: str) -> list[tuple[float, Event]]:
+        """(time taken, event) of each of `name`'s events, in order."""
+        return list(zip(self.event_times[name], self.events[name]))
 
 
 def pattern(n: int, seed: int = 0) -> bytes:

@@ -1,8 +1,10 @@
 """Liveness under random interleavings of valid and forged traffic (a property test over seeds).
 
 After every step of the harness: an endpoint with a write pending has a timer armed. At the end:
-every write ended in WriteCompleted or WriteFailed, no later than write_timeout after it was
-posted, and every completed write's bytes are in the receiver's memory.
+every write ended in WriteCompleted or WriteFailed, no later than write_timeout after the QP last
+moved (data acknowledged, or the write posted), and every completed write's bytes are in the
+receiver's memory. Then the write timeout's own rules, one scenario each: a write that keeps
+moving outlives it, a trim storm (NACKs only) and a stall after progress do not.
 """
 
 from __future__ import annotations
@@ -99,9 +101,13 @@ def test_every_write_ends_and_a_timer_is_armed_while_one_is_pending(seed: int) -
         if rng.random() < 0.002:  # a blackout of every path for a while
             h.link.dead_planes = {("B", 0), ("B", 1)} if not h.link.dead_planes else set()
         ended = {e.wr_id for e in h.of_type("A", (WriteCompleted, WriteFailed))}
-        for wr_id in set(posted) - ended:
+        pending = set(posted) - ended
+        if pending:
             assert h.a.get_timer() is not None, f"step {step}: write pending, no timer"
-            assert h.now <= posted[wr_id][0] + WRITE_TIMEOUT + BASE_RTT, f"write {wr_id} late"
+            stalled = h.a.connection(QP_A).sender.stalled_since()
+            assert stalled is not None
+            assert min(posted[w][0] for w in pending) <= stalled <= h.now
+            assert h.now <= stalled + WRITE_TIMEOUT + BASE_RTT, f"step {step}: writes late"
         if not h.step():
             assert not set(posted) - ended, f"step {step}: idle with writes pending"
             h.now += BASE_RTT  # nothing to do: let time pass until the next post
@@ -137,3 +143,58 @@ def test_a_write_to_a_silent_peer_fails_in_time_and_the_qp_stops_sending() -> No
     assert h.a.get_timer() is None
     with pytest.raises(LocalProtocolError, match="failed"):
         h.a.post_write(QP_A, b"x", mr.va, mr.rkey, now=h.now)
+
+
+def _ended_at(h: Harness) -> dict[int, tuple[float, object]]:
+    return {e.wr_id: (t, e) for t, e in h.timeline("A") if isinstance(e, (WriteCompleted,
+                                                                           WriteFailed))}
+
+
+def test_a_write_that_keeps_moving_outlives_the_write_timeout() -> None:
+    """Before: the timeout ran from posting, so a write longer than it failed mid-transfer
+    (the 7->1 incast at 60 packets/s needs about the default 60 s)."""
+    timeout = 20 * BASE_RTT
+    h = Harness(seed=3, config=small_config(write_timeout=timeout))
+    for plane in range(h.planes):  # a slow last hop: 64 packets take about 64 base RTTs
+        h.link.bottleneck[("B", plane)] = 2 * BASE_RTT
+    mr = h.b.register_memory(64 * 1024)
+    data = pattern(64 * 1024, 7)
+    h.a.post_write(QP_A, data, mr.va, mr.rkey, now=0.0)
+    h.run(until=1000 * BASE_RTT)
+    assert h.of_type("A", WriteFailed) == []
+    (done,) = h.of_type("A", WriteCompleted)
+    assert _ended_at(h)[done.wr_id][0] > 3 * timeout  # it did outlive the timeout
+    assert bytes(mr.buffer) == data
+
+
+def test_a_trim_storm_is_no_progress_and_fails_in_time() -> None:
+    """Every data packet trimmed: NACKs keep coming, nothing is ever acknowledged."""
+    timeout = 50 * BASE_RTT
+    h = Harness(seed=4, config=small_config(write_timeout=timeout))
+    h.link.faults.trim = 1.0
+    mr = h.b.register_memory(8192)
+    h.a.post_write(QP_A, pattern(8192), mr.va, mr.rkey, now=0.0)
+    h.run(until=4 * timeout)
+    assert h.a.stats()["nacks_received"] > 20
+    ((at, failed),) = _ended_at(h).values()
+    assert failed == WriteFailed(QP_A, 1, FailReason.TIMEOUT)
+    assert timeout <= at <= timeout + BASE_RTT
+
+
+def test_a_stall_after_progress_fails_one_timeout_after_the_last_ack() -> None:
+    timeout = 50 * BASE_RTT
+    h = Harness(seed=5, config=small_config(write_timeout=timeout))
+    mr = h.b.register_memory(256 * 1024)
+    h.a.post_write(QP_A, pattern(256 * 1024), mr.va, mr.rkey, now=0.0)
+    for plane in range(h.planes):  # a slow last hop: the write takes about 256 base RTTs
+        h.link.bottleneck[("B", plane)] = 2 * BASE_RTT
+    cut = 30 * BASE_RTT  # well into the write; from here on no answer leaves the peer
+    h.link.filter = lambda src, tx: not (src == "B" and h.now >= cut)
+    h.run(until=cut)
+    assert 0 < h.b.stats()["rx_data_bytes"] < 256 * 1024  # it moved, and is not done
+    h.run(until=cut + 4 * timeout)
+    ((at, failed),) = _ended_at(h).values()
+    assert failed == WriteFailed(QP_A, 1, FailReason.TIMEOUT)
+    # one timeout after the last answer arrived (within half an RTT of the cut), not after
+    # posting (that would have been at `timeout`, before the cut)
+    assert cut + timeout - BASE_RTT <= at <= cut + timeout + BASE_RTT
