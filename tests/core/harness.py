@@ -221,7 +221,7 @@ class Harness:
 
     def timeline(self, name: str) -> list[tuple[float, Event]]:
         """(time taken, event) of each of `name`'s events, in order."""
-        return list(zip(self.event_times[name], self.events[name]))
+        return list(zip(self.event_times[name], self.events[name], strict=True))
 
 
 def pattern(n: int, seed: int = 0) -> bytes:
