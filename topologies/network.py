@@ -116,6 +116,11 @@ def base_rtt_for(port_rate_pps: int | None) -> float:
     return serialization + AGENT_OVERHEAD_S
 
 
+class _MininetAbandoned(BaseException):
+    """Raised from the second-interrupt handler into a running Mininet stop: a BaseException,
+    so that no `except Exception` inside Mininet carries on with the killed shells."""
+
+
 @dataclass(frozen=True)
 class NetworkConfig:
     fabric: Fabric = field(default_factory=Fabric)
@@ -177,6 +182,8 @@ class MrcNetwork:
         self.timings: dict[str, float] = {}
         self._handles: list[TransferHandle] = []
         self._stopped = False
+        self._killed = False  # a second interrupt killed the recorded processes (stop())
+        self._in_mininet_stop = False
         self._lock_fd: int | None = None
         self._manifest: RunManifest | None = None
 
@@ -270,10 +277,15 @@ class MrcNetwork:
             self._manifest.add_pid(agent.proc.pid if agent.proc is not None else None)
 
     def _kill_tracked(self) -> None:
-        """Second Ctrl-C during stop(): SIGKILL everything recorded, by PID; stop() goes on."""
+        """Second Ctrl-C during stop(): SIGKILL everything recorded, by PID; stop() goes on
+        without Mininet, whose commands would wait forever on the killed node shells (if it
+        is in one now, it is abandoned) and sweeps by PID and name instead."""
         if self._manifest is not None:
             self.log("second interrupt: killing the fabric's processes")
             kill_all(self._manifest.live_pids())
+        self._killed = True
+        if self._in_mininet_stop:
+            raise _MininetAbandoned
 
     def _mac(self, node: str, port: int) -> str:
         if node in self.fabric.by_name:
@@ -368,14 +380,22 @@ class MrcNetwork:
             self.controller.close()
         remove_loss()  # a loss experiment cut short leaves its (now idle) nftables table
         if self.net is not None:
-            if any(node.waiting for node in self.net.hosts + self.net.switches):
+            if self._killed:
+                errors.append("second interrupt: stopped by PID and name")
+            elif any(node.waiting for node in self.net.hosts + self.net.switches):
                 # Ctrl-C cut a Mininet command short: that shell takes no other command
                 errors.append("a Mininet command was interrupted: stopped by PID and name")
             else:
+                self._in_mininet_stop = True
                 try:
                     self.net.stop()  # switch processes by PID (node.stop), veths, host shells
+                except _MininetAbandoned:
+                    errors.append("second interrupt: Mininet stop abandoned, swept by PID and "
+                                  "name")
                 except Exception as exc:  # noqa: BLE001 (Mininet raises bare ones; swept next)
                     errors.append(f"Mininet stop: {exc!r}")
+                finally:
+                    self._in_mininet_stop = False
         if self._manifest is not None:
             swept = self._manifest.sweep()  # what Mininet did not stop: by PID and by name
             if any(swept.values()) and errors:

@@ -1,0 +1,93 @@
+"""MrcNetwork.stop() under a second Ctrl-C (issue 13, item 8): the recorded processes are
+killed, and no Mininet command is left waiting on a node shell that was killed with them.
+
+Before: a second SIGINT while Mininet was deleting links killed the host shells, and the
+next `ip link del` waited for their output forever (tests/e2e/test_teardown.py hung)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from topologies.network import MrcNetwork, NetworkConfig
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class FakeManifest:
+    def __init__(self) -> None:
+        self.swept = False
+
+    def live_pids(self) -> list[int]:
+        return []
+
+    def sweep(self) -> dict[str, int]:
+        self.swept = True
+        return {"processes": 0, "interfaces": 0}
+
+    def remove(self) -> None:
+        pass
+
+
+class HangingMininet:
+    """Mininet whose stop() meets a killed shell: it waits until something interrupts it."""
+
+    hosts: list = []
+    switches: list = []
+
+    def __init__(self, second_interrupt_after: float | None) -> None:
+        self.started = self.finished = False
+        self._after = second_interrupt_after
+
+    def stop(self) -> None:
+        self.started = True
+        if self._after is not None:  # the first Ctrl-C now, the second while it waits
+            os.kill(os.getpid(), signal.SIGINT)
+            threading.Timer(self._after, os.kill, (os.getpid(), signal.SIGINT)).start()
+        time.sleep(20)
+        self.finished = True
+
+
+class InterruptedAgent:
+    host = 0
+
+    def stop(self) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+def _network(tmp_path: Path, logs: list[str]) -> tuple[MrcNetwork, FakeManifest]:
+    net = MrcNetwork(NetworkConfig(target="soft"), workdir=tmp_path, log=logs.append)
+    manifest = FakeManifest()
+    net._manifest = manifest  # type: ignore[assignment]
+    return net, manifest
+
+
+def test_a_second_interrupt_abandons_a_mininet_stop_that_waits(tmp_path: Path) -> None:
+    logs: list[str] = []
+    net, manifest = _network(tmp_path, logs)
+    mininet = HangingMininet(second_interrupt_after=0.2)
+    net.net = mininet  # type: ignore[assignment]
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        net.stop()
+    assert time.monotonic() - start < 10
+    assert mininet.started and not mininet.finished
+    assert manifest.swept
+    assert any("Mininet stop abandoned" in line for line in logs), logs
+
+
+def test_after_a_second_interrupt_mininet_is_not_asked_to_stop(tmp_path: Path) -> None:
+    logs: list[str] = []
+    net, manifest = _network(tmp_path, logs)
+    mininet = HangingMininet(second_interrupt_after=None)
+    net.net = mininet  # type: ignore[assignment]
+    net.agents = {0: InterruptedAgent(), 1: InterruptedAgent()}  # type: ignore[dict-item]
+    with pytest.raises(KeyboardInterrupt):
+        net.stop()
+    assert not mininet.started and manifest.swept
+    assert any("second interrupt: stopped by PID and name" in line for line in logs), logs
