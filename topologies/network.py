@@ -309,7 +309,7 @@ class MrcNetwork:
         The uSID block is blackholed: the kernel sees every MRC frame the agent reads (an
         AF_PACKET socket takes a copy), and without a route for its destination it answers each
         with an ICMPv6 "no route" error that queues, untrimmable, in the peer's data queue. In
-        a 7->1 incast those errors took 48 of the receiver's 60 packets/s (docs/decisions.md)."""
+        a 7->1 incast those errors took 56 of the receiver's 60 packets/s (docs/decisions.md)."""
         self._host_cmds(host, [f"ip -6 route replace blackhole {USID_NET}"])
         for p in range(self.fabric.planes):
             ifname = self.fabric.nic(host, p).ifname
