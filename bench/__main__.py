@@ -33,7 +33,7 @@ from tqdm import tqdm  # noqa: E402
 from bench import calibrate, paper, plots, results, scenarios  # noqa: E402
 from bench.runner import CONTENDERS  # noqa: E402
 from bench.scenarios import FULL, QUICK, Context  # noqa: E402
-from topologies.network import DEFAULT_PORT_RATE_PPS  # noqa: E402
+from topologies.netconfig import DEFAULT_PORT_RATE_PPS  # noqa: E402
 from topologies.targets import TARGETS  # noqa: E402
 
 

@@ -28,7 +28,8 @@ from bench.runner import (
     run_contender,
 )
 from fabric.topology import Fabric
-from topologies.network import DEFAULT_PORT_RATE_PPS, MrcNetwork, NetworkConfig
+from topologies.netconfig import DEFAULT_PORT_RATE_PPS
+from topologies.network import MrcNetwork, NetworkConfig
 
 DEFAULT_FABRIC = Fabric(planes=4, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=2)
 INCAST_FABRIC = Fabric(planes=4, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=4)

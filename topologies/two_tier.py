@@ -50,7 +50,7 @@ def _bootstrap() -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from controller.tables import DEFAULT_ECN_THRESHOLD, DEFAULT_TRIM_THRESHOLD
-    from topologies.network import DEFAULT_PORT_RATE_PPS, DEFAULT_QUEUE_DEPTH
+    from topologies.netconfig import DEFAULT_PORT_RATE_PPS, DEFAULT_QUEUE_DEPTH
 
     p = argparse.ArgumentParser(prog="two_tier.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -22,7 +22,7 @@ import pytest
 from bench import results
 from bench.__main__ import SCENARIOS
 from tests.support import require_bmv2
-from topologies.network import NO_TRIM_THRESHOLD
+from topologies.netconfig import NO_TRIM_THRESHOLD
 
 REPO = Path(__file__).resolve().parents[2]
 CONTENDERS = {"soft": ("mrc", "roce", "roce:8", "tcp", "mptcp", "single_port"),

@@ -28,12 +28,8 @@ from topologies.demo import (  # noqa: E402
     last_event_seq,
     routes_through,
 )
-from topologies.network import (  # noqa: E402
-    NO_TRIM_THRESHOLD,
-    MrcNetwork,
-    NetworkConfig,
-    NetworkError,
-)
+from topologies.netconfig import NO_TRIM_THRESHOLD  # noqa: E402
+from topologies.network import MrcNetwork, NetworkConfig, NetworkError  # noqa: E402
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(240),
               pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]

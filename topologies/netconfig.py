@@ -1,0 +1,96 @@
+"""What a fabric is built with: NetworkConfig, its defaults and the rules that reject a
+configuration before anything starts (topologies.network runs it).
+
+- single_path: agents start in single-path mode (the `--baseline` fabric).
+- base_rtt defaults to None = derived from the port rate (base_rtt_for).
+- trimming=False: every port's trim threshold is NO_TRIM_THRESHOLD, which no queue reaches
+  (queue_depth must stay below it), so a full queue tail-drops instead of trimming; the
+  queue_depth > trim_threshold rule then does not apply.
+- keep_ipv6: a NIC keeps its kernel address while down (keep_addr_on_down), and nic_up puts
+  back the neighbour and route Linux removes with the link, so kernel sockets work again.
+
+Rates: software switches are slow, so each egress port is rate limited well below what a
+switch process can forward on this 2-core machine: the emulated links, not the CPU, are the
+bottleneck and queues build where the model says they would. DEFAULT_PORT_RATE_PPS was chosen
+by measurement (README "Mininet demo").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from controller.convergence import DEFAULT_DELAY
+from controller.tables import DEFAULT_ECN_THRESHOLD, DEFAULT_TRIM_THRESHOLD, PortThresholds
+from fabric.topology import Fabric
+from p4rt.names import QDEPTH_BITS
+from topologies.runstate import RunStateError
+
+DEFAULT_PORT_RATE_PPS = 500
+# Twice BMv2's default (64): with 64, a 4:1 incast still tail-dropped a few data packets at the
+# receiver's T0 (the software switch's occupancy check lags its queue); with 128, none.
+DEFAULT_QUEUE_DEPTH = 128
+# Rates are in packets/s, but the high-priority queue carries header-only frames (a trimmed
+# packet is 134 bytes, a SACK about 150, a full data frame 1158): on a byte-rate link each takes
+# about 1/8 of a data packet's time, so that queue is paced 8 times faster. At the data rate,
+# incast trims would overflow it and turn into drops and timeouts that a real link would not see.
+CONTROL_RATE_FACTOR = 8
+AGENT_OVERHEAD_S = 0.005  # two Python agents' processing and scheduling per round trip
+RTT_HOPS = 6  # rate-limited egress ports a data packet and its SACK cross (T0, T1, T0 twice)
+# Packet times of standing queue the timers allow for: with only the unloaded RTT (17 ms at
+# 500 pps) a 4:1 incast saw 24-32 timeouts per flow; with 8 packets more (33 ms), none.
+STANDING_QUEUE = 8
+NO_TRIM_THRESHOLD = (1 << QDEPTH_BITS) - 1  # the largest trim threshold; trimming=False uses it
+
+
+class NetworkError(RunStateError):
+    """The fabric could not be built, programmed or driven; the message says what failed."""
+
+
+def base_rtt_for(port_rate_pps: int | None) -> float:
+    """RTT across spines: a packet time per rate-limited hop and a short standing queue, plus
+    the agents' own processing."""
+    serialization = (RTT_HOPS + STANDING_QUEUE) / port_rate_pps if port_rate_pps else 0.0
+    return serialization + AGENT_OVERHEAD_S
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    fabric: Fabric = field(default_factory=Fabric)
+    target: str = "auto"
+    port_rate_pps: int | None = DEFAULT_PORT_RATE_PPS  # None: unlimited (CPU-bound)
+    queue_depth: int = DEFAULT_QUEUE_DEPTH
+    ecn_threshold: int = DEFAULT_ECN_THRESHOLD
+    trim_threshold: int = DEFAULT_TRIM_THRESHOLD
+    convergence_delay: float = DEFAULT_DELAY
+    base_rtt: float | None = None  # None: base_rtt_for(port_rate_pps)
+    agents: bool = True
+    keep_ipv6: bool = False
+    single_path: bool = False
+    trimming: bool = True  # False: trim threshold NO_TRIM_THRESHOLD, full queues tail-drop
+    lock_timeout: float = 600.0  # seconds to wait for another fabric on this machine to stop
+
+    def __post_init__(self) -> None:
+        if self.port_rate_pps is not None and self.port_rate_pps < 1:
+            raise NetworkError(f"port_rate_pps must be >= 1 packet/s or None, "
+                               f"got {self.port_rate_pps}")
+        if self.trimming and self.queue_depth <= self.trim_threshold:
+            raise NetworkError(f"queue_depth ({self.queue_depth}) must exceed the trim threshold "
+                               f"({self.trim_threshold}), or data is tail-dropped, not trimmed; "
+                               "set trimming=False for a fabric that never trims")
+        if not self.trimming and self.queue_depth >= NO_TRIM_THRESHOLD:
+            raise NetworkError(f"trimming=False needs queue_depth below {NO_TRIM_THRESHOLD} "
+                               f"packets (the largest trim threshold), got {self.queue_depth}")
+        if self.base_rtt is not None and self.base_rtt <= 0:
+            raise NetworkError(f"base_rtt must be a positive number of seconds, got "
+                               f"{self.base_rtt}")
+        _ = self.port_thresholds  # raises TopologyError for thresholds out of range
+
+    @property
+    def port_thresholds(self) -> PortThresholds:
+        """What every switch port is programmed with (NO_TRIM_THRESHOLD without trimming)."""
+        return PortThresholds(self.ecn_threshold,
+                              self.trim_threshold if self.trimming else NO_TRIM_THRESHOLD)
+
+    @property
+    def effective_base_rtt(self) -> float:
+        return self.base_rtt if self.base_rtt is not None else base_rtt_for(self.port_rate_pps)
