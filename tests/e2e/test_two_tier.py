@@ -3,8 +3,8 @@ target with the default fabric and rate: the demo transfer completes verified wh
 fails and recovers, every plane carries data, the failed route is bypassed, no EV is retired
 on a route that does not cross the failed link (the report's check; on BMv2 a known open
 defect, reported as xfail with the run's figures), the retired EVs come back, and nothing is
-left behind. Figures (goodput, bypass time) are printed by the demo, not
-asserted: timing on a shared 2-core machine is noisy."""
+left behind. Figures (goodput, bypass time) are printed by the demo, not asserted: timing on a
+shared 2-core machine is noisy."""
 
 from __future__ import annotations
 
