@@ -358,6 +358,8 @@ def build_report(net: MrcNetwork, src: int, dst: int, result: dict, before: dict
         "rtt_s": rtt,
         "convergence_delay_s": net.config.convergence_delay,
         "base_rtt_config_s": net.config.effective_base_rtt,
+        "rtt_ms": s1.get("rtt_ms"),  # the sender's RTT samples over the whole QP
+        "max_delivery_pause_ms": s1.get("max_delivery_pause_ms"),
         "agent_cpu_per_1000_packets_s": {f"h{h}": 1000 * cpu[h] / packets[h]
                                          for h in (src, dst) if packets[h]},
     }
@@ -380,6 +382,18 @@ def format_report(r: dict[str, Any]) -> str:
         lines.append(line)
     lines.append(f"  unloaded RTT {r['rtt_s'] * 1e3:.1f} ms (agents' base RTT setting "
                  f"{r['base_rtt_config_s'] * 1e3:.1f} ms)")
+    rtt = r.get("rtt_ms") or {}
+    if rtt.get("samples"):
+        lines.append(f"  sender RTT samples {rtt['samples']}: P50 {rtt['p50']:.0f}, P99 "
+                     f"{rtt['p99']:.0f}, P99.9 {rtt['p99.9']:.0f}, max {rtt['max']:.0f} ms")
+    failed = set(r["failure"].get("routes", [])) if r["failure"] else set()
+    pauses = {k: v for k, v in (r.get("max_delivery_pause_ms") or {}).items() if k not in failed}
+    if pauses:
+        worst = max(pauses, key=pauses.__getitem__)
+        lines.append(f"  longest pause between deliveries on a busy healthy path: "
+                     f"{pauses[worst]:.0f} ms "
+                     f"({worst}; rule B's silence allowance is "
+                     f"{r['base_rtt_config_s'] * 1e3 / 2:.1f} ms)")
     lines.append("  " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in c.items()))
     lines.append("per-plane packets sent: " + ", ".join(
         f"plane {p}: {n}" for p, n in sorted(r["per_plane_tx_packets"].items(),

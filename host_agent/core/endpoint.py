@@ -24,6 +24,7 @@ from host_agent.core.errors import (
 from host_agent.core.events import Event, PeerPlaneChanged, PlaneStateChanged
 from host_agent.core.evs import INDEX_BITS, TAG_BITS
 from host_agent.core.memory import MemoryRegion, MemoryTable
+from host_agent.core.rto import RTT_BINS, rtt_summary
 from host_agent.core.types import EvState, PathInfo, RxMeta, TxPacket
 
 MIN_QPN = 0x100
@@ -348,6 +349,16 @@ class Endpoint:
         result: dict[str, object] = dict(self._stats)
         result["per_plane"] = {p: dict(c) for p, c in self._plane_stats.items()}
         result["per_ev"] = {qpn: conn.ev_stats() for qpn, conn in self._conns.items()}
+        bins = [0] * RTT_BINS
+        for conn in self._conns.values():
+            bins = [a + b for a, b in zip(bins, conn.sender.rto.rtt_bins, strict=True)]
+        result["rtt_ms"] = rtt_summary(bins)  # the connections open now, not closed ones
+        pauses: dict[str, float] = {}
+        for conn in self._conns.values():
+            for path, pause in conn.sender.max_delivery_pauses().items():
+                key = str(path.route)
+                pauses[key] = max(pauses.get(key, 0.0), round(pause * 1e3, 3))
+        result["max_delivery_pause_ms"] = pauses
         return result
 
     def counters(self) -> dict[str, int]:

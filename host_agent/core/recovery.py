@@ -98,6 +98,8 @@ class _PathState:
     rtt_max: float = 0.0  # decaying maximum RTT sample on this path
     last_delivery: float = 0.0  # when a transmission on this path was last found delivered
     silent_losses: int = 0  # rule-B losses since the path's last delivery
+    busy: bool = False  # something was still in flight on the path at its last delivery
+    max_pause: float = 0.0  # longest wait between deliveries while the path stayed busy
 
 
 class LossDetector:
@@ -130,7 +132,10 @@ class LossDetector:
         state = self._paths.get(path) or self._state(path)
         state.silent_losses = 0
         if now > state.last_delivery:
+            if state.busy and now - state.last_delivery > state.max_pause:
+                state.max_pause = now - state.last_delivery
             state.last_delivery = now
+        state.busy = bool(state.queue)
         if tx_seq > state.rack_seq:
             state.rack_seq, state.rack_rtt = tx_seq, rtt
         decayed = state.rtt_max * _RTT_MAX_DECAY
@@ -138,6 +143,12 @@ class LossDetector:
         newest = self._planes.get(path.plane)
         if newest is None or tx_seq > newest[0]:
             self._planes[path.plane] = (tx_seq, rtt)
+
+    def max_pauses(self) -> dict[PathInfo, float]:
+        """Per path, the longest wait between two deliveries while it had packets in flight:
+        the silence rule B must not mistake for a dead path (docs/benchmarks.md, "BMv2
+        jitter")."""
+        return {path: state.max_pause for path, state in self._paths.items()}
 
     def detect(
         self, now: float, reorder_window: float, fallback_patience: float

@@ -45,7 +45,7 @@ from host_agent.core.evs import EvSet
 from host_agent.core.evstate import EvEntry
 from host_agent.core.recovery import LossDetector, OutPkt, Write
 from host_agent.core.rto import RtoEstimator
-from host_agent.core.types import TxPacket
+from host_agent.core.types import PathInfo, TxPacket
 
 MSN_MOD = 1 << 16
 _CHOOSE_TRIES = 4  # picks to find another path for a retransmission
@@ -454,6 +454,9 @@ class Sender:
         if len(self._untriggered) > self._cfg.window:
             self._untriggered.popitem(last=False)
         return pkt.length
+
+    def max_delivery_pauses(self) -> dict[PathInfo, float]:
+        return self._loss.max_pauses()
 
     def _evidence(self, pkt: OutPkt, now: float) -> None:
         """`pkt`'s latest transmission arrived: evidence for loss detection on its path if the

@@ -101,3 +101,15 @@ def _report(**failure: object) -> dict:
     if checks is not None:
         report["checks"] = checks
     return report
+
+
+def test_report_shows_the_rtt_tail_and_the_longest_pause_on_a_healthy_route() -> None:
+    report = _report(routes=[FAILED])
+    report["rtt_ms"] = {"samples": 12000, "p50": 64.0, "p99": 131.0, "p99.9": 160.0,
+                        "max": 184.0}
+    report["max_delivery_pause_ms"] = {FAILED: 3156.6, HEALTHY: 357.7,
+                                       "fcbb:bbbb:100:201:101:e03::": 121.0}
+    text = demo.format_report(report)
+    assert "sender RTT samples 12000: P50 64, P99 131, P99.9 160, max 184 ms" in text
+    assert f"healthy path: 358 ms ({HEALTHY};" in text and "3157" not in text
+    assert "silence allowance is 16.5 ms" in text
