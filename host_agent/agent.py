@@ -309,6 +309,7 @@ class Commands:
             "per_route": driver.route_stats(),
             "mode": self.agent.mode.name,
             "recovery": str(endpoint.config.recovery),
+            "reorder_window_s": endpoint.config.reorder_window,
         }
         if request.get("per_ev"):
             result["per_ev"] = {f"{qpn:#x}": evs for qpn, evs in per_ev.items()}  # type: ignore

@@ -345,19 +345,19 @@ class Endpoint:
     # ---- stats -------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, object]:
-        """JSON-able counters (STAT_KEYS), per plane and per EV."""
+        """JSON-able counters (STAT_KEYS), per plane and per EV, RTT percentiles (rtt_summary)
+        and per route the longest delivery pause (LossDetector.max_pauses)."""
         result: dict[str, object] = dict(self._stats)
         result["per_plane"] = {p: dict(c) for p, c in self._plane_stats.items()}
         result["per_ev"] = {qpn: conn.ev_stats() for qpn, conn in self._conns.items()}
-        bins = [0] * RTT_BINS
-        for conn in self._conns.values():
-            bins = [a + b for a, b in zip(bins, conn.sender.rto.rtt_bins, strict=True)]
-        result["rtt_ms"] = rtt_summary(bins)  # the connections open now, not closed ones
+        bins = [0] * RTT_BINS  # the connections open now, not closed ones
         pauses: dict[str, float] = {}
         for conn in self._conns.values():
+            bins = [a + b for a, b in zip(bins, conn.sender.rto.rtt_bins, strict=True)]
             for path, pause in conn.sender.max_delivery_pauses().items():
                 key = str(path.route)
                 pauses[key] = max(pauses.get(key, 0.0), round(pause * 1e3, 3))
+        result["rtt_ms"] = rtt_summary(bins)
         result["max_delivery_pause_ms"] = pauses
         return result
 

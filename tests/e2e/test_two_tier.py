@@ -22,7 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 300
 # Open (issue 14): on BMv2, 5 of 34 demo runs on 2026-11-26 retired EVs on a route that does not
 # cross the failed link (1-20 EVs, LOSS or PATH_DARK, some spurious); the software switch, 0 of
-# 22. docs/benchmarks.md, "EVs retired off the failed link", has what is known of the cause.
+# 22. docs/benchmarks.md, "EVs retired off the failed link" and "BMv2 jitter", has what is known
+# of the cause.
 BMV2_HEALTHY_RETIREMENTS = "known open defect on BMv2 (issue 14): a healthy route lost EVs"
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(RUN_TIMEOUT_S + 120),

@@ -97,7 +97,8 @@ def _report(**failure: object) -> dict:
                      "capacity_bps": 16e6, "goodput_of_capacity": 0.94},
         "counters": {"ev_retired": 20}, "per_plane_tx_packets": {"0": 1},
         "per_path": [], "failure": fl, "rtt_s": 0.002, "convergence_delay_s": 3.0,
-        "base_rtt_config_s": 0.033, "agent_cpu_per_1000_packets_s": {}}
+        "base_rtt_config_s": 0.033, "reorder_window_s": 0.0165,
+        "agent_cpu_per_1000_packets_s": {}}
     if checks is not None:
         report["checks"] = checks
     return report
