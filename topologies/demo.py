@@ -34,6 +34,7 @@ import time
 from typing import Any
 
 from fabric.topology import Fabric
+from topologies.cpupressure import EMULATION_BOUND_SHARE, CpuPressure
 from topologies.network import MrcNetwork
 
 MTU = 1024  # payload bytes per data packet (docs/wire-format.md §6)
@@ -209,6 +210,7 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
     # transfer uses
     qpn, evs = ev_layout(net, src, dst) if not single_path else (0, {})
     seq0 = last_event_seq(net, src)
+    pressure = CpuPressure().start()
     handle = net.start_transfer(src, dst, nbytes, single_path=single_path)
     sampler = ProgressSampler(net, dst).start()
     started = time.monotonic()
@@ -244,6 +246,7 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
                    "bypass_unloaded_rtts": bypass / rtt if bypass is not None else None,
                    "routing_repairs_while_down": repairs}
     result = handle.wait()
+    cpu_pressure = pressure.share()
     samples = sampler.stop()
     after = {h: net.stats(h) for h in (src, dst)}
     frames = net.switch_frames()
@@ -255,6 +258,7 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
     report = build_report(net, src, dst, result, before, after, failure, rtt, capacity,
                           single_path)
     report["switch_frames_consumed"] = {k: v for k, v in consumed.items() if v}
+    report["cpu_pressure"] = cpu_pressure
     t0 = result.get("start", started)
     report["goodput_timeline"] = [(round(t - t0, 3), b) for t, b in samples]
     if failure and fail_begin is not None and not single_path:
@@ -442,6 +446,11 @@ def format_report(r: dict[str, Any]) -> str:
     cpu = r["agent_cpu_per_1000_packets_s"]
     lines.append("agent CPU per 1000 packets: " + ", ".join(f"{h} {v * 1e3:.1f} ms"
                                                           for h, v in cpu.items()))
+    share = r.get("cpu_pressure")
+    if share is not None:
+        lines.append(f"CPU pressure: some task waited for a CPU {share:.0%} of the transfer "
+                     + ("(EMULATION-BOUND: the CPUs, not the links, set the delays; try a "
+                        "lower --rate)" if share >= EMULATION_BOUND_SHARE else "(faithful)"))
     checks = r.get("checks")
     if checks:
         ratio = checks["goodput_after_failure_of_clean"]

@@ -6,17 +6,22 @@ configuration before anything starts (topologies.network runs it).
 - trimming=False: every port's trim threshold is NO_TRIM_THRESHOLD, which no queue reaches
   (queue_depth must stay below it), so a full queue tail-drops instead of trimming; the
   queue_depth > trim_threshold rule then does not apply.
+- pace_nics: with a port rate, each host NIC's qdisc sends at that rate (topologies.nicpacing);
+  False gives the unpaced veth of earlier runs, for comparison.
 - keep_ipv6: a NIC keeps its kernel address while down (keep_addr_on_down), and nic_up puts
   back the neighbour and route Linux removes with the link, so kernel sockets work again.
 
 Rates: software switches are slow, so each egress port is rate limited well below what a
 switch process can forward on this 2-core machine: the emulated links, not the CPU, are the
-bottleneck and queues build where the model says they would. DEFAULT_PORT_RATE_PPS was chosen
-by measurement (README "Mininet demo").
+bottleneck and queues build where the model says they would. port_rate_pps defaults to
+TARGET_RATE, the rate chosen by measurement for the target the fabric runs on
+(default_rate_for; README "Mininet demo"): 16 BMv2 processes cost about 6 times the software
+switch's CPU per frame, and at the software switch's 500 packets/s they starved the two CPUs.
 """
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 
 from controller.convergence import DEFAULT_DELAY
@@ -24,8 +29,14 @@ from controller.tables import DEFAULT_ECN_THRESHOLD, DEFAULT_TRIM_THRESHOLD, Por
 from fabric.topology import Fabric
 from p4rt.names import QDEPTH_BITS
 from topologies.runstate import RunStateError
+from topologies.targets import BMV2_BINARY
 
-DEFAULT_PORT_RATE_PPS = 500
+DEFAULT_PORT_RATE_PPS = 500  # the software switch's
+# At 500 packets/s a BMv2 demo kept some task waiting for a CPU 60-70% of the time (PSI), whole
+# fabrics stalled 150-480 ms and 4 of 30 runs retired EVs off healthy routes; at 250, 30-35%
+# and none (docs/benchmarks.md, "BMv2 jitter").
+BMV2_PORT_RATE_PPS = 250
+TARGET_RATE = "target"  # NetworkConfig.port_rate_pps: default_rate_for(target)
 # Twice BMv2's default (64): with 64, a 4:1 incast still tail-dropped a few data packets at the
 # receiver's T0 (the software switch's occupancy check lags its queue); with 128, none.
 DEFAULT_QUEUE_DEPTH = 128
@@ -35,15 +46,25 @@ DEFAULT_QUEUE_DEPTH = 128
 # incast trims would overflow it and turn into drops and timeouts that a real link would not see.
 CONTROL_RATE_FACTOR = 8
 AGENT_OVERHEAD_S = 0.005  # two Python agents' processing and scheduling per round trip
-RTT_HOPS = 6  # rate-limited egress ports a data packet and its SACK cross (T0, T1, T0 twice)
+# Rate-limited hops a data packet and its SACK cross: the sender's paced NIC, then T0, T1, T0
+# each way (a SACK's hops are faster: the rest is margin).
+RTT_HOPS = 7
 # Packet times of standing queue the timers allow for: with only the unloaded RTT (17 ms at
-# 500 pps) a 4:1 incast saw 24-32 timeouts per flow; with 8 packets more (33 ms), none.
+# 500 pps) a 4:1 incast saw 24-32 timeouts per flow; with 8 packets more (33 ms, before the
+# NIC hop was counted), none.
 STANDING_QUEUE = 8
 NO_TRIM_THRESHOLD = (1 << QDEPTH_BITS) - 1  # the largest trim threshold; trimming=False uses it
 
 
 class NetworkError(RunStateError):
     """The fabric could not be built, programmed or driven; the message says what failed."""
+
+
+def default_rate_for(target: str) -> int:
+    """The port rate a target sustains on a 2-core machine with CPU to spare."""
+    if target == "auto":
+        target = "bmv2" if shutil.which(BMV2_BINARY) else "soft"
+    return BMV2_PORT_RATE_PPS if target == "bmv2" else DEFAULT_PORT_RATE_PPS
 
 
 def base_rtt_for(port_rate_pps: int | None) -> float:
@@ -57,7 +78,8 @@ def base_rtt_for(port_rate_pps: int | None) -> float:
 class NetworkConfig:
     fabric: Fabric = field(default_factory=Fabric)
     target: str = "auto"
-    port_rate_pps: int | None = DEFAULT_PORT_RATE_PPS  # None: unlimited (CPU-bound)
+    # packets/s; None: unlimited (CPU-bound); TARGET_RATE: default_rate_for(target)
+    port_rate_pps: int | None | str = TARGET_RATE
     queue_depth: int = DEFAULT_QUEUE_DEPTH
     ecn_threshold: int = DEFAULT_ECN_THRESHOLD
     trim_threshold: int = DEFAULT_TRIM_THRESHOLD
@@ -67,9 +89,15 @@ class NetworkConfig:
     keep_ipv6: bool = False
     single_path: bool = False
     trimming: bool = True  # False: trim threshold NO_TRIM_THRESHOLD, full queues tail-drop
+    pace_nics: bool = True  # host NICs send at port_rate_pps (topologies.nicpacing)
     lock_timeout: float = 600.0  # seconds to wait for another fabric on this machine to stop
 
     def __post_init__(self) -> None:
+        if self.port_rate_pps == TARGET_RATE:
+            object.__setattr__(self, "port_rate_pps", default_rate_for(self.target))
+        if isinstance(self.port_rate_pps, str):
+            raise NetworkError(f"port_rate_pps must be packets/s, None or {TARGET_RATE!r}, "
+                               f"got {self.port_rate_pps!r}")
         if self.port_rate_pps is not None and self.port_rate_pps < 1:
             raise NetworkError(f"port_rate_pps must be >= 1 packet/s or None, "
                                f"got {self.port_rate_pps}")

@@ -54,6 +54,7 @@ from topologies.agents import (
 )
 from topologies.impair import remove_loss
 from topologies.netconfig import CONTROL_RATE_FACTOR, NetworkConfig, NetworkError
+from topologies.nicpacing import pacing_cmds
 from topologies.p4switch import P4RuntimeSwitch
 from topologies.runstate import (
     RunManifest,
@@ -175,6 +176,11 @@ class MrcNetwork:
                     _sysctl(f"/proc/sys/net/ipv6/conf/{intf.name}/disable_ipv6", "1")
         self.net.start()
         self.record_pids()
+        if self.config.pace_nics and self.config.port_rate_pps is not None:
+            for h in range(self.fabric.hosts):
+                self._host_cmds(h, [cmd for p in range(self.fabric.planes)
+                                    for cmd in pacing_cmds(self.fabric.nic(h, p).ifname,
+                                                           self.config.port_rate_pps)])
 
     def record_pids(self) -> None:
         """Record every process this run owns (for a second Ctrl-C and for the next start);

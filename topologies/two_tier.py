@@ -20,7 +20,8 @@ Mininet CLI commands (after the demo, when stdin is a terminal; `mrc_help` lists
     mrc_write SRC DST BYTES [single]   mrc_link down|up A B    mrc_reboot SWITCH
     mrc_nic down|up HOST PLANE         mrc_stats [HOST] [json]
 
-Port rate: 500 packets/s per egress port by default (docs/decisions.md, "Port rate").
+Port rate: 500 packets/s per egress port and host NIC by default on the software switch,
+250 on BMv2, whose processes need more CPU (docs/decisions.md, "Port rate").
 Everything started is stopped by PID on exit, error or Ctrl-C; Mininet removes its
 veths and namespaces.
 """
@@ -50,7 +51,11 @@ def _bootstrap() -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from controller.tables import DEFAULT_ECN_THRESHOLD, DEFAULT_TRIM_THRESHOLD
-    from topologies.netconfig import DEFAULT_PORT_RATE_PPS, DEFAULT_QUEUE_DEPTH
+    from topologies.netconfig import (
+        BMV2_PORT_RATE_PPS,
+        DEFAULT_PORT_RATE_PPS,
+        DEFAULT_QUEUE_DEPTH,
+    )
 
     p = argparse.ArgumentParser(prog="two_tier.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -58,9 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--t0", type=int, default=2, help="T0 (leaf) switches per plane")
     p.add_argument("--t1", type=int, default=2, help="T1 (spine) switches per plane")
     p.add_argument("--hosts-per-t0", type=int, default=2)
-    p.add_argument("--rate", type=int, default=DEFAULT_PORT_RATE_PPS,
-                   help="egress rate of every switch port, packets/s (default %(default)s; "
-                   "0 = unlimited, then the CPU is the bottleneck)")
+    p.add_argument("--rate", type=int, default=None,
+                   help="egress rate of every switch port and host NIC, packets/s (default "
+                   f"{DEFAULT_PORT_RATE_PPS} on the software switch, {BMV2_PORT_RATE_PPS} on "
+                   "BMv2; 0 = unlimited, then the CPU is the bottleneck)")
     p.add_argument("--queue-depth", type=int, default=DEFAULT_QUEUE_DEPTH,
                    help="egress queue depth, packets (default %(default)s)")
     p.add_argument("--ecn-threshold", type=int, default=DEFAULT_ECN_THRESHOLD)
@@ -86,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     from fabric.topology import Fabric, TopologyError
     from topologies.cli_commands import MrcCLI
     from topologies.demo import format_report, run_demo
+    from topologies.netconfig import TARGET_RATE
     from topologies.network import MrcNetwork, NetworkConfig, NetworkError
     from topologies.targets import TargetError
 
@@ -99,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         fabric = Fabric(1 if args.baseline else args.planes, args.t0, args.t1, args.hosts_per_t0)
         config = NetworkConfig(fabric=fabric, target=args.target,
-                               port_rate_pps=args.rate or None, queue_depth=args.queue_depth,
+                               port_rate_pps=TARGET_RATE if args.rate is None
+                               else args.rate or None, queue_depth=args.queue_depth,
                                ecn_threshold=args.ecn_threshold,
                                trim_threshold=args.trim_threshold,
                                convergence_delay=args.convergence_delay,

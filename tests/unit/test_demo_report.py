@@ -114,3 +114,11 @@ def test_report_shows_the_rtt_tail_and_the_longest_pause_on_a_healthy_route() ->
     assert "sender RTT samples 12000: P50 64, P99 131, P99.9 160, max 184 ms" in text
     assert f"healthy path: 358 ms ({HEALTHY};" in text and "3157" not in text
     assert "silence allowance is 16.5 ms" in text
+
+
+@pytest.mark.parametrize("share,verdict", [(0.27, "(faithful)"), (0.65, "EMULATION-BOUND")])
+def test_report_says_whether_the_cpus_kept_up(share: float, verdict: str) -> None:
+    report = _report()
+    report["cpu_pressure"] = share
+    line = [x for x in demo.format_report(report).splitlines() if x.startswith("CPU pressure")]
+    assert line == [line[0]] and f"{share:.0%} of the transfer" in line[0] and verdict in line[0]

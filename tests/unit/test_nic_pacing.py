@@ -1,0 +1,88 @@
+"""A paced host NIC (topologies.nicpacing) on a live veth: it spreads a burst at the port rate,
+sends a control frame queued behind data first, and classifies by DSCP. Timing is checked only
+from below (pacing can make a burst slower, never faster), so a busy machine cannot fail it."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import time
+
+import pytest
+from scapy.layers.inet6 import IPv6
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+
+from tests.support import require_root
+from topologies.nicpacing import (
+    CONTROL_CLASS,
+    DATA_CLASS,
+    DATA_FRAME_BYTES,
+    pacing_cmds,
+)
+from topologies.vethlab import VethLab, receive
+from wire.layout import DSCP_CONTROL, DSCP_TRIMMABLE
+
+pytestmark = [pytest.mark.root, pytest.mark.timeout(120)]
+RATE_PPS = 50
+BURST = 10
+
+
+def _frame(dscp: int, size: int, tag: int) -> bytes:
+    pkt = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IPv6(
+        tc=dscp << 2, src="fd00::1", dst="fd00::2", nh=59) / Raw(bytes([tag]))
+    return bytes(pkt) + bytes(size - len(pkt))
+
+
+def _class_packets(ifname: str) -> dict[str, int]:
+    out = subprocess.run(["tc", "-s", "class", "show", "dev", ifname], capture_output=True,
+                         text=True, check=True).stdout
+    return {m[0]: int(m[1]) for m in re.findall(r"class htb (\S+) .*?Sent \d+ bytes (\d+) pkt",
+                                                  out, re.S)}
+
+
+def test_rejects_a_rate_below_one_packet() -> None:
+    with pytest.raises(ValueError, match="at least 1 packet/s"):
+        pacing_cmds("eth0", 0)
+
+
+def test_control_class_matches_only_dscp_control() -> None:
+    (flt,) = [c for c in pacing_cmds("eth0", 500) if " filter " in c]
+    value, mask = (int(x, 16) for x in re.search(r"match u16 (\S+) (\S+) at 0", flt).groups())
+    tc_word = lambda dscp, ecn: (6 << 12) | (((dscp << 2) | ecn) << 4)  # noqa: E731
+    assert all(tc_word(DSCP_CONTROL, ecn) & mask == value for ecn in range(4))
+    assert all(tc_word(d, 0) & mask != value for d in range(64) if d != DSCP_CONTROL)
+
+
+def test_paced_nic_spreads_a_burst_and_sends_control_first() -> None:
+    require_root("a veth pair and a namespace")
+    with VethLab("pace", 1) as lab:
+        ifname = lab.ports[1]
+        for cmd in pacing_cmds(ifname, RATE_PPS):
+            subprocess.run(cmd.split(), check=True, capture_output=True)
+        rx = lab.host_socket(1)
+        tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+        try:
+            tx.bind((ifname, 0))
+            while receive(rx, 0.05) is not None:  # anything the kernel sent on link-up
+                pass
+            start = time.monotonic()
+            for i in range(BURST):
+                tx.send(_frame(DSCP_TRIMMABLE, DATA_FRAME_BYTES, i))
+            tx.send(_frame(DSCP_CONTROL, 150, 0xC0))
+            tags, last = [], start
+            while len(tags) < BURST + 1:
+                frame = receive(rx, 5.0)
+                assert frame is not None, f"only {len(tags)} of {BURST + 1} frames arrived"
+                tags.append(frame[54])
+                last = time.monotonic()
+        finally:
+            tx.close()
+            rx.close()
+        # The bucket lets BURST_FRAMES through at once; the rest leave one per 1/RATE_PPS s.
+        assert last - start >= 0.8 * (BURST - 2) / RATE_PPS
+        assert tags.index(0xC0) < BURST - 2, tags  # overtook the data still queued
+        assert [t for t in tags if t != 0xC0] == list(range(BURST))
+        counts = _class_packets(ifname)
+        assert counts[CONTROL_CLASS] == 1 and counts[DATA_CLASS] == BURST, counts
