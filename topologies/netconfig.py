@@ -32,9 +32,9 @@ from topologies.runstate import RunStateError
 from topologies.targets import BMV2_BINARY
 
 DEFAULT_PORT_RATE_PPS = 500  # the software switch's
-# At 500 packets/s a BMv2 demo kept some task waiting for a CPU 60-70% of the time (PSI), whole
-# fabrics stalled 150-480 ms and 4 of 30 runs retired EVs off healthy routes; at 250, 30-35%
-# and none (docs/benchmarks.md, "BMv2 jitter").
+# At 500 packets/s some task waited for a CPU during 83-91% of a BMv2 demo's transfer (PSI), the
+# whole fabric stalled for up to 480 ms and 4 of 30 runs retired EVs off healthy routes; at 250,
+# 35-49% and none of 30 (docs/benchmarks.md, "BMv2 jitter").
 BMV2_PORT_RATE_PPS = 250
 TARGET_RATE = "target"  # NetworkConfig.port_rate_pps: default_rate_for(target)
 # Twice BMv2's default (64): with 64, a 4:1 incast still tail-dropped a few data packets at the

@@ -116,7 +116,7 @@ def test_report_shows_the_rtt_tail_and_the_longest_pause_on_a_healthy_route() ->
     assert "silence allowance is 16.5 ms" in text
 
 
-@pytest.mark.parametrize("share,verdict", [(0.27, "(faithful)"), (0.65, "EMULATION-BOUND")])
+@pytest.mark.parametrize("share,verdict", [(0.49, "(faithful)"), (0.83, "EMULATION-BOUND")])
 def test_report_says_whether_the_cpus_kept_up(share: float, verdict: str) -> None:
     report = _report()
     report["cpu_pressure"] = share
