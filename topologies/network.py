@@ -42,7 +42,7 @@ from mininet.node import Host
 from controller.convergence import Convergence
 from controller.install import Controller
 from controller.tables import check_links, link_key
-from fabric.topology import USID_NET, TopologyError
+from fabric.topology import TopologyError
 from host_agent.modes import MRC_MODE, ROCE, AgentMode
 from p4rt.names import PRIORITY_HIGH
 from topologies.agents import (
@@ -52,9 +52,9 @@ from topologies.agents import (
     TransferHandle,
     exchange_qps,
 )
+from topologies.hostsetup import configure_kernel_ipv6, pace_nics, restore_nic_ipv6
 from topologies.impair import remove_loss
 from topologies.netconfig import CONTROL_RATE_FACTOR, NetworkConfig, NetworkError
-from topologies.nicpacing import pacing_cmds
 from topologies.p4switch import P4RuntimeSwitch
 from topologies.runstate import (
     RunManifest,
@@ -142,7 +142,7 @@ class MrcNetwork:
         t2 = time.monotonic()
         if self.config.keep_ipv6:
             for h in range(self.fabric.hosts):
-                self._configure_kernel_ipv6(h)
+                configure_kernel_ipv6(self._host_node(h), self.fabric, h)
         if self.config.agents:
             for h in range(self.fabric.hosts):
                 self._start_agent(h, _mode(self.config.single_path), wait=False)
@@ -178,9 +178,7 @@ class MrcNetwork:
         self.record_pids()
         if self.config.pace_nics and self.config.port_rate_pps is not None:
             for h in range(self.fabric.hosts):
-                self._host_cmds(h, [cmd for p in range(self.fabric.planes)
-                                    for cmd in pacing_cmds(self.fabric.nic(h, p).ifname,
-                                                           self.config.port_rate_pps)])
+                pace_nics(self._host_node(h), self.fabric, h, self.config.port_rate_pps)
 
     def record_pids(self) -> None:
         """Record every process this run owns (for a second Ctrl-C and for the next start);
@@ -220,39 +218,11 @@ class MrcNetwork:
                       for port in sorted(node._data_ports())])
         node.set_queue_depth(self.config.queue_depth)
 
-    def _configure_kernel_ipv6(self, host: int) -> None:
-        """NIC addresses and a static route/neighbour per plane (switches do not answer ND).
-
-        keep_addr_on_down: the address (and sockets bound to it) survive a NIC going down.
-        The uSID block is blackholed: the kernel sees every MRC frame the agent reads (an
-        AF_PACKET socket takes a copy), and without a route for its destination it answers each
-        with an ICMPv6 "no route" error that queues, untrimmable, in the peer's data queue. In
-        a 7->1 incast those errors took 56 of the receiver's 60 packets/s (docs/decisions.md)."""
-        self._host_cmds(host, [f"ip -6 route replace blackhole {USID_NET}"])
-        for p in range(self.fabric.planes):
-            ifname = self.fabric.nic(host, p).ifname
-            self._host_cmds(host, [f"sysctl -qw net.ipv6.conf.{ifname}.accept_dad=0",
-                                   f"sysctl -qw net.ipv6.conf.{ifname}.disable_ipv6=0",
-                                   f"sysctl -qw net.ipv6.conf.{ifname}.keep_addr_on_down=1",
-                                   *self._nic_ipv6_cmds(host, p)])
-
-    def _nic_ipv6_cmds(self, host: int, plane: int) -> list[str]:
-        """Address, neighbour and route of one NIC; `replace`, so they can be re-applied."""
-        nic = self.fabric.nic(host, plane)
-        t0 = self.fabric.t0(plane, nic.t0)
-        return [f"ip -6 addr replace {nic.address}/128 dev {nic.ifname} nodad",
-                f"ip -6 neigh replace fe80::1 lladdr {t0.mac} dev {nic.ifname} nud permanent",
-                f"ip -6 route replace fd00:0:{plane:x}::/48 via fe80::1 dev {nic.ifname} onlink"]
-
-    def _host_cmds(self, host: int, cmds: list[str]) -> None:
-        node = self.net[self.fabric.host_name(host)]  # type: ignore[index]
-        for cmd in cmds:
-            out = node.cmd(cmd + " && echo OK").strip()
-            if not out.endswith("OK"):
-                raise NetworkError(f"h{host}: `{cmd}` failed: {out}")
+    def _host_node(self, host: int) -> Host:
+        return self.net[self.fabric.host_name(host)]  # type: ignore[index]
 
     def _start_agent(self, host: int, mode: AgentMode, wait: bool = True) -> None:
-        agent = AgentProcess(self.net[self.fabric.host_name(host)], host,  # type: ignore[index]
+        agent = AgentProcess(self._host_node(host), host,
                              self.fabric, self.workdir, base_rtt=self.config.effective_base_rtt,
                              keep_ipv6=self.config.keep_ipv6, mode=mode)
         self.agents[host] = agent
@@ -439,7 +409,7 @@ class MrcNetwork:
         """Link up; with keep_ipv6 also the neighbour and route Linux dropped with the link."""
         self._set_link(*self._nic_link(host, plane), up=True)
         if self.config.keep_ipv6:
-            self._host_cmds(host, self._nic_ipv6_cmds(host, plane))
+            restore_nic_ipv6(self._host_node(host), self.fabric, host, plane)
 
     def reboot_switch(self, name: str) -> float:
         """Kill the switch process (by PID), restart it, reinstall its tables; returns seconds."""

@@ -14,7 +14,8 @@ import pytest
 from fabric import hostpaths
 from fabric.topology import Fabric
 from host_agent import cli
-from host_agent.agent import Agent, pattern
+from host_agent.agent import Agent
+from host_agent.commands import pattern
 from host_agent.control import (
     MAX_LINE,
     AgentUnreachable,
