@@ -21,7 +21,6 @@ switch's CPU per frame, and at the software switch's 500 packets/s they starved 
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 
 from controller.convergence import DEFAULT_DELAY
@@ -29,7 +28,7 @@ from controller.tables import DEFAULT_ECN_THRESHOLD, DEFAULT_TRIM_THRESHOLD, Por
 from fabric.topology import Fabric
 from p4rt.names import QDEPTH_BITS
 from topologies.runstate import RunStateError
-from topologies.targets import BMV2_BINARY
+from topologies.targets import resolve
 
 DEFAULT_PORT_RATE_PPS = 500  # the software switch's
 # At 500 packets/s some task waited for a CPU during 83-91% of a BMv2 demo's transfer (PSI), the
@@ -62,9 +61,8 @@ class NetworkError(RunStateError):
 
 def default_rate_for(target: str) -> int:
     """The port rate a target sustains on a 2-core machine with CPU to spare."""
-    if target == "auto":
-        target = "bmv2" if shutil.which(BMV2_BINARY) else "soft"
-    return BMV2_PORT_RATE_PPS if target == "bmv2" else DEFAULT_PORT_RATE_PPS
+    concrete = resolve(target) if target == "auto" else target  # `auto` never raises
+    return BMV2_PORT_RATE_PPS if concrete == "bmv2" else DEFAULT_PORT_RATE_PPS
 
 
 def base_rtt_for(port_rate_pps: int | None) -> float:

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("mininet.net", reason="topologies.netconfig imports the switch targets")
 
-from topologies import netconfig  # noqa: E402
+from topologies import targets  # noqa: E402
 from topologies.netconfig import (  # noqa: E402
     BMV2_PORT_RATE_PPS,
     DEFAULT_PORT_RATE_PPS,
@@ -21,7 +21,7 @@ from topologies.netconfig import (  # noqa: E402
     ("auto", True, BMV2_PORT_RATE_PPS), ("auto", False, DEFAULT_PORT_RATE_PPS)])
 def test_default_rate_follows_the_target(monkeypatch, target: str, installed: bool,
                                          rate: int) -> None:
-    monkeypatch.setattr(netconfig.shutil, "which", lambda _: "/usr/bin/x" if installed else None)
+    monkeypatch.setattr(targets.shutil, "which", lambda _: "/usr/bin/x" if installed else None)
     assert NetworkConfig(target=target).port_rate_pps == rate
     assert BMV2_PORT_RATE_PPS < DEFAULT_PORT_RATE_PPS
 
