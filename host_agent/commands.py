@@ -149,8 +149,8 @@ class Commands:
                                                  f"{reason.name} ({reason.value:#x})"})
             return
         duration = max(now - pending.start, 1e-9)
-        after = self.agent.endpoint.stats()
-        delta = {k: int(after[k]) - v for k, v in pending.stats_before.items()}  # type: ignore
+        after = self.agent.endpoint.counters()  # not stats(): that formats every EV's route
+        delta = {k: after[k] - v for k, v in pending.stats_before.items()}
         pending.reply({"ok": True, "peer": pending.peer, "bytes": pending.length,
                        "duration_s": duration, "goodput_gbps": pending.length * 8 / duration / 1e9,
                        **delta})
@@ -203,8 +203,8 @@ class Commands:
         driver, endpoint = self.agent.driver, self.agent.endpoint
         qpns = self.agent.qpns(peer)
         data = pattern(seed, length)
-        stats = endpoint.stats()
-        before = {k: int(stats[k]) for k in WRITE_STATS}  # type: ignore[call-overload]
+        counters = endpoint.counters()
+        before = {k: counters[k] for k in WRITE_STATS}
         start = driver.clock()
         parts = stripe(length, len(qpns), DEFAULT_MTU)
         if imm is not None and len(parts) > 1:

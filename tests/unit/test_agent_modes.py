@@ -99,3 +99,23 @@ def test_a_roce_write_is_striped_and_answers_when_every_part_is_done(tmp_path: P
     assert len(answers) == 2 and not answers[1]["ok"] and a.commands.pending == {}
     a.commands.on_event(WriteCompleted(*parts[1]))
     assert len(answers) == 2
+
+
+def test_a_write_reads_only_the_cheap_counters(tmp_path: Path, monkeypatch) -> None:
+    """A write's before/after figures come from Endpoint.counters(): Endpoint.stats() formats
+    every EV's route and once cost an agent 80% of its CPU when called twice per write."""
+    a, b = _agent(tmp_path, 0, MRC_MODE), _agent(tmp_path, 1, MRC_MODE)
+    _exchange(a, b, 1)
+    region = _call(b, "register", size=8192)[0]
+
+    def expensive() -> None:
+        raise AssertionError("Endpoint.stats() called on the write path")
+
+    monkeypatch.setattr(a.endpoint, "stats", expensive)
+    answers: list[dict[str, Any]] = []
+    a.commands.handle({"cmd": "write", "peer": 1, "bytes": 3000, "va": region["va"],
+                       "rkey": region["rkey"]}, answers.append)
+    (part,) = a.commands.pending
+    a.endpoint._stats["tx_data_packets"] += 3  # as if three packets left during the write
+    a.commands.on_event(WriteCompleted(*part))
+    assert answers[0]["ok"] and answers[0]["tx_data_packets"] == 3
