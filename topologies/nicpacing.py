@@ -15,9 +15,8 @@ before the class queues' packet limit could drop anything.
 
 from __future__ import annotations
 
-from wire.layout import DATA_HEADERS_LEN, DSCP_CONTROL
+from wire.layout import DSCP_CONTROL, FULL_DATA_FRAME_LEN
 
-DATA_FRAME_BYTES = DATA_HEADERS_LEN + 1024  # a full data frame at the default 1024-byte MTU
 BURST_FRAMES = 2  # bucket depth: a NIC sends back to back, never a window at once
 CLASS_LIMIT = 1000  # packets per class queue (a veth's default tx queue length)
 # The IPv6 header's first 16 bits hold version(4) | traffic class(8) | flow label(4); the DSCP
@@ -31,8 +30,9 @@ def pacing_cmds(ifname: str, port_rate_pps: int) -> list[str]:
     """tc commands that pace one NIC at `port_rate_pps` full data frames per second."""
     if port_rate_pps < 1:
         raise ValueError(f"NIC rate must be at least 1 packet/s, got {port_rate_pps}")
-    rate = f"{port_rate_pps * DATA_FRAME_BYTES * 8}bit"
-    burst = f"burst {BURST_FRAMES * DATA_FRAME_BYTES} cburst {BURST_FRAMES * DATA_FRAME_BYTES}"
+    rate = f"{port_rate_pps * FULL_DATA_FRAME_LEN * 8}bit"
+    bucket = BURST_FRAMES * FULL_DATA_FRAME_LEN
+    burst = f"burst {bucket} cburst {bucket}"
     # Control is guaranteed the whole rate and data only borrows: strict priority in HTB.
     classes = [(CONTROL_CLASS, rate, 0), (DATA_CLASS, "8bit", 1)]
     return [
@@ -40,7 +40,7 @@ def pacing_cmds(ifname: str, port_rate_pps: int) -> list[str]:
         f"tc class replace dev {ifname} parent 1: classid 1:1 htb rate {rate} ceil {rate} "
         f"{burst}",
         *(f"tc class replace dev {ifname} parent 1:1 classid {cls} htb rate {r} ceil {rate} "
-          f"{burst} prio {prio} quantum {DATA_FRAME_BYTES}" for cls, r, prio in classes),
+          f"{burst} prio {prio} quantum {FULL_DATA_FRAME_LEN}" for cls, r, prio in classes),
         *(f"tc qdisc replace dev {ifname} parent {cls} pfifo limit {CLASS_LIMIT}"
           for cls, _, _ in classes),
         f"tc filter replace dev {ifname} parent 1: protocol ipv6 prio 1 u32 "

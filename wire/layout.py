@@ -74,6 +74,10 @@ PROBE_LEN = 8
 PORT_STATUS_LEN = 8
 DATA_HEADERS_LEN = FRAME_HEADERS_LEN + BTH_LEN + METH_LEN + RETH_LEN  # 134
 
+# ---- defaults (§6) ----------------------------------------------------------------------------
+DEFAULT_MTU = 1024  # payload bytes per data packet
+FULL_DATA_FRAME_LEN = DATA_HEADERS_LEN + DEFAULT_MTU  # 1158: what a port rate counts in
+
 # ---- trimming (§5): a trimmed frame keeps the data headers and fixes three lengths -------------
 TRIMMED_FRAME_LEN = DATA_HEADERS_LEN
 TRIMMED_OUTER_PAYLOAD_LEN = TRIMMED_FRAME_LEN - INNER

@@ -24,13 +24,11 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from host_agent.core.errors import ConfigError, LocalProtocolError
+from wire.layout import DEFAULT_MTU  # noqa: F401 (payload bytes per data packet; re-exported)
 
 DEFAULT_BASE_RTT = 1e-3
 """Unloaded RTT (s) assumed when none is configured: a BMv2 software fabric is about a
 millisecond; erring high is safe because Nscc lowers its estimate to the smallest RTT it sees."""
-
-DEFAULT_MTU = 1024
-"""Payload bytes per data packet (docs/wire-format.md section 6)."""
 
 
 @runtime_checkable

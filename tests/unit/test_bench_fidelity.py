@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bench.fidelity import DATA_FRAME_BYTES, EMULATION_BOUND, FAITHFUL, report
+from bench.fidelity import EMULATION_BOUND, FAITHFUL, report
+from wire.layout import FULL_DATA_FRAME_LEN
 
 
 def _samples(port_pps: float, busy: float, proc_core: float, windows: int = 6) -> list:
@@ -11,7 +12,7 @@ def _samples(port_pps: float, busy: float, proc_core: float, windows: int = 6) -
     for i in range(windows + 1):
         machine = (int(busy * 100 * i), 100 * i)
         out.append((float(i), machine, {"h0": proc_core * i, "s1": 0.1 * i},
-                    {"s1:1": int(port_pps * DATA_FRAME_BYTES * i), "s1:2": 0}))
+                    {"s1:1": int(port_pps * FULL_DATA_FRAME_LEN * i), "s1:2": 0}))
     return out
 
 
@@ -37,3 +38,23 @@ def test_idle_ports_with_idle_cpus_are_protocol_limited_not_emulation() -> None:
 
 def test_no_traffic_gives_no_verdict() -> None:
     assert report(_samples(0, busy=0.2, proc_core=0.1), rate=500)["verdict"] is None
+
+
+def test_many_noisy_ports_do_not_read_as_a_port_at_its_rate() -> None:
+    """100 ports each averaging 35 of 50 frames/s, every window noisy: in every window some
+    port is lucky (the max of the window counts is far above 35), but no port ran at its rate."""
+    ports, windows, out = 100, 20, []
+    sent = dict.fromkeys(range(ports), 0.0)
+    for i in range(windows + 1):
+        out.append((float(i), (97 * i, 100 * i), {"h0": 0.5 * i},
+                    {f"s:{p}": int(sent[p] * FULL_DATA_FRAME_LEN) for p in range(ports)}))
+        for p in range(ports):  # 35 on average; +-15 in a pattern that differs per port
+            sent[p] += 35 + (15 if (i * 7 + p * 13) % 5 < 2 else -10)
+    r = report(out, rate=50)
+    assert 33 < r["bottleneck_pps"] < 37
+    assert r["verdict"] == EMULATION_BOUND and r["bottleneck_port"] in r["why"]
+
+
+def test_the_busiest_port_is_named() -> None:
+    r = report(_samples(480, busy=0.5, proc_core=0.2), rate=500)
+    assert r["bottleneck_port"] == "s1:1" and abs(r["bottleneck_pps"] - 480) < 1

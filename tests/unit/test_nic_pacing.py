@@ -18,11 +18,10 @@ from tests.support import require_root
 from topologies.nicpacing import (
     CONTROL_CLASS,
     DATA_CLASS,
-    DATA_FRAME_BYTES,
     pacing_cmds,
 )
 from topologies.vethlab import VethLab, receive
-from wire.layout import DSCP_CONTROL, DSCP_TRIMMABLE
+from wire.layout import DSCP_CONTROL, DSCP_TRIMMABLE, FULL_DATA_FRAME_LEN
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(120)]
 RATE_PPS = 50
@@ -69,7 +68,7 @@ def test_paced_nic_spreads_a_burst_and_sends_control_first() -> None:
                 pass
             start = time.monotonic()
             for i in range(BURST):
-                tx.send(_frame(DSCP_TRIMMABLE, DATA_FRAME_BYTES, i))
+                tx.send(_frame(DSCP_TRIMMABLE, FULL_DATA_FRAME_LEN, i))
             tx.send(_frame(DSCP_CONTROL, 150, 0xC0))
             tags, last = [], start
             while len(tags) < BURST + 1:

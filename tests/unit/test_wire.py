@@ -84,7 +84,8 @@ def test_full_frame_round_trip(name: str, pkt: wire.Packet, raw: bytes, padding:
 
 def test_full_data_frame_length() -> None:
     pkt = DataPacket(Bth(OP_WRITE_ONLY, 0x100, 0), Meth(0), Reth(0, 0, 1024), bytes(1024))
-    assert len(encode_frame(TRIMMED_ENV, encode_packet(pkt))) == 1158
+    frame = encode_frame(TRIMMED_ENV, encode_packet(pkt))
+    assert len(frame) == 1158 == wire.layout.FULL_DATA_FRAME_LEN
 
 
 def _scapy_bth(b: Bth) -> bytes:
