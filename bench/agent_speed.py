@@ -1,18 +1,20 @@
 """Host agent CPU per packet: one MRC transfer between two agents, CPU read from /proc.
 
     sudo .venv/bin/python -m bench.agent_speed [--vs COMMIT] [--bytes N] [--runs R]
-                                               [--target bmv2|soft|auto] [--json FILE]
+        [--chunk BYTES] [--depth D] [--target bmv2|soft|auto] [--json FILE]
 
 A small fabric (2 planes x 2 T0 x 2 T1, one host per T0, so traffic crosses the spines) runs
-without port rate limits: no rate limiter paces the agents, only their own speed and the
-switch processes'. Each run is one RDMA write of N bytes from h0 to h1 (after a small
-unmeasured warm-up write). Around the write the bench reads each agent process's utime+stime
-(/proc/PID/stat; the total is exact, its user/sys split is sampled at clock ticks) and its
-endpoint counters. "Packets" are the MRC frames that agent's endpoint sent plus those it
-received (tx_packets + rx_packets: data, SACK, NACK, probes and port status alike): the
-sender's are mostly data out and SACKs in, the receiver's the reverse. Reported per agent and
-for both: CPU ms per 1,000 packets, and per 1,000 data packets of the transfer (sent by h0,
-resends included). The sender's window includes building the write's test pattern
+without port rate limits: no rate limiter paces the agents, only their own speed and the switch
+processes'. Each run moves N bytes from h0 to h1 (after a small unmeasured warm-up) the way the
+bench's flows do (bench.mrc_flows.post_chunks): --chunk-byte writes kept --depth deep on one
+control connection, so the agents' per-write command path is measured too (`--chunk 0`: one
+RDMA write of N bytes, the transport alone). Around the transfer the bench reads each agent
+process's utime+stime (/proc/PID/stat; the total is exact, its user/sys split is sampled at
+clock ticks) and its endpoint counters. "Packets" are the MRC frames that agent's endpoint sent
+plus those it received (tx_packets + rx_packets: data, SACK, NACK, probes and port status
+alike): the sender's are mostly data out and SACKs in, the receiver's the reverse. Reported per
+agent and for both: CPU ms per 1,000 packets, and per 1,000 data packets of the transfer (sent
+by h0, resends included). The sender's window includes building the write's test pattern
 (random.randbytes, about 3 ms per MB), the same for every tree.
 
 With --vs COMMIT the bench makes a temporary git worktree of COMMIT (removed afterwards, also
@@ -34,9 +36,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
+from bench.mrc_flows import CHUNK, DEPTH, FlowSpec, post_chunks, verify_chunks
 from fabric.topology import Fabric
 from topologies.agents import REPO, exchange_qps
 from topologies.network import MrcNetwork, NetworkConfig
@@ -82,25 +86,42 @@ def use_tree(net: MrcNetwork, tree: Path) -> None:
     exchange_qps({host: net.agent(host) for host in (SRC, DST)})
 
 
-def write(net: MrcNetwork, nbytes: int, seed: int) -> dict[str, Any]:
-    """One verified write h0 -> h1; returns the write's answer plus the CPU and counters."""
+def write(net: MrcNetwork, nbytes: int, seed: int, chunk: int, depth: int) -> dict[str, Any]:
+    """Move nbytes h0 -> h1 (chunked, or one write when chunk is 0), verified; returns the
+    outcome plus each agent's CPU and counters across it."""
     src, dst = net.agent(SRC), net.agent(DST)
     agents = {"sender": src, "receiver": dst}
     pids = {"sender": net.agent_pid(SRC), "receiver": net.agent_pid(DST)}
     region = dst.call("register", size=nbytes)
+    spec = FlowSpec(SRC, DST, nbytes)
     try:
         stats0 = {role: agent.call("stats") for role, agent in agents.items()}
         cpu0 = {role: cpu_seconds(pid) for role, pid in pids.items()}  # type: ignore[arg-type]
-        answer = src.call("write", wait=WRITE_TIMEOUT_S + 30, peer=DST, bytes=nbytes,
-                          va=region["va"], rkey=region["rkey"], seed=seed,
-                          timeout=WRITE_TIMEOUT_S)
+        began = time.monotonic()
+        if chunk:
+            errors = post_chunks(src, spec, region, seed, timeout=WRITE_TIMEOUT_S, chunk=chunk,
+                                 depth=depth)
+        else:
+            answer = src.call("write", wait=WRITE_TIMEOUT_S + 30, peer=DST, bytes=nbytes,
+                              va=region["va"], rkey=region["rkey"], seed=seed,
+                              timeout=WRITE_TIMEOUT_S)
+            errors = [] if answer.get("ok") else [str(answer.get("error"))]
+        duration = time.monotonic() - began
         cpu1 = {role: cpu_seconds(pid) for role, pid in pids.items()}  # type: ignore[arg-type]
         stats1 = {role: agent.call("stats") for role, agent in agents.items()}
-        check = dst.call("verify", rkey=region["rkey"], length=nbytes, seed=seed)
+        if errors:
+            verified = False
+        elif chunk:
+            verified = verify_chunks(dst, spec, region, seed, chunk) is None
+        else:
+            verified = bool(dst.call("verify", rkey=region["rkey"], length=nbytes,
+                                     seed=seed)["match"])
     finally:
         dst.call("deregister", rkey=region["rkey"])
-    out: dict[str, Any] = {"verified": bool(check["match"]), "duration_s": answer["duration_s"],
-                           "retransmits": answer["retransmits"], "timeouts": answer["timeouts"]}
+    sent = stats1["sender"]["endpoint"]
+    out: dict[str, Any] = {"verified": verified, "errors": errors[:3], "duration_s": duration,
+                           **{k: int(sent[k]) - int(stats0["sender"]["endpoint"][k])
+                              for k in ("retransmits", "timeouts")}}
     for role in pids:
         after, before = stats1[role]["endpoint"], stats0[role]["endpoint"]
         d = {k: int(after[k]) - int(before[k])
@@ -145,9 +166,9 @@ def run(args: argparse.Namespace, trees: dict[str, Path], log) -> dict[str, Any]
             for name in order:
                 if len(trees) > 1:
                     use_tree(net, trees[name])
-                write(net, WARMUP_BYTES, seed)
-                result = write(net, args.bytes, seed + 1)
-                seed += 2
+                write(net, WARMUP_BYTES, seed, args.chunk, args.depth)
+                result = write(net, args.bytes, seed + 1_000_000, args.chunk, args.depth)
+                seed += 2_000_000
                 result.update(tree=name, commit=labels[name], run=i)
                 runs.append(result)
                 log(f"run {i} {name} ({labels[name]}): sender "
@@ -160,7 +181,8 @@ def run(args: argparse.Namespace, trees: dict[str, Path], log) -> dict[str, Any]
     per_data = {name: summarize([r for r in runs if r["tree"] == name], "ms_per_1000_data")
                 for name in trees}
     report: dict[str, Any] = {
-        "bytes": args.bytes, "runs_per_tree": args.runs, "target": net.target,
+        "bytes": args.bytes, "chunk": args.chunk, "depth": args.depth,
+        "runs_per_tree": args.runs, "target": net.target,
         "fabric": dataclasses.asdict(FABRIC),
         "packets": "MRC packets the agent's endpoint sent plus those it received",
         "cpu": "utime+stime of the agent process (/proc/PID/stat) across the write",
@@ -183,8 +205,10 @@ def _row(label: str, values: dict[str, float | None], fmt: str = "{:>10.1f}") ->
 
 
 def print_report(report: dict[str, Any]) -> None:
+    how = (f"as {report['chunk']}-byte writes {report['depth']} deep" if report["chunk"]
+           else "as one write")
     print(f"\nagent CPU (utime+stime), median of {report['runs_per_tree']} runs of "
-          f"{report['bytes']} bytes h{SRC} -> h{DST}, {report['target']} switches")
+          f"{report['bytes']} bytes h{SRC} -> h{DST} {how}, {report['target']} switches")
     for key, what in (("median_ms_per_1000", "ms per 1,000 packets (packets = MRC frames sent "
                        "+ received by that agent)"),
                       ("median_ms_per_1000_data", "ms per 1,000 data packets (sent by h0)")):
@@ -208,12 +232,15 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--vs", metavar="COMMIT", help="compare against the agents of COMMIT")
     p.add_argument("--bytes", type=int, default=DEFAULT_BYTES, help="bytes per measured write")
-    p.add_argument("--runs", type=int, default=3, help="measured writes per tree")
+    p.add_argument("--chunk", type=int, default=CHUNK,
+                   help="bytes per write, as the bench's flows (0: one write of --bytes)")
+    p.add_argument("--depth", type=int, default=DEPTH, help="writes kept outstanding")
+    p.add_argument("--runs", type=int, default=3, help="measured transfers per tree")
     p.add_argument("--target", choices=TARGETS, default="auto", help="switch implementation")
     p.add_argument("--json", type=Path, help="also write the report here")
     args = p.parse_args(argv)
-    if args.bytes < 1 or args.runs < 1:
-        p.error("--bytes and --runs must be positive")
+    if args.bytes < 1 or args.runs < 1 or args.depth < 1 or args.chunk < 0:
+        p.error("--bytes, --runs and --depth must be positive, --chunk at least 0")
     if os.geteuid() != 0:
         print("bench.agent_speed: needs root (Mininet); run it with sudo", file=sys.stderr)
         return 2

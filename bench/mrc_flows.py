@@ -50,33 +50,13 @@ def run_flow(net, spec: FlowSpec, *, timeout: float, chunk: int = CHUNK,
     region = dst.call("register", size=spec.nbytes)
     result: dict[str, Any] = {"src": spec.src, "dst": spec.dst, "bytes": spec.nbytes,
                               "ok": False, "error": None}
-    offsets = list(range(0, spec.nbytes, chunk))
     base_seed = next(_seeds)
     try:
         since = dst.call("events", since=(1 << 62))["last"]
         src_before, dst_before = src.call("stats")["endpoint"], dst.call("stats")["endpoint"]
-        errors: list[str] = []
         start = time.monotonic()
-        try:
-            with ControlClient(str(src.socket_path), timeout + 30) as pipe:
-                todo = iter(enumerate(offsets))
-                outstanding = 0
-                for i, off in itertools.islice(todo, depth):
-                    pipe.submit("write", **_write(spec, region, i, off, chunk, base_seed,
-                                                  timeout))
-                    outstanding += 1
-                while outstanding:
-                    _, answer = pipe.next_reply()
-                    outstanding -= 1
-                    if not answer.get("ok"):
-                        errors.append(str(answer.get("error")))
-                    nxt = next(todo, None)
-                    if nxt is not None and not errors:
-                        pipe.submit("write", **_write(spec, region, nxt[0], nxt[1], chunk,
-                                                      base_seed, timeout))
-                        outstanding += 1
-        except ControlError as exc:
-            errors.append(f"control connection: {exc}")
+        errors = post_chunks(src, spec, region, base_seed, timeout=timeout, chunk=chunk,
+                             depth=depth)
         end = time.monotonic()
         messages = dst.call("messages", since=since)["messages"]
         result.update(_stats_deltas(src.call("stats")["endpoint"], src_before,
@@ -86,7 +66,7 @@ def run_flow(net, spec: FlowSpec, *, timeout: float, chunk: int = CHUNK,
                         key=lambda m: m["time"]):
             got += m["length"]
             timeline.append((m["time"] - start, got))
-        bad = _verify(dst, spec, region, offsets, chunk, base_seed) if not errors else None
+        bad = verify_chunks(dst, spec, region, base_seed, chunk) if not errors else None
         if bad is not None:
             errors.append(f"receiver found a mismatch in chunk at byte {bad}")
         duration = end - start
@@ -100,6 +80,33 @@ def run_flow(net, spec: FlowSpec, *, timeout: float, chunk: int = CHUNK,
     return result
 
 
+def post_chunks(src, spec: FlowSpec, region: dict[str, Any], base_seed: int, *, timeout: float,
+                chunk: int = CHUNK, depth: int = DEPTH) -> list[str]:
+    """Write spec.nbytes into `region` as CHUNK-byte writes kept DEPTH deep on one control
+    connection (chunk i with pattern seed base_seed + i); the errors, empty when all went."""
+    errors: list[str] = []
+    try:
+        with ControlClient(str(src.socket_path), timeout + 30) as pipe:
+            todo = iter(enumerate(range(0, spec.nbytes, chunk)))
+            outstanding = 0
+            for i, off in itertools.islice(todo, depth):
+                pipe.submit("write", **_write(spec, region, i, off, chunk, base_seed, timeout))
+                outstanding += 1
+            while outstanding:
+                _, answer = pipe.next_reply()
+                outstanding -= 1
+                if not answer.get("ok"):
+                    errors.append(str(answer.get("error")))
+                nxt = next(todo, None)
+                if nxt is not None and not errors:
+                    pipe.submit("write", **_write(spec, region, nxt[0], nxt[1], chunk,
+                                                  base_seed, timeout))
+                    outstanding += 1
+    except ControlError as exc:
+        errors.append(f"control connection: {exc}")
+    return errors
+
+
 def _write(spec: FlowSpec, region: dict[str, Any], i: int, off: int, chunk: int,
            base_seed: int, timeout: float) -> dict[str, Any]:
     return {"peer": spec.dst, "bytes": min(chunk, spec.nbytes - off),
@@ -107,10 +114,10 @@ def _write(spec: FlowSpec, region: dict[str, Any], i: int, off: int, chunk: int,
             "timeout": timeout}
 
 
-def _verify(dst, spec: FlowSpec, region: dict[str, Any], offsets: list[int], chunk: int,
-            base_seed: int) -> int | None:
+def verify_chunks(dst, spec: FlowSpec, region: dict[str, Any], base_seed: int,
+                  chunk: int = CHUNK) -> int | None:
     """First byte offset of a chunk that does not match its pattern, or None."""
-    for i, off in enumerate(offsets):
+    for i, off in enumerate(range(0, spec.nbytes, chunk)):
         check = dst.call("verify", rkey=region["rkey"], length=min(chunk, spec.nbytes - off),
                          seed=base_seed + i, offset=off)
         if not check["match"]:

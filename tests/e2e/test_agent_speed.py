@@ -35,6 +35,7 @@ def test_agent_speed_vs_head(tmp_path: Path) -> None:
     assert _worktrees() == before, "the temporary worktree was left behind"
     report = json.loads(out.read_text())
     assert set(report["median_ms_per_1000"]) == {"old", "new"}
+    assert (report["chunk"], report["depth"]) == (16 * 1024, 8)  # as the bench's flows write
     assert [r["tree"] for r in report["runs"]] == ["old", "new"]
     for run in report["runs"]:
         assert run["verified"], run
