@@ -3,10 +3,14 @@
 Without it a host's veth takes a whole congestion window at once, and the first switch meets
 the burst: BMv2's trim decision reads the depth the last departing packet left (a lagging
 view), so a burst could overflow its queue and tail-drop on a healthy route (docs/benchmarks.md,
-"BMv2 jitter"). The NIC's qdisc is an HTB of port_rate_pps full data frames per second, in
-bytes (a header-only control frame costs its size, as on a wire), with two classes: control
-frames (DSCP_CONTROL: SACKs, NACKs, probes) served first, as RDMA NICs send ACKs ahead of data,
-and everything else. HTB and u32 because this kernel has neither prio nor flower.
+"BMv2 jitter"). The NIC is modelled like a switch port (topologies.netconfig,
+CONTROL_RATE_FACTOR): an HTB with two classes, each at its own rate counted in bytes, neither
+borrowing from the other. Data frames get port_rate_pps full data frames per second; control
+frames (DSCP_CONTROL: SACKs, NACKs, probes) get CONTROL_RATE_FACTOR times that, so they leave
+at once and do not eat the data rate. On a real link a header-only ACK costs its bytes, but at
+this MTU a SACK is 13% of a data frame (under 2% with a 4 KiB MTU and a 64-byte ACK): charged
+to the data rate, a host that sends and receives at once lost 12% of its NIC (permutation
+aggregate 0.88, 2026-11-27). HTB and u32 because this kernel has neither prio nor flower.
 
 The socket's send buffer, not this queue, is what fills under a burst: frames in the qdisc
 stay charged to the sending socket, so the agent's non-blocking send backs off (EAGAIN) long
@@ -15,6 +19,7 @@ before the class queues' packet limit could drop anything.
 
 from __future__ import annotations
 
+from topologies.netconfig import CONTROL_RATE_FACTOR
 from wire.layout import DSCP_CONTROL, FULL_DATA_FRAME_LEN
 
 BURST_FRAMES = 2  # bucket depth: a NIC sends back to back, never a window at once
@@ -30,17 +35,14 @@ def pacing_cmds(ifname: str, port_rate_pps: int) -> list[str]:
     """tc commands that pace one NIC at `port_rate_pps` full data frames per second."""
     if port_rate_pps < 1:
         raise ValueError(f"NIC rate must be at least 1 packet/s, got {port_rate_pps}")
-    rate = f"{port_rate_pps * FULL_DATA_FRAME_LEN * 8}bit"
+    data_bps = port_rate_pps * FULL_DATA_FRAME_LEN * 8
     bucket = BURST_FRAMES * FULL_DATA_FRAME_LEN
-    burst = f"burst {bucket} cburst {bucket}"
-    # Control is guaranteed the whole rate and data only borrows: strict priority in HTB.
-    classes = [(CONTROL_CLASS, rate, 0), (DATA_CLASS, "8bit", 1)]
+    classes = [(CONTROL_CLASS, data_bps * CONTROL_RATE_FACTOR, 0), (DATA_CLASS, data_bps, 1)]
     return [
         f"tc qdisc replace dev {ifname} root handle 1: htb default {DATA_CLASS[2:]}",
-        f"tc class replace dev {ifname} parent 1: classid 1:1 htb rate {rate} ceil {rate} "
-        f"{burst}",
-        *(f"tc class replace dev {ifname} parent 1:1 classid {cls} htb rate {r} ceil {rate} "
-          f"{burst} prio {prio} quantum {FULL_DATA_FRAME_LEN}" for cls, r, prio in classes),
+        *(f"tc class replace dev {ifname} parent 1: classid {cls} htb rate {bps}bit "
+          f"ceil {bps}bit burst {bucket} cburst {bucket} prio {prio} "
+          f"quantum {FULL_DATA_FRAME_LEN}" for cls, bps, prio in classes),
         *(f"tc qdisc replace dev {ifname} parent {cls} pfifo limit {CLASS_LIMIT}"
           for cls, _, _ in classes),
         f"tc filter replace dev {ifname} parent 1: protocol ipv6 prio 1 u32 "

@@ -15,6 +15,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from tests.support import require_root
+from topologies.netconfig import CONTROL_RATE_FACTOR
 from topologies.nicpacing import (
     CONTROL_CLASS,
     DATA_CLASS,
@@ -44,6 +45,14 @@ def _class_packets(ifname: str) -> dict[str, int]:
 def test_rejects_a_rate_below_one_packet() -> None:
     with pytest.raises(ValueError, match="at least 1 packet/s"):
         pacing_cmds("eth0", 0)
+
+
+def test_each_class_has_its_own_rate_like_a_switch_port() -> None:
+    rates = {m[0]: (int(m[1]), int(m[2])) for m in re.findall(
+        r"classid (\S+) htb rate (\d+)bit ceil (\d+)bit", " ".join(pacing_cmds("eth0", 80)))}
+    data = 80 * FULL_DATA_FRAME_LEN * 8
+    assert rates == {DATA_CLASS: (data, data),
+                     CONTROL_CLASS: (data * CONTROL_RATE_FACTOR, data * CONTROL_RATE_FACTOR)}
 
 
 def test_control_class_matches_only_dscp_control() -> None:
@@ -85,3 +94,39 @@ def test_paced_nic_spreads_a_burst_and_sends_control_first() -> None:
         assert [t for t in tags if t != 0xC0] == list(range(BURST))
         counts = _class_packets(ifname)
         assert counts[CONTROL_CLASS] == 1 and counts[DATA_CLASS] == BURST, counts
+
+
+def test_control_frames_do_not_slow_the_data() -> None:
+    """SACK-sized control frames mixed into a data burst leave on their own class: the data
+    takes as long as it would alone (charged to the data rate, 40 of them would add about 5
+    data frame times)."""
+    require_root("a veth pair and a namespace")
+    rate, control = 20, 40
+    with VethLab("pace", 1) as lab:
+        ifname = lab.ports[1]
+        for cmd in pacing_cmds(ifname, rate):
+            subprocess.run(cmd.split(), check=True, capture_output=True)
+        rx = lab.host_socket(1)
+        tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+        try:
+            tx.bind((ifname, 0))
+            while receive(rx, 0.05) is not None:
+                pass
+            start = time.monotonic()
+            for i in range(BURST):
+                tx.send(_frame(DSCP_TRIMMABLE, FULL_DATA_FRAME_LEN, i))
+                for _ in range(control // BURST):
+                    tx.send(_frame(DSCP_CONTROL, 150, 0xC0))
+            data_seen, last_data = 0, start
+            while data_seen < BURST:
+                frame = receive(rx, 5.0)
+                assert frame is not None, f"only {data_seen} of {BURST} data frames arrived"
+                if frame[54] != 0xC0:
+                    data_seen, last_data = data_seen + 1, time.monotonic()
+        finally:
+            tx.close()
+            rx.close()
+        alone = (BURST - 2) / rate  # the bucket passes two at once
+        assert last_data - start < alone + 2.5 / rate, (last_data - start, alone)
+        counts = _class_packets(ifname)
+        assert counts[CONTROL_CLASS] == control and counts[DATA_CLASS] == BURST, counts
