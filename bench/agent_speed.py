@@ -50,6 +50,7 @@ FABRIC = Fabric(planes=2, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=1)
 SRC, DST = 0, 1
 DEFAULT_BYTES = 8_000_000
 WARMUP_BYTES = 256 * 1024
+SEED_STRIDE = 1_000_000  # a transfer's chunks take seeds seed .. seed + chunks - 1
 WRITE_TIMEOUT_S = 300.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 ROLES = ("sender", "receiver", "both")
@@ -167,8 +168,8 @@ def run(args: argparse.Namespace, trees: dict[str, Path], log) -> dict[str, Any]
                 if len(trees) > 1:
                     use_tree(net, trees[name])
                 write(net, WARMUP_BYTES, seed, args.chunk, args.depth)
-                result = write(net, args.bytes, seed + 1_000_000, args.chunk, args.depth)
-                seed += 2_000_000
+                result = write(net, args.bytes, seed + SEED_STRIDE, args.chunk, args.depth)
+                seed += 2 * SEED_STRIDE
                 result.update(tree=name, commit=labels[name], run=i)
                 runs.append(result)
                 log(f"run {i} {name} ({labels[name]}): sender "

@@ -2,12 +2,13 @@
 
 The fabric is started with no port rate (switches forward as fast as their processes can) and
 every host writes CALIBRATION_BYTES to host i + hosts/2 with MRC, the heaviest load the bench
-puts on it. The fidelity monitor's bottleneck figure (median over sample windows of the
-busiest port's frames/s) is what the emulation sustains per port under that load; the rate is
-HEADROOM of it, rounded down to ROUND pps, so the ports, not the CPUs, limit the real runs.
-Measured on 2 cores (soft switch): the calibration sustained 203 frames/s; the MRC permutation
-then kept the CPUs 85% busy at 80 pps (ports at 0.94 of rate) and 92% at 100 (0.92), so
-HEADROOM is 0.4, not the 0.5 that left no margin for the other contenders and the noise.
+puts on it. The fidelity monitor's bottleneck figure (the busiest port's full-frame equivalents
+per second over the run's traffic time) is what the emulation sustains per port under that
+load; the rate is HEADROOM of it, rounded down to ROUND pps, so the ports, not the CPUs, limit
+the real runs. Measured on 2 cores (soft switch): the calibration sustained 203 frames/s; the
+MRC permutation then kept the CPUs 85% busy at 80 pps (ports at 0.94 of rate) and 92% at 100
+(0.92), so HEADROOM is 0.4, not the 0.5 that left no margin for the other contenders and the
+noise.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from host_agent.core.errors import ConfigError, LocalProtocolError
-from wire.layout import DEFAULT_MTU  # noqa: F401 (payload bytes per data packet; re-exported)
+from wire.layout import DEFAULT_MTU  # payload bytes per data packet (wire-format.md §6)
 
 DEFAULT_BASE_RTT = 1e-3
 """Unloaded RTT (s) assumed when none is configured: a BMv2 software fabric is about a
