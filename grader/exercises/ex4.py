@@ -4,8 +4,9 @@ for every data packet (host_agent/core/receiver.py).
 
 Stages: (1) unit checks: spraying over an EvSet (spread over every active EV and plane, never
 an EV that is retired, skipped or on an unusable plane, EVs that become usable again are
-sprayed on again) and SACKs of a Receiver fed a scripted arrival order around the PSN wrap
-(cumulative ack, echoed fields, bitmap bits for arrivals up to 64 PSNs ahead and beyond);
+sprayed on again, a plane that lost EVs keeps its share) and SACKs of a Receiver fed a
+scripted arrival order around the PSN wrap (cumulative ack, echoed fields, bitmap bits for
+arrivals up to 64 PSNs ahead and beyond);
 (2) the fabric simulator (sim/, a fake clock): a transfer under 1 % random loss on every link
 completes, verified, with data on every plane; (3) the live Mininet transfer.
 """
@@ -98,8 +99,9 @@ def _spread_problems(evs: Any, counts: collections.Counter, usable: list[Any]) -
     return out
 
 
-SPRAY_HINT = ("choose() must rotate over the ring of active EVs: take the EV at the front "
-              "(self._ring.popleft()), and if it is usable put it back at the end and return it")
+SPRAY_HINT = ("choose() must give the planes turns (self._turn) and rotate over the turn's "
+              "plane's ring of active EVs: take the EV at the front (ring.popleft()), and if "
+              "it is usable put it back at the end and return it")
 
 
 def _check_spread() -> Check:
@@ -169,6 +171,37 @@ def _check_usable_only() -> Check:
                 "sending on it")
     return _guard("spray.usable-only", "choose() never sprays on a retired, skipped or "
                   "plane-down EV", 3, SPRAY_HINT, body)
+
+
+def _check_plane_share() -> Check:
+    def body():
+        evs = _evset()
+        survivor = evs.active(0)[0]
+        while True:  # retire plane 0's EVs one by one; backups swap in until none is left
+            doomed = [e for e in evs.entries() if e.path.plane == 0 and e is not survivor
+                      and _usable(e, set())]
+            if not doomed:
+                break
+            evs.on_loss(doomed[0].ev, 0.0)
+        usable = [e for e in evs.entries() if _usable(e, set())]
+        n = ROUNDS * len(usable)
+        counts = _spray(evs, n, 0.0)
+        by_plane: collections.Counter = collections.Counter()
+        for ev, k in counts.items():
+            if ev is not None:
+                by_plane[evs.entry(ev).path.plane] += k
+        fair = n / PLANES
+        off = [p for p in range(PLANES) if abs(by_plane[p] - fair) > TOLERANCE * fair]
+        expected = (f"plane 0 has one usable EV left, planes 1-{PLANES - 1} have "
+                    f"{len(usable) - 1} between them: each plane still gets about "
+                    f"{fair:.0f} of {n} packets (its NIC port's share, within {TOLERANCE:.0%})")
+        observed = ", ".join(f"plane {p}: {by_plane[p]}" for p in range(PLANES))
+        return (not off, expected, observed,
+                "each plane is one NIC port with its own rate: give the planes turns "
+                "(self.planes[self._turn], then advance self._turn) and spray within the "
+                "turn's plane, instead of one rotation over every plane's EVs")
+    return _guard("spray.plane-share", "each usable plane gets its share of the packets, "
+                  "however many EVs it has left", 2, SPRAY_HINT, body)
 
 
 def _check_comes_back() -> Check:
@@ -437,7 +470,7 @@ def _check_sim() -> list[Check]:
 
 
 def grade(ctx: Any) -> Iterator[Check]:
-    units = [_check_spread(), _check_usable_only(), _check_comes_back()]
+    units = [_check_spread(), _check_usable_only(), _check_comes_back(), _check_plane_share()]
     try:
         run: _SackRun | None = _SackRun()
         crash = ""

@@ -22,6 +22,12 @@ Rules chosen where the sources are silent [choice]:
   only eat the backup, until a delivery, timer or reinstatement finds a healthy backup.
   An EV reinstated by probes or allowed again goes back to ACTIVE if its plane has fewer
   active EVs than it was built with, else to BACKUP.
+- Spraying: one ring of active EVs per plane, and the planes take turns; within a plane
+  the usable EVs take turns. Each plane is one NIC port with its own rate, so a plane that
+  lost some EVs (a dead route retired, EVs resting in SKIP) still gets its port's share,
+  spread over the EVs it has left. One ring over every plane would give such a plane fewer
+  packets while the other ports, already at their rate, queue the rest (measured:
+  docs/benchmarks.md, link failure). A plane with no usable EV is skipped.
 - Floor: while fewer than ev_min_active EVs are usable (GOOD, active, plane usable), choose()
   also sprays over stand-ins on usable planes, best first: GOOD backups, then SKIP EVs
   (soonest expiry first), then ASSUMED_BAD EVs least recently failed first (the failure that
@@ -111,7 +117,11 @@ class EvSet:
         self._order: list[EvEntry] = list(self._entries.values())
         self._plane_usable: dict[int, bool] = dict.fromkeys(self.planes, True)
         start = rng.randrange(len(actives))  # connections need not all start on one path
-        self._ring: deque[EvEntry] = deque(actives[start:] + actives[:start])
+        # one ring of active EVs per plane (a NIC port), planes taken in turn: choose()
+        self._rings: dict[int, deque[EvEntry]] = {p: deque() for p in self.planes}
+        for entry in actives[start:] + actives[:start]:
+            self._rings[entry.path.plane].append(entry)
+        self._turn = self.planes.index(actives[start].path.plane)  # next plane's index
         self._usable_count = 0
         # (plane, echoed EV index) -> _control_for_arrival's candidates; _refresh clears it
         self._arrival: dict[tuple[int, int], list[EvEntry]] = {}
@@ -180,7 +190,7 @@ class EvSet:
             self._usable_count += 1 if usable else -1
             if usable and not entry.in_ring:
                 entry.in_ring = True
-                self._ring.append(entry)
+                self._rings[entry.path.plane].append(entry)
         self._fallback = None
         self._arrival.clear()
         self._deadline_ok = False
@@ -316,19 +326,25 @@ class EvSet:
 
     # ----- choosing
     def choose(self, now: float) -> EvEntry | None:
-        """EV for the next data packet: round-robin over usable EVs, O(1) amortised (an EV
-        leaves the ring once per loss of usability); the floor rule applies below
-        ev_min_active usable EVs."""
+        """EV for the next data packet: planes in turn, round-robin over each plane's usable
+        EVs (module docstring, "Spraying"); O(1) amortised, as an EV leaves its ring once per
+        loss of usability and a turn skips at most len(planes) empty rings. The floor rule
+        applies below ev_min_active usable EVs."""
         self._expire_skips(now)
         if self._usable_count >= self.config.ev_min_active:
             # BEGIN exercise 4 spray
-            ring = self._ring
-            while True:
-                entry = ring.popleft()
-                if entry.usable:
-                    ring.append(entry)
-                    break
-                entry.in_ring = False
+            planes = self.planes
+            entry = None
+            while entry is None:
+                ring = self._rings[planes[self._turn]]
+                self._turn = (self._turn + 1) % len(planes)
+                while ring:
+                    candidate = ring.popleft()
+                    if candidate.usable:
+                        ring.append(candidate)
+                        entry = candidate
+                        break
+                    candidate.in_ring = False
             # END exercise 4 spray
         else:
             if self._fallback is None:

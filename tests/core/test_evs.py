@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections import Counter
+from collections import Counter, deque
 
 import pytest
 
@@ -207,29 +207,49 @@ def test_choose_spreads_equally_over_planes_and_paths() -> None:
 
 
 def test_choose_is_amortised_constant() -> None:
-    """The ring pops at most one extra entry per loss of usability, never a scan per packet."""
+    """A ring pops at most one extra entry per loss of usability, never a scan per packet."""
     es = make(planes=4, per_plane=4, backups_per_plane=0, ev_min_active=1)
     for entry in es.active(plane=0):
         es.on_ecn(entry.ev, 0.0)  # 32 EVs unusable, never expire before t=0.001
     pops = 0
-    ring = es._ring
-    real_popleft = ring.popleft
 
     class Counting:
+        def __init__(self, ring: deque) -> None:
+            self.ring = ring
+
         def __getattr__(self, name: str) -> object:
-            return getattr(ring, name)
+            return getattr(self.ring, name)
+
+        def __len__(self) -> int:
+            return len(self.ring)
 
         def popleft(self):  # type: ignore[no-untyped-def]
             nonlocal pops
             pops += 1
-            return real_popleft()
+            return self.ring.popleft()
 
-    es._ring = Counting()  # type: ignore[assignment]
+    es._rings = {p: Counting(r) for p, r in es._rings.items()}  # type: ignore[misc]
     n = 10_000
     for _ in range(n):
         picked = es.choose(0.001)
         assert picked is not None and picked.path.plane != 0
     assert pops <= n + 32
+
+
+def test_each_usable_plane_keeps_its_share_when_it_loses_evs() -> None:
+    """Planes are NIC ports: a plane with a dead route's EVs retired (and no backups to swap
+    in) still gets 1/planes of the packets, spread over the EVs it has left."""
+    es = make(planes=4, per_plane=4, backups_per_plane=0)
+    dead = [e for e in es.active(plane=0)][: len(es.active(plane=0)) // 2]
+    for entry in dead:
+        es.on_loss(entry.ev, 0.0)
+    picks = [es.choose(0.0) for _ in range(4000)]
+    by_plane = Counter(p.path.plane for p in picks if p)
+    assert set(by_plane.values()) == {1000}, by_plane
+    assert not {p.ev for p in picks if p} & {e.ev for e in dead}
+    alive0 = Counter(p.ev for p in picks if p and p.path.plane == 0)
+    assert len(alive0) == len(es.active(plane=0))
+    assert max(alive0.values()) - min(alive0.values()) <= 1
 
 
 def test_skip_then_expiry_back_to_good() -> None:
