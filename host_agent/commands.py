@@ -45,6 +45,7 @@ WRITE_STATS = ("tx_data_packets", "retransmits", "timeouts", "spurious_timeouts"
 MAX_WRITE = 1 << 30  # bytes per write command: the pattern is built in memory
 HISTORY = 10_000  # events and received messages kept for the `events` / `messages` commands
 _MISSING = object()
+_ROUTINE_EVENTS = (EvStateChanged, MessageReceived, WriteCompleted)
 
 
 def pattern(seed: int, length: int) -> bytes:
@@ -122,7 +123,8 @@ class Commands:
         self._seq += 1
         record = _event_record(self._seq, now, event)
         self.history.append(record)
-        level = logging.DEBUG if isinstance(event, EvStateChanged) else logging.INFO
+        # per-EV and per-message events are routine (one per write on a busy agent): DEBUG
+        level = logging.DEBUG if isinstance(event, _ROUTINE_EVENTS) else logging.INFO
         if log.isEnabledFor(level):
             log.log(level, "event %s", json.dumps(record, default=str))
         if isinstance(event, MessageReceived):
@@ -241,7 +243,7 @@ class Commands:
         if offset + length > region.length:
             raise RequestError(f"verify: [{offset}, +{length}) exceeds the region's "
                                f"{region.length} bytes")
-        got = memoryview(region.buffer)[offset:offset + length]
+        got = bytes(memoryview(region.buffer)[offset:offset + length])  # memcmp, not per item
         want = pattern(seed, length)
         first = None
         if got != want:
