@@ -112,12 +112,15 @@ class MrcNetwork:
         """Build, program and start everything; on any failure clean up and re-raise."""
         try:
             self._start()
-        except (NetworkError, AgentError, KeyboardInterrupt):
+        except (NetworkError, AgentError):
             self.stop()
             raise
         except Exception as exc:  # Mininet raises bare Exception (e.g. an interface exists)
             self.stop()
             raise NetworkError(f"building the fabric failed: {exc}") from exc
+        except BaseException:  # Ctrl-C, or SystemExit from a SIGTERM handler (the bench's)
+            self.stop()
+            raise
 
     def _start(self) -> None:
         deadline = time.monotonic() + self.config.lock_timeout
