@@ -27,6 +27,7 @@ from controller.convergence import DEFAULT_DELAY
 from controller.tables import DEFAULT_ECN_THRESHOLD, DEFAULT_TRIM_THRESHOLD, PortThresholds
 from fabric.topology import Fabric
 from p4rt.names import QDEPTH_BITS
+from topologies.nicpacing import CONTROL_RATE_FACTOR  # noqa: F401 (part of this API)
 from topologies.runstate import RunStateError
 from topologies.targets import resolve
 
@@ -39,11 +40,6 @@ TARGET_RATE = "target"  # NetworkConfig.port_rate_pps: default_rate_for(target)
 # Twice BMv2's default (64): with 64, a 4:1 incast still tail-dropped a few data packets at the
 # receiver's T0 (the software switch's occupancy check lags its queue); with 128, none.
 DEFAULT_QUEUE_DEPTH = 128
-# Rates are in packets/s, but the high-priority queue carries header-only frames (a trimmed
-# packet is 134 bytes, a SACK about 150, a full data frame 1158): on a byte-rate link each takes
-# about 1/8 of a data packet's time, so that queue is paced 8 times faster. At the data rate,
-# incast trims would overflow it and turn into drops and timeouts that a real link would not see.
-CONTROL_RATE_FACTOR = 8
 AGENT_OVERHEAD_S = 0.005  # two Python agents' processing and scheduling per round trip
 # Rate-limited hops a data packet and its SACK cross: the sender's paced NIC, then T0, T1, T0
 # each way (a SACK's hops are faster: the rest is margin).

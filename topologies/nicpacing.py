@@ -19,8 +19,14 @@ before the class queues' packet limit could drop anything.
 
 from __future__ import annotations
 
-from topologies.netconfig import CONTROL_RATE_FACTOR
 from wire.layout import DSCP_CONTROL, FULL_DATA_FRAME_LEN
+
+# Rates are in packets/s, but the high-priority queue carries header-only frames (a trimmed
+# packet is 134 bytes, a SACK about 150, a full data frame 1158): on a byte-rate link each takes
+# about 1/8 of a data packet's time, so that queue is paced 8 times faster, on the switch ports
+# (topologies.network) and on the host NICs (here). At the data rate, incast trims would
+# overflow it and turn into drops and timeouts that a real link would not see.
+CONTROL_RATE_FACTOR = 8
 
 BURST_FRAMES = 2  # bucket depth: a NIC sends back to back, never a window at once
 CLASS_LIMIT = 1000  # packets per class queue (a veth's default tx queue length)

@@ -19,9 +19,9 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from tests.support import require_root
-from topologies.netconfig import CONTROL_RATE_FACTOR
 from topologies.nicpacing import (
     CONTROL_CLASS,
+    CONTROL_RATE_FACTOR,
     DATA_CLASS,
     pacing_cmds,
 )
