@@ -127,7 +127,7 @@ def write(net: MrcNetwork, nbytes: int, seed: int, chunk: int, depth: int) -> di
         after, before = stats1[role]["endpoint"], stats0[role]["endpoint"]
         d = {k: int(after[k]) - int(before[k])
              for k in ("tx_packets", "rx_packets", "tx_data_packets", "sacks_sent",
-                       "sacks_received", "probes_sent", "retransmits")}
+                       "sacks_received", "probes_sent")}  # resends: the run's own field
         d["packets"] = d["tx_packets"] + d["rx_packets"]
         if "wakeups" in stats1[role]:  # event-loop wake-ups (agents that report them)
             d["wakeups"] = stats1[role]["wakeups"] - stats0[role]["wakeups"]
