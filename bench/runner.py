@@ -30,6 +30,7 @@ from bench.mrc_flows import FlowSpec, run_flows
 from host_agent.core import DEFAULT_MTU
 from host_agent.modes import AgentMode, ModeError
 from topologies.network import MrcNetwork, NetworkConfig
+from wire.layout import FULL_DATA_FRAME_LEN
 
 CONTENDERS = ("mrc", "roce", "roce:8", "roce:16", "tcp", "mptcp", "single_port")
 KERNEL = ("tcp", "mptcp")
@@ -202,6 +203,27 @@ def wait_quiet(net: MrcNetwork, host: int) -> float | None:
             return time.monotonic() - start
         last = sent
         time.sleep(QUIET_POLL_S)
+    return None
+
+
+def fabric_sent_bytes(net: MrcNetwork) -> int:
+    return sum(sum(net.port_sent_bytes(sw.name).values()) for sw in net.fabric.switches)
+
+
+def wait_fabric_quiet(net: MrcNetwork) -> float | None:
+    """Seconds until the whole fabric sent less than one full data frame's bytes in
+    QUIET_POLL_S (probes and port status may go on; None: still busy after QUIET_LIMIT_S).
+    A contender's flows can be done while frames it queued still drain, e.g. a go-back-N
+    storm's resends in a paced NIC's queue (up to CLASS_LIMIT frames, 11 s at 90 packets/s);
+    the next contender must not share the fabric with them."""
+    start = time.monotonic()
+    last = fabric_sent_bytes(net)
+    while time.monotonic() - start < QUIET_LIMIT_S:
+        time.sleep(QUIET_POLL_S)
+        sent = fabric_sent_bytes(net)
+        if sent - last < FULL_DATA_FRAME_LEN:
+            return time.monotonic() - start
+        last = sent
     return None
 
 

@@ -26,6 +26,7 @@ from bench.runner import (
     relative_failure,
     retire_rtts,
     run_contender,
+    wait_fabric_quiet,
 )
 from fabric.topology import Fabric
 from topologies.netconfig import DEFAULT_PORT_RATE_PPS
@@ -120,6 +121,7 @@ def run_one(ctx: Context, net: MrcNetwork, name: str, specs: list[FlowSpec], tim
     if skip is not None:
         ctx.tick(f"{name} skipped")
         return {"skipped": skip}
+    quiet_after = wait_fabric_quiet(net)  # what the previous contender left has drained
     cpu = results.cpu_times()
     monitor = Monitor(net)
     monitor.start()
@@ -138,7 +140,8 @@ def run_one(ctx: Context, net: MrcNetwork, name: str, specs: list[FlowSpec], tim
     if summary.get("aggregate_goodput_bps"):
         summary["aggregate_over_capacity"] = (summary["aggregate_goodput_bps"]
                                               / summary["capacity_bps"])
-    out: dict[str, Any] = {"flows": flows, "summary": summary, "fidelity": fidelity}
+    out: dict[str, Any] = {"flows": flows, "summary": summary, "fidelity": fidelity,
+                           "fabric_quiet_after_s": quiet_after}
     if info is not None:
         out["failure"] = info
     return out
