@@ -99,7 +99,7 @@ def _spread_problems(evs: Any, counts: collections.Counter, usable: list[Any]) -
     return out
 
 
-SPRAY_HINT = ("choose() must give the planes turns (self._turn) and rotate over the turn's "
+SPRAY_HINT = ("choose() must take the plane from self._next_plane() and rotate over that "
               "plane's ring of active EVs: take the EV at the front (ring.popleft()), and if "
               "it is usable put it back at the end and return it")
 
@@ -197,9 +197,9 @@ def _check_plane_share() -> Check:
                     f"{fair:.0f} of {n} packets (its NIC port's share, within {TOLERANCE:.0%})")
         observed = ", ".join(f"plane {p}: {by_plane[p]}" for p in range(PLANES))
         return (not off, expected, observed,
-                "each plane is one NIC port with its own rate: give the planes turns "
-                "(self.planes[self._turn], then advance self._turn) and spray within the "
-                "turn's plane, instead of one rotation over every plane's EVs")
+                "each plane is one NIC port with its own rate: take the plane from "
+                "self._next_plane() and spray within that plane's ring, instead of one "
+                "rotation over every plane's EVs")
     return _guard("spray.plane-share", "each usable plane gets its share of the packets, "
                   "however many EVs it has left", 2, SPRAY_HINT, body)
 

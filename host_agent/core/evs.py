@@ -22,12 +22,15 @@ Rules chosen where the sources are silent [choice]:
   only eat the backup, until a delivery, timer or reinstatement finds a healthy backup.
   An EV reinstated by probes or allowed again goes back to ACTIVE if its plane has fewer
   active EVs than it was built with, else to BACKUP.
-- Spraying: one ring of active EVs per plane, and the planes take turns; within a plane
-  the usable EVs take turns. Each plane is one NIC port with its own rate, so a plane that
-  lost some EVs (a dead route retired, EVs resting in SKIP) still gets its port's share,
-  spread over the EVs it has left. One ring over every plane would give such a plane fewer
-  packets while the other ports, already at their rate, queue the rest (measured:
-  docs/benchmarks.md, link failure). A plane with no usable EV is skipped.
+- Spraying: one ring of active EVs per plane; the planes take turns by weight, and within a
+  plane the usable EVs take turns. A plane's weight is its active slots minus its EVs
+  resting in SKIP (at least 1). Each plane is one NIC port with its own rate, so a plane
+  that lost EVs to a failure (a dead route retired) keeps its port's share, spread over the
+  EVs it has left; one ring over every plane gave it fewer packets while the other ports,
+  already at their rate, queued the rest (docs/benchmarks.md, link failure). Congestion is
+  different: EVs in SKIP lower their plane's weight, so the excess spreads over every plane
+  instead of all landing on the congested plane's other spine (planes in plain turns slowed
+  permutation flows, docs/decisions.md). A plane with no usable EV passes its turn.
 - Floor: while fewer than ev_min_active EVs are usable (GOOD, active, plane usable), choose()
   also sprays over stand-ins on usable planes, best first: GOOD backups, then SKIP EVs
   (soonest expiry first), then ASSUMED_BAD EVs least recently failed first (the failure that
@@ -121,7 +124,11 @@ class EvSet:
         self._rings: dict[int, deque[EvEntry]] = {p: deque() for p in self.planes}
         for entry in actives[start:] + actives[:start]:
             self._rings[entry.path.plane].append(entry)
-        self._turn = self.planes.index(actives[start].path.plane)  # next plane's index
+        # _next_plane's smooth weighted round robin: a credit per plane, the first turn to the
+        # start EV's plane; _skipping counts each plane's EVs resting in SKIP (its weight)
+        self._credit: dict[int, int] = dict.fromkeys(self.planes, 0)
+        self._credit[actives[start].path.plane] = 1
+        self._skipping: dict[int, int] = dict.fromkeys(self.planes, 0)
         self._usable_count = 0
         # (plane, echoed EV index) -> _control_for_arrival's candidates; _refresh clears it
         self._arrival: dict[tuple[int, int], list[EvEntry]] = {}
@@ -209,6 +216,9 @@ class EvSet:
         entry.state = new
         if old is EvState.SKIP and new is not EvState.SKIP:
             entry.skip_until = None
+            self._skipping[entry.path.plane] -= 1
+        elif new is EvState.SKIP and old is not EvState.SKIP:
+            self._skipping[entry.path.plane] += 1
         if old is EvState.ASSUMED_BAD and new is not EvState.ASSUMED_BAD:
             del self._bad[entry.ev]
             entry.next_probe_at = entry.probe_sent_at = None
@@ -326,18 +336,16 @@ class EvSet:
 
     # ----- choosing
     def choose(self, now: float) -> EvEntry | None:
-        """EV for the next data packet: planes in turn, round-robin over each plane's usable
-        EVs (module docstring, "Spraying"); O(1) amortised, as an EV leaves its ring once per
-        loss of usability and a turn skips at most len(planes) empty rings. The floor rule
-        applies below ev_min_active usable EVs."""
+        """EV for the next data packet: the plane by weight (_next_plane), then round-robin
+        over that plane's usable EVs (module docstring, "Spraying"); O(planes) per packet plus
+        one pop per loss of usability. The floor rule applies below ev_min_active usable
+        EVs."""
         self._expire_skips(now)
         if self._usable_count >= self.config.ev_min_active:
             # BEGIN exercise 4 spray
-            planes = self.planes
             entry = None
             while entry is None:
-                ring = self._rings[planes[self._turn]]
-                self._turn = (self._turn + 1) % len(planes)
+                ring = self._rings[self._next_plane()]
                 while ring:
                     candidate = ring.popleft()
                     if candidate.usable:
@@ -359,6 +367,24 @@ class EvSet:
         self.counters["chosen"] += 1
         entry.counters["chosen"] += 1
         return entry
+
+    def _next_plane(self) -> int:
+        """The plane whose turn it is (module docstring, "Spraying"): smooth weighted round
+        robin over the usable planes, each weighted by its active slots minus its EVs resting
+        in SKIP (at least 1); equal weights give the planes in turn."""
+        credit, skipping, target = self._credit, self._skipping, self._target
+        best = -1
+        total = 0
+        for plane in self.planes:
+            if not self._plane_usable[plane]:
+                continue
+            weight = max(1, target[plane] - skipping[plane])
+            total += weight
+            credit[plane] += weight
+            if best < 0 or credit[plane] > credit[best]:
+                best = plane
+        credit[best] -= total
+        return best
 
     @staticmethod
     def _stand_in_rank(entry: EvEntry) -> tuple[int, float]:

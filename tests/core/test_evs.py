@@ -252,6 +252,23 @@ def test_each_usable_plane_keeps_its_share_when_it_loses_evs() -> None:
     assert max(alive0.values()) - min(alive0.values()) <= 1
 
 
+def test_congestion_lowers_a_planes_share_but_failure_does_not() -> None:
+    """EVs resting in SKIP (ECN) take their plane's turns with them, so the excess spreads
+    over every plane; EVs retired by a loss leave the plane its share (the failure test
+    above)."""
+    es = make(planes=4, per_plane=4, backups_per_plane=0)
+    skipped = es.active(plane=0)[: len(es.active(plane=0)) // 2]
+    for entry in skipped:
+        es.on_ecn(entry.ev, 0.0)
+    n = 5600
+    by_plane = Counter(p.path.plane for p in (es.choose(0.0) for _ in range(n)) if p)
+    per_plane = len(es.active(plane=1))  # 32 active slots per plane
+    weights = {0: per_plane - len(skipped), 1: per_plane, 2: per_plane, 3: per_plane}
+    total = sum(weights.values())
+    for plane, weight in weights.items():
+        assert abs(by_plane[plane] - n * weight / total) <= 1, (by_plane, weights)
+
+
 def test_skip_then_expiry_back_to_good() -> None:
     es = make(skip_time=0.5)
     ev = es.active()[0].ev
