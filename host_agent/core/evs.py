@@ -120,7 +120,7 @@ class EvSet:
         self._order: list[EvEntry] = list(self._entries.values())
         self._plane_usable: dict[int, bool] = dict.fromkeys(self.planes, True)
         start = rng.randrange(len(actives))  # connections need not all start on one path
-        # one ring of active EVs per plane (a NIC port), planes taken in turn: choose()
+        # one ring of active EVs per plane (a NIC port); _next_plane picks the ring: choose()
         self._rings: dict[int, deque[EvEntry]] = {p: deque() for p in self.planes}
         for entry in actives[start:] + actives[:start]:
             self._rings[entry.path.plane].append(entry)
