@@ -193,17 +193,23 @@ class Injector:
         return self.info
 
 
+def _wait_settled(read: Callable[[], int], slack: int) -> float | None:
+    """Seconds until a growing counter grew by less than `slack` in QUIET_POLL_S (None: still
+    growing after QUIET_LIMIT_S)."""
+    start = time.monotonic()
+    last = read()
+    while time.monotonic() - start < QUIET_LIMIT_S:
+        time.sleep(QUIET_POLL_S)
+        value = read()
+        if value - last < slack:
+            return time.monotonic() - start
+        last = value
+    return None
+
+
 def wait_quiet(net: MrcNetwork, host: int) -> float | None:
     """Seconds until the host's agent sends no more data packets (None: still sending)."""
-    start = time.monotonic()
-    last = None
-    while time.monotonic() - start < QUIET_LIMIT_S:
-        sent = net.stats(host)["endpoint"]["tx_data_packets"]
-        if sent == last:
-            return time.monotonic() - start
-        last = sent
-        time.sleep(QUIET_POLL_S)
-    return None
+    return _wait_settled(lambda: net.stats(host)["endpoint"]["tx_data_packets"], 1)
 
 
 def fabric_sent_bytes(net: MrcNetwork) -> int:
@@ -216,15 +222,7 @@ def wait_fabric_quiet(net: MrcNetwork) -> float | None:
     A contender's flows can be done while frames it queued still drain, e.g. a go-back-N
     storm's resends in a paced NIC's queue (up to CLASS_LIMIT frames, 11 s at 90 packets/s);
     the next contender must not share the fabric with them."""
-    start = time.monotonic()
-    last = fabric_sent_bytes(net)
-    while time.monotonic() - start < QUIET_LIMIT_S:
-        time.sleep(QUIET_POLL_S)
-        sent = fabric_sent_bytes(net)
-        if sent - last < FULL_DATA_FRAME_LEN:
-            return time.monotonic() - start
-        last = sent
-    return None
+    return _wait_settled(lambda: fabric_sent_bytes(net), FULL_DATA_FRAME_LEN)
 
 
 def relative_failure(info: dict[str, Any], flow: dict[str, Any]) -> float | None:

@@ -27,7 +27,6 @@ from controller.convergence import DEFAULT_DELAY
 from controller.tables import DEFAULT_ECN_THRESHOLD, DEFAULT_TRIM_THRESHOLD, PortThresholds
 from fabric.topology import Fabric
 from p4rt.names import QDEPTH_BITS
-from topologies.nicpacing import CONTROL_RATE_FACTOR  # noqa: F401 (part of this API)
 from topologies.runstate import RunStateError
 from topologies.targets import resolve
 

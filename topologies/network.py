@@ -54,7 +54,8 @@ from topologies.agents import (
 )
 from topologies.hostsetup import configure_kernel_ipv6, pace_nics, restore_nic_ipv6
 from topologies.impair import remove_loss
-from topologies.netconfig import CONTROL_RATE_FACTOR, NetworkConfig, NetworkError
+from topologies.netconfig import NetworkConfig, NetworkError
+from topologies.nicpacing import CONTROL_RATE_FACTOR
 from topologies.p4switch import P4RuntimeSwitch
 from topologies.runstate import (
     RunManifest,
