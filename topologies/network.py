@@ -174,11 +174,7 @@ class MrcNetwork:
             self.net.addLink(lk.a, lk.b, port1=lk.a_port, port2=lk.b_port,
                              addr1=self._mac(lk.a, lk.a_port), addr2=self._mac(lk.b, lk.b_port))
         self.net.build()
-        for sw in self.fabric.switches:  # the root namespace's kernel must not answer frames
-            for intf in self.net[sw.name].intfList():
-                if intf.name != "lo":
-                    _sysctl(f"/proc/sys/net/ipv6/conf/{intf.name}/disable_ipv6", "1")
-        self.net.start()
+        self.net.start()  # each switch node silences the kernel's IPv6 on its ports
         self.record_pids()
         if self.config.pace_nics and self.config.port_rate_pps is not None:
             for h in range(self.fabric.hosts):
@@ -484,14 +480,6 @@ class MrcNetwork:
 def _mode(single_path: bool) -> AgentMode:
     """The demo's baseline (`single_path`) is the single_port mode: one QP on plane 0."""
     return AgentMode(ROCE, 1) if single_path else MRC_MODE
-
-
-def _sysctl(path: str, value: str) -> None:
-    try:
-        with open(path, "w", encoding="ascii") as f:
-            f.write(value)
-    except OSError as exc:
-        raise NetworkError(f"cannot write {value} to {path}: {exc}") from exc
 
 
 __all__ = ["AgentError", "MrcNetwork", "NetworkConfig", "NetworkError", "acquire_fabric_lock",

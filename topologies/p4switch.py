@@ -39,6 +39,18 @@ def check_switch_args(device_id: int, grpc_port: int, thrift_port: int,
                          f"(mrc.p4 uses priority {PRIORITY_QUEUES - 1}), got {priority_queues}")
 
 
+def silence_kernel_ipv6(ifname: str) -> None:
+    """A switch port belongs to the switch process: the root namespace's kernel must not
+    send its own MLD reports and router solicitations out of it, nor answer frames on it."""
+    path = f"/proc/sys/net/ipv6/conf/{ifname}/disable_ipv6"
+    try:
+        with open(path, "w", encoding="ascii") as f:
+            f.write("1")
+    except OSError as exc:
+        raise SwitchProcessError(f"cannot disable IPv6 on switch port {ifname} "
+                                 f"({path}): {exc}") from exc
+
+
 class P4RuntimeSwitch(Switch):
     """Base Mininet node: subclasses say how to build the command line and talk to the CLI.
 
@@ -96,7 +108,10 @@ class P4RuntimeSwitch(Switch):
 
     def start(self, controllers) -> None:
         """Launch the switch process and wait until its gRPC port accepts connections."""
-        cmd = self.command(self._data_ports())
+        ports = self._data_ports()
+        for ifname in ports.values():
+            silence_kernel_ipv6(ifname)
+        cmd = self.command(ports)
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         try:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,

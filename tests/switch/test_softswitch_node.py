@@ -89,6 +89,10 @@ def test_mininet_network_forwards_a_corpus_case():
             net.addLink(h, sw, port2=p)
         net.build()
         sw.start([])
+        for intf in sw.intfList():  # no kernel MLD/RS chatter reaches the hosts
+            if intf.name != "lo":
+                with open(f"/proc/sys/net/ipv6/conf/{intf.name}/disable_ipv6") as f:
+                    assert f.read().strip() == "1", intf.name
         client = P4RuntimeClient(1, sw.grpc_address, (0, 1))
         try:
             reset_pipeline(client, 1, case_updates(CODEC, case))
