@@ -269,6 +269,32 @@ def test_congestion_lowers_a_planes_share_but_failure_does_not() -> None:
         assert abs(by_plane[plane] - n * weight / total) <= 1, (by_plane, weights)
 
 
+def test_a_plane_back_from_down_rejoins_at_its_share_without_a_burst() -> None:
+    """The plane keeps the credit it had when it went down; that credit is within one round,
+    so from the first pick after it returns, every prefix of the picks stays within two
+    packets of each plane's weighted share."""
+    for seed in range(40):
+        rng = random.Random(seed)
+        es = make(planes=4, per_plane=4, backups_per_plane=0, seed=seed)
+        for entry in es.active(plane=2)[: rng.randrange(0, 20)]:
+            es.on_ecn(entry.ev, 0.0)
+        for _ in range(rng.randrange(0, 200)):
+            es.choose(0.0)
+        down = rng.randrange(4)
+        es.set_plane_usable(down, False)
+        assert all(es.choose(0.0).path.plane != down for _ in range(rng.randrange(1, 50)))
+        es.set_plane_usable(down, True)
+        active = len(es.active(plane=0))
+        skipping = Counter(e.path.plane for e in es.entries() if e.state is S)
+        weights = {p: max(1, active - skipping[p]) for p in range(4)}
+        total = sum(weights.values())
+        seen: Counter[int] = Counter()
+        for n in range(1, 3 * total + 1):
+            seen[es.choose(0.0).path.plane] += 1
+            for plane, weight in weights.items():
+                assert abs(seen[plane] - n * weight / total) <= 2, (seed, n, plane, seen)
+
+
 def test_skip_then_expiry_back_to_good() -> None:
     es = make(skip_time=0.5)
     ev = es.active()[0].ev
