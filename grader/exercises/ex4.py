@@ -78,6 +78,15 @@ def _spray(evs: Any, n: int, now: float) -> collections.Counter:
     return counts
 
 
+def _picks_per_plane(evs: Any, counts: collections.Counter) -> collections.Counter:
+    """Packets per plane, from packets per EV (None: choose() found no EV)."""
+    by_plane: collections.Counter = collections.Counter()
+    for ev, k in counts.items():
+        if ev is not None:
+            by_plane[evs.entry(ev).path.plane] += k
+    return by_plane
+
+
 def _spread_problems(evs: Any, counts: collections.Counter, usable: list[Any]) -> list[str]:
     total = sum(counts.values())
     fair = total / len(usable)
@@ -87,9 +96,7 @@ def _spread_problems(evs: Any, counts: collections.Counter, usable: list[Any]) -
         if abs(got - fair) > TOLERANCE * fair:
             out.append(f"EV {e.ev:#x} (plane {e.path.plane}) chosen {got} times, its fair share "
                        f"is {fair:.0f}")
-    by_plane: collections.Counter = collections.Counter()
-    for e in usable:
-        by_plane[e.path.plane] += counts.get(e.ev, 0)
+    by_plane = _picks_per_plane(evs, counts)
     planes = sorted({e.path.plane for e in usable})
     for p in planes:
         share = total * sum(1 for e in usable if e.path.plane == p) / len(usable)
@@ -186,10 +193,7 @@ def _check_plane_share() -> Check:
         usable = [e for e in evs.entries() if _usable(e, set())]
         n = ROUNDS * len(usable)
         counts = _spray(evs, n, 0.0)
-        by_plane: collections.Counter = collections.Counter()
-        for ev, k in counts.items():
-            if ev is not None:
-                by_plane[evs.entry(ev).path.plane] += k
+        by_plane = _picks_per_plane(evs, counts)
         fair = n / PLANES
         off = [p for p in range(PLANES) if abs(by_plane[p] - fair) > TOLERANCE * fair]
         expected = (f"plane 0 has one usable EV left, planes 1-{PLANES - 1} have "
