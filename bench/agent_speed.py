@@ -1,12 +1,17 @@
 """Host agent CPU per packet: one MRC transfer between two agents, CPU read from /proc.
 
     sudo .venv/bin/python -m bench.agent_speed [--vs COMMIT] [--bytes N] [--runs R]
-        [--chunk BYTES] [--depth D] [--target bmv2|soft|auto] [--json FILE]
+        [--chunk BYTES] [--depth D] [--rate PPS] [--target bmv2|soft|auto] [--json FILE]
 
 A small fabric (2 planes x 2 T0 x 2 T1, one host per T0, so traffic crosses the spines) runs
-without port rate limits: no rate limiter paces the agents, only their own speed and the switch
-processes'. Each run moves N bytes from h0 to h1 (after a small unmeasured warm-up) the way the
-bench's flows do (bench.mrc_flows.post_chunks): --chunk-byte writes kept --depth deep on one
+without port rate limits by default: no rate limiter paces the agents, only their own speed and
+the switch processes', so a wake-up often finds several frames. `--rate PPS` gives every port
+and host NIC that rate, as the bench and the demo run (500 packets/s there): then nearly every
+frame is a wake-up of its own, and the per-wake-up work (event loop, timers, a pass over the
+QPs) weighs more per packet.
+
+Each run moves N bytes from h0 to h1 (after a small unmeasured warm-up) the way the bench's
+flows do (bench.mrc_flows.post_chunks): --chunk-byte writes kept --depth deep on one
 control connection, so the agents' per-write command path is measured too (`--chunk 0`: one
 RDMA write of N bytes, the transport alone). Around the transfer the bench reads each agent
 process's utime+stime (/proc/PID/stat; the total is exact, its user/sys split is sampled at
@@ -157,7 +162,7 @@ def summarize(runs: list[dict[str, Any]], key: str) -> dict[str, float | None]:
 
 def run(args: argparse.Namespace, trees: dict[str, Path], log) -> dict[str, Any]:
     labels = {name: describe(tree) for name, tree in trees.items()}
-    config = NetworkConfig(fabric=FABRIC, target=args.target, port_rate_pps=None)
+    config = NetworkConfig(fabric=FABRIC, target=args.target, port_rate_pps=args.rate)
     runs: list[dict[str, Any]] = []
     with MrcNetwork(config, log=log) as net:
         net.start()
@@ -183,7 +188,7 @@ def run(args: argparse.Namespace, trees: dict[str, Path], log) -> dict[str, Any]
                 for name in trees}
     report: dict[str, Any] = {
         "bytes": args.bytes, "chunk": args.chunk, "depth": args.depth,
-        "runs_per_tree": args.runs, "target": net.target,
+        "runs_per_tree": args.runs, "target": net.target, "port_rate_pps": args.rate,
         "fabric": dataclasses.asdict(FABRIC),
         "packets": "MRC packets the agent's endpoint sent plus those it received",
         "cpu": "utime+stime of the agent process (/proc/PID/stat) across the write",
@@ -208,8 +213,11 @@ def _row(label: str, values: dict[str, float | None], fmt: str = "{:>10.1f}") ->
 def print_report(report: dict[str, Any]) -> None:
     how = (f"as {report['chunk']}-byte writes {report['depth']} deep" if report["chunk"]
            else "as one write")
+    paced = (f"ports at {report['port_rate_pps']} packets/s" if report["port_rate_pps"]
+             else "unpaced")
     print(f"\nagent CPU (utime+stime), median of {report['runs_per_tree']} runs of "
-          f"{report['bytes']} bytes h{SRC} -> h{DST} {how}, {report['target']} switches")
+          f"{report['bytes']} bytes h{SRC} -> h{DST} {how}, {report['target']} switches, "
+          f"{paced}")
     for key, what in (("median_ms_per_1000", "ms per 1,000 packets (packets = MRC frames sent "
                        "+ received by that agent)"),
                       ("median_ms_per_1000_data", "ms per 1,000 data packets (sent by h0)")):
@@ -237,11 +245,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="bytes per write, as the bench's flows (0: one write of --bytes)")
     p.add_argument("--depth", type=int, default=DEPTH, help="writes kept outstanding")
     p.add_argument("--runs", type=int, default=3, help="measured transfers per tree")
+    p.add_argument("--rate", type=int, default=None, metavar="PPS",
+                   help="port and NIC rate in packets/s (default: none, unpaced)")
     p.add_argument("--target", choices=TARGETS, default="auto", help="switch implementation")
     p.add_argument("--json", type=Path, help="also write the report here")
     args = p.parse_args(argv)
     if args.bytes < 1 or args.runs < 1 or args.depth < 1 or args.chunk < 0:
         p.error("--bytes, --runs and --depth must be positive, --chunk at least 0")
+    if args.rate is not None and args.rate < 1:
+        p.error(f"--rate {args.rate}: give a positive rate in packets/s, or leave it out")
     if os.geteuid() != 0:
         print("bench.agent_speed: needs root (Mininet); run it with sudo", file=sys.stderr)
         return 2

@@ -29,13 +29,15 @@ def test_agent_speed_vs_head(tmp_path: Path) -> None:
     before = _worktrees()
     out = tmp_path / "speed.json"
     proc = subprocess.run([sys.executable, "-m", "bench.agent_speed", "--vs", "HEAD",
-                           "--bytes", "300000", "--runs", "1", "--json", str(out)],
+                           "--bytes", "300000", "--runs", "1", "--rate", "500",
+                           "--json", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _worktrees() == before, "the temporary worktree was left behind"
     report = json.loads(out.read_text())
     assert set(report["median_ms_per_1000"]) == {"old", "new"}
     assert (report["chunk"], report["depth"]) == (16 * 1024, 8)  # as the bench's flows write
+    assert report["port_rate_pps"] == 500 and "ports at 500 packets/s" in proc.stdout
     assert [r["tree"] for r in report["runs"]] == ["old", "new"]
     for run in report["runs"]:
         assert run["verified"], run
@@ -46,3 +48,9 @@ def test_agent_speed_vs_head(tmp_path: Path) -> None:
         assert run["sender"]["tx_data_packets"] >= 300000 // 1024
     assert set(report["ratio_old_over_new"]) == {"sender", "receiver", "both"}
     assert "ratio old/new" in proc.stdout
+
+
+def test_agent_speed_refuses_a_rate_that_is_not_positive() -> None:
+    proc = subprocess.run([sys.executable, "-m", "bench.agent_speed", "--rate", "0"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "positive rate" in proc.stderr
