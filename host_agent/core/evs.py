@@ -13,7 +13,7 @@ Rules chosen where the sources are silent [choice]:
   tag << INDEX_BITS | i. The tag is the connection's secret (drawn by the endpoint from its
   random source, 1..2**TAG_BITS-1): a blind forger cannot name an EV of ours, so it cannot
   forge an answer (docs/security.md). The index i is the EV's place in the layout, which both
-  ends share, so our EV i uses the spine the peer's EV i uses (_control_for_arrival).
+  ends share, so our EV i uses the spine the peer's EV i uses (evcontrol.ControlChooser).
 - Pools (evstate.Pool): every EV is ACTIVE (sprayed on), BACKUP (standby) or OUT (ASSUMED_BAD
   or DENIED). A retired active EV is replaced by a GOOD backup of its plane, preferring paths
   with the smallest share of ASSUMED_BAD EVs, then another path than the retired EV's. If
@@ -53,6 +53,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from host_agent.core.errors import LocalProtocolError
+from host_agent.core.evcontrol import ControlChooser, stand_in_rank
 from host_agent.core.evstate import TRANSITIONS, EvConfig, EvEntry, EvTrigger, Pool
 from host_agent.core.types import EvState, PathInfo
 
@@ -130,14 +131,9 @@ class EvSet:
         self._credit[actives[start].path.plane] = 1
         self._skipping: dict[int, int] = dict.fromkeys(self.planes, 0)
         self._usable_count = 0
-        # (plane, echoed EV index) -> _control_for_arrival's candidates; _refresh clears it
-        self._arrival: dict[tuple[int, int], list[EvEntry]] = {}
         self._deadline: float | None = None  # next_deadline(), while _deadline_ok
         self._deadline_ok = False  # cleared by every change of state, pool, plane or probe
         self._deferred: set[int] = set()  # planes whose last _refill deferred, nothing changed
-        for entry in actives:
-            entry.in_ring = True
-            self._refresh(entry)
         self._skip_heap: list[tuple[float, int]] = []
         self._bad: dict[int, EvEntry] = {}
         self._vacant: dict[int, int] = dict.fromkeys(self.planes, 0)  # active slots unfilled
@@ -146,8 +142,6 @@ class EvSet:
             self._path_size[entry.path] = self._path_size.get(entry.path, 0) + 1
         self._fallback: list[EvEntry] | None = None
         self._fallback_pos = 0
-        self._ctl_plane_pos = 0
-        self._ctl_cursor: dict[int, int] = dict.fromkeys(self.planes, 0)
         self._changes: list[tuple[int, EvState, EvState, EvTrigger]] = []
         self.counters: dict[str, int] = dict.fromkeys(
             ("chosen", "control_chosen", "floor_picks", "control_fallback", "ecn",
@@ -155,6 +149,11 @@ class EvSet:
              "skip_extensions", "skip_expired", "retired", "reinstated", "swaps",
              "backups_exhausted", "swaps_deferred", "denied", "allowed", "probes_sent",
              "probe_replies", "probe_timeouts", "probe_results_ignored"), 0)  # fmt: skip
+        self._control = ControlChooser(self.planes, self._plane_entries, self._plane_usable,
+                                       self._order, self._bad, self.counters)
+        for entry in actives:  # into service last: _refresh needs the tables above
+            entry.in_ring = True
+            self._refresh(entry)
 
     # ----- lookups
     def __contains__(self, ev: object) -> bool:
@@ -199,7 +198,7 @@ class EvSet:
                 entry.in_ring = True
                 self._rings[entry.path.plane].append(entry)
         self._fallback = None
-        self._arrival.clear()
+        self._control.forget()  # its candidates depend on usability and the ASSUMED_BAD set
         self._deadline_ok = False
         self._deferred.clear()
 
@@ -386,14 +385,6 @@ class EvSet:
         credit[best] -= total
         return best
 
-    @staticmethod
-    def _stand_in_rank(entry: EvEntry) -> tuple[int, float]:
-        if entry.state is EvState.GOOD:
-            return (0, 0.0)
-        if entry.state is EvState.SKIP:
-            return (1, entry.skip_until or 0.0)
-        return (2, entry.failed_at or 0.0)
-
     def _build_fallback(self) -> list[EvEntry]:
         """Usable EVs plus the best stand-ins (module docstring, "Floor"); rebuilt only after
         a state, pool or plane change, so degraded sending is O(1) per packet too."""
@@ -403,78 +394,16 @@ class EvSet:
             if not e.usable and e.state is not EvState.DENIED
             and self._plane_usable[e.path.plane]
         ]  # fmt: skip
-        spare.sort(key=self._stand_in_rank)
+        spare.sort(key=stand_in_rank)
         return usable + spare[: self.config.ev_min_active - len(usable)]
 
     def choose_control(
         self, now: float, *, plane: int | None = None, echo_ev: int | None = None
     ) -> EvEntry | None:
-        """EV for a SACK/NACK. Answering a packet that arrived on `plane` with EV `echo_ev`
-        (the peer's EV): see _control_for_arrival. Otherwise round-robin over usable planes,
-        then over the plane's GOOD active EVs; a plane without one falls back to its best
-        stand-in, so every usable plane with a non-DENIED EV keeps at least one control EV."""
+        """EV for a SACK/NACK, answering a packet that arrived on `plane` with EV `echo_ev`
+        (the peer's EV): the rule of evcontrol.ControlChooser.choose."""
         self._expire_skips(now)
-        if plane is not None and self._plane_usable.get(plane):
-            entry = self._control_for_arrival(plane, echo_ev)
-            if entry is not None:
-                self.counters["control_chosen"] += 1
-                return entry
-        for _ in self.planes:
-            plane = self.planes[self._ctl_plane_pos % len(self.planes)]
-            self._ctl_plane_pos += 1
-            if not self._plane_usable[plane]:
-                continue
-            entry = self._control_on_plane(plane)
-            if entry is not None:
-                self.counters["control_chosen"] += 1
-                return entry
-        return None
-
-    def _control_for_arrival(self, plane: int, echo_ev: int | None) -> EvEntry | None:
-        """Answer on the plane the packet came in on (it works at least one way), on the
-        reverse of its path when the EV layout tells it, else on a path of that plane with no
-        ASSUMED_BAD EV of ours. The layout rule [choice]: both ends build their EV sets with
-        the same EvConfig and list each plane's paths in the same spine order
-        (fabric.topology does), so the peer's EV with index n uses the spine our EV n uses.
-        A peer with another layout is caught only when our EV n is on another plane; then
-        (and when our EVs on that path are failing) the plane rule alone applies.
-        The candidates depend only on usability and the ASSUMED_BAD set, so they are kept
-        per (plane, echoed index) until the next _refresh."""
-        key = (plane, -1 if echo_ev is None else echo_ev & INDEX_MASK)
-        candidates = self._arrival.get(key)
-        if candidates is None:
-            candidates = self._arrival[key] = self._arrival_candidates(plane, key[1])
-        if candidates:
-            return self._rotate(plane, candidates)
-        return self._control_on_plane(plane)
-
-    def _arrival_candidates(self, plane: int, index: int) -> list[EvEntry]:
-        entries = self._plane_entries[plane]
-        bad = {e.path for e in self._bad.values()}
-        mirror = self._order[index] if 0 <= index < len(self._order) else None
-        if mirror is not None and mirror.path.plane == plane and mirror.path not in bad:
-            same = [e for e in entries if e.usable and e.path == mirror.path]
-            if same:
-                return same
-        return [e for e in entries if e.usable and e.path not in bad]
-
-    def _rotate(self, plane: int, candidates: list[EvEntry]) -> EvEntry:
-        self._ctl_cursor[plane] += 1
-        return candidates[self._ctl_cursor[plane] % len(candidates)]
-
-    def _control_on_plane(self, plane: int) -> EvEntry | None:
-        entries = self._plane_entries[plane]
-        start = self._ctl_cursor[plane]
-        for k in range(len(entries)):
-            entry = entries[(start + k) % len(entries)]
-            if entry.usable:
-                self._ctl_cursor[plane] = (start + k + 1) % len(entries)
-                return entry
-        spare = [e for e in entries if e.state is not EvState.DENIED]
-        if not spare:
-            return None
-        self.counters["control_fallback"] += 1
-        return min(spare, key=self._stand_in_rank)
+        return self._control.choose(plane, -1 if echo_ev is None else echo_ev & INDEX_MASK)
 
     # ----- feedback
     def _feedback(self, ev: int, now: float, counter: str, trigger: EvTrigger | None) -> None:
