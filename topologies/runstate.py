@@ -172,24 +172,44 @@ def deferred_signals(on_repeat: Callable[[], None]) -> Iterator[None]:
         raise KeyboardInterrupt
 
 
-def acquire_fabric_lock(timeout: float, log=print) -> int:
-    """Block until no other fabric runs on this machine; close the returned fd to release."""
-    fd = os.open(FABRIC_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+def acquire_fabric_lock(timeout: float, log=print, path: Path = FABRIC_LOCK) -> int:
+    """Block until no other fabric runs on this machine; close the returned fd to release.
+    The holder writes its PID, start time and command into the lock file, so whoever waits
+    is told what it waits for."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     deadline = time.monotonic() + timeout
     waited = False
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
         except BlockingIOError:
             if time.monotonic() > deadline:
+                holder = lock_holder(path)
                 os.close(fd)
                 raise RunStateError(f"another fabric still runs on this machine after "
-                                   f"{timeout:.0f} s (lock {FABRIC_LOCK})") from None
+                                    f"{timeout:.0f} s: {holder} (lock {path})") from None
             if not waited:
-                log("waiting for another fabric on this machine to stop")
+                log(f"waiting for another fabric on this machine to stop: {lock_holder(path)}")
                 waited = True
             time.sleep(0.5)
+            continue
+        os.ftruncate(fd, 0)
+        started = time.strftime("%H:%M:%S UTC", time.gmtime())
+        command = " ".join(Path(f"/proc/{os.getpid()}/cmdline").read_bytes()
+                           .decode(errors="replace").split("\0")).strip()
+        os.pwrite(fd, f"{os.getpid()}\t{started}\t{command}\n".encode(), 0)
+        return fd
+
+
+def lock_holder(path: Path = FABRIC_LOCK) -> str:
+    """Who holds the fabric lock, as its holder recorded it ("holder unknown" if it did not)."""
+    try:
+        pid, started, command = path.read_text(errors="replace").rstrip("\n").split("\t", 2)
+    except (OSError, ValueError):
+        return "holder unknown"
+    if not pid.isdigit() or not Path(f"/proc/{pid}").exists():
+        return "holder unknown (it did not record itself)"
+    return f"PID {pid} ({command[:120]}), holding it since {started}"
 
 
 def wait_interfaces_gone(fabric: Fabric, deadline: float, log=print) -> None:

@@ -7,17 +7,23 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from topologies.runstate import (
     RunManifest,
+    RunStateError,
+    acquire_fabric_lock,
     clean_leftovers,
     deferred_signals,
+    lock_holder,
     same_process,
     start_time,
 )
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_start_time_identifies_a_process_not_just_its_pid() -> None:
@@ -109,3 +115,30 @@ def test_signals_wait_for_the_block_and_a_second_one_escalates() -> None:
         finished.append("after second")
     assert finished == ["after first", "after second"] and escalated == [True]
     assert signal.getsignal(signal.SIGINT) is before  # restored
+
+
+def test_the_fabric_lock_names_its_holder_to_whoever_waits(tmp_path: Path) -> None:
+    lock = tmp_path / "fabric.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; "
+         "from topologies.runstate import acquire_fabric_lock; "
+         "acquire_fabric_lock(5, path=Path(sys.argv[1])); print('held', flush=True); "
+         "time.sleep(60)", str(lock)],
+        stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        said: list[str] = []
+        with pytest.raises(RunStateError, match=rf"after 1 s: PID {holder.pid} \(.*-c import sys"):
+            acquire_fabric_lock(0.6, log=said.append, path=lock)
+        assert said and f"PID {holder.pid}" in said[0]
+    finally:
+        holder.kill()
+        holder.wait()
+    fd = acquire_fabric_lock(1.0, log=said.append, path=lock)
+    try:
+        assert lock_holder(lock).startswith(f"PID {os.getpid()} (")
+    finally:
+        os.close(fd)
+    lock.write_text("garbage")
+    assert lock_holder(lock) == "holder unknown"
+
