@@ -79,12 +79,14 @@ def describe(tree: Path) -> str:
     return commit + ("-dirty" if dirty else "")
 
 
-def use_tree(net: MrcNetwork, tree: Path) -> None:
-    """Restart both agents from `tree` and exchange their QPs anew (as bench.soak restarts one)."""
+def use_tree(net: MrcNetwork, tree: Path, rx_hold_ms: float) -> None:
+    """Restart both agents from `tree` and exchange their QPs anew (as bench.soak restarts one).
+    Only this tree's agents get `rx_hold_ms`: another tree may not know the option."""
     for host in (SRC, DST):
         agent = net.agents[host]
         agent.stop()
         agent.repo = tree
+        agent.rx_hold_ms = rx_hold_ms if tree == REPO else 0.0
         agent.start()
         net.record_pids()
     for host in (SRC, DST):
@@ -162,7 +164,8 @@ def summarize(runs: list[dict[str, Any]], key: str) -> dict[str, float | None]:
 
 def run(args: argparse.Namespace, trees: dict[str, Path], log) -> dict[str, Any]:
     labels = {name: describe(tree) for name, tree in trees.items()}
-    config = NetworkConfig(fabric=FABRIC, target=args.target, port_rate_pps=args.rate)
+    config = NetworkConfig(fabric=FABRIC, target=args.target, port_rate_pps=args.rate,
+                           rx_hold_ms=args.rx_hold_ms)
     runs: list[dict[str, Any]] = []
     with MrcNetwork(config, log=log) as net:
         net.start()
@@ -171,7 +174,7 @@ def run(args: argparse.Namespace, trees: dict[str, Path], log) -> dict[str, Any]
             order = list(trees) if i % 2 == 0 else list(reversed(trees))
             for name in order:
                 if len(trees) > 1:
-                    use_tree(net, trees[name])
+                    use_tree(net, trees[name], args.rx_hold_ms)
                 write(net, WARMUP_BYTES, seed, args.chunk, args.depth)
                 result = write(net, args.bytes, seed + SEED_STRIDE, args.chunk, args.depth)
                 seed += 2 * SEED_STRIDE
@@ -189,6 +192,7 @@ def run(args: argparse.Namespace, trees: dict[str, Path], log) -> dict[str, Any]
     report: dict[str, Any] = {
         "bytes": args.bytes, "chunk": args.chunk, "depth": args.depth,
         "runs_per_tree": args.runs, "target": net.target, "port_rate_pps": args.rate,
+        "rx_hold_ms": args.rx_hold_ms,
         "fabric": dataclasses.asdict(FABRIC),
         "packets": "MRC packets the agent's endpoint sent plus those it received",
         "cpu": "utime+stime of the agent process (/proc/PID/stat) across the write",
@@ -215,6 +219,8 @@ def print_report(report: dict[str, Any]) -> None:
            else "as one write")
     paced = (f"ports at {report['port_rate_pps']} packets/s" if report["port_rate_pps"]
              else "unpaced")
+    if report["rx_hold_ms"]:
+        paced += f", this tree's agents hold {report['rx_hold_ms']:g} ms"
     print(f"\nagent CPU (utime+stime), median of {report['runs_per_tree']} runs of "
           f"{report['bytes']} bytes h{SRC} -> h{DST} {how}, {report['target']} switches, "
           f"{paced}")
@@ -247,6 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3, help="measured transfers per tree")
     p.add_argument("--rate", type=int, default=None, metavar="PPS",
                    help="port and NIC rate in packets/s (default: none, unpaced)")
+    p.add_argument("--rx-hold-ms", type=float, default=0.0, metavar="MS",
+                   help="this tree's agents hold MS between wake-ups with frames "
+                   "(host_agent.loop; default 0: off); with --vs the other tree's never do, "
+                   "so `--vs HEAD --rx-hold-ms 3` measures the hold alone")
     p.add_argument("--target", choices=TARGETS, default="auto", help="switch implementation")
     p.add_argument("--json", type=Path, help="also write the report here")
     args = p.parse_args(argv)

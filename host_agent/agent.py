@@ -53,14 +53,16 @@ class Agent:
     """Wires the endpoint, the driver, the control server and signals together."""
 
     def __init__(self, config: HostConfig, endpoint_config: EndpointConfig, socket_path: str,
-                 seed: int | None, mode: AgentMode = MRC_MODE, exchange: bool = False) -> None:
+                 seed: int | None, mode: AgentMode = MRC_MODE, exchange: bool = False,
+                 rx_hold: float = 0.0) -> None:
         self.config = config
         self.exchange = exchange
         self.mode = mode
         self.endpoint = Endpoint(endpoint_config, planes=config.planes,
                                  name=f"h{config.host}", seed=seed)
         self.commands = Commands(self)
-        self.driver = Driver(self.endpoint, config, on_event=self.commands.on_event, mode=mode)
+        self.driver = Driver(self.endpoint, config, on_event=self.commands.on_event, mode=mode,
+                             rx_hold=rx_hold)
         self.driver.adapter.accept_peers = not exchange  # only exchanged QPs take packets
         self.socket_path = socket_path
         self._wake_r, self._wake_w = socket.socketpair()
@@ -148,6 +150,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="QPNs and initial PSNs from secrets, exchanged out of band through the "
                    "control socket (qp_info/qp_connect) instead of the 0x100+host convention")
     p.add_argument("--mode", default="mrc", help=MODE_HELP)
+    p.add_argument("--rx-hold-ms", type=float, default=0.0,
+                   help="interrupt moderation: after a wake-up with frames, read the NICs "
+                   "again only this many ms later unless a timer is due (default 0: off; "
+                   "host_agent.loop)")
     return p.parse_args(argv)
 
 
@@ -193,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             log.warning("--seed %d: keys and EV tags are predictable (reproducible run, "
                         "insecure)", args.seed)
         Agent(config, endpoint_config, args.socket, args.seed, mode,
-              args.exchange_qps).run(args.connect_all)
+              args.exchange_qps, rx_hold=args.rx_hold_ms / 1000).run(args.connect_all)
     except (NicError, TopologyError, ValueError, OSError) as exc:
         log.error("%s", exc)
         print(f"host agent: {exc}", file=sys.stderr)

@@ -31,10 +31,10 @@ class Driver:
     def __init__(self, endpoint: Endpoint, config: HostConfig, *,
                  on_event: Callable[[Event], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 mode: AgentMode = MRC_MODE) -> None:
+                 mode: AgentMode = MRC_MODE, rx_hold: float = 0.0) -> None:
         self.endpoint = endpoint
         self.config = config
-        self.loop = EventLoop(clock)
+        self.loop = EventLoop(clock, hold=rx_hold)
         self.clock = clock
         self.nics = Nics(config.nics, self.loop, on_readable=self._drain_nics,
                          on_link=self._on_link)

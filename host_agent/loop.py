@@ -5,6 +5,13 @@ the driver): its timer is read on every wake-up instead of being pushed onto the
 it moves with nearly every packet. A reader registered `quiet` finishes its own work (the NIC
 drain sends what the endpoint has after every round), so a wake-up in which only quiet readers
 ran and no timer was due does not call the source's after_wakeup() again.
+
+`hold` is the loop's interrupt moderation: after a wake-up in which a reader ran, the loop
+does not look at its sockets again for `hold` seconds, unless a timer or the source's
+deadline is due sooner, so frames that arrive meanwhile are read in one wake-up. Paced, each
+frame is otherwise a wake-up of its own, and a wake-up costs several times what its frames
+do (docs/benchmarks.md, "Paced"). It delays every frame's handling by up to `hold`; 0 (the
+default) turns it off.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 Callback = Callable[[], None]
+MAX_HOLD = 0.1  # seconds; longer would pass for a slow network rather than a slow host
 # What selectors.EpollSelector reports as readable / writable: errors and hang-ups count as both.
 _READ_EVENTS = ~select.EPOLLOUT
 _WRITE_EVENTS = ~select.EPOLLIN
@@ -43,8 +51,13 @@ class Timer:
 
 
 class EventLoop:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, *, hold: float = 0.0,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        if not 0.0 <= hold <= MAX_HOLD:
+            raise ValueError(f"hold={hold!r}: use 0 (off) up to {MAX_HOLD} seconds")
         self.clock = clock
+        self.hold = hold
+        self._sleep = sleep
         self._epoll = select.epoll()
         self._handlers: dict[int, list] = {}  # fd -> [read, write, quiet]
         self._timers: list[tuple[float, int, Timer]] = []
@@ -96,11 +109,19 @@ class EventLoop:
         """Serve until stop(); a wake-up in which a timer or a reader that is not quiet ran, or
         a writer, ends with source.after_wakeup()."""
         self._stopping = False
-        poll, handlers, clock = self._epoll.poll, self._handlers, self.clock
+        poll, handlers, clock, hold = self._epoll.poll, self._handlers, self.clock, self.hold
+        resume = 0.0  # with a hold: the sockets are looked at again from this time on
         while not self._stopping:
             deadline = self._next_deadline(source)
+            if hold:
+                until = resume if deadline is None or resume < deadline else deadline
+                wait = until - clock()
+                if wait > 0:  # nothing runs meanwhile, so the deadline stays as it is
+                    self._sleep(wait)
             events = poll(-1 if deadline is None else max(0.0, deadline - clock()))
             self.wakeups += 1
+            if hold and events:
+                resume = clock() + hold
             active = False
             for fd, mask in events:
                 callbacks = handlers.get(fd)

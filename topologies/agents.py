@@ -52,11 +52,12 @@ class AgentProcess:
     """One agent: its Popen (by PID), log file, socket and proxy."""
 
     def __init__(self, node, host: int, fabric: Fabric, workdir: Path, *, base_rtt: float,
-                 keep_ipv6: bool, mode: AgentMode) -> None:
+                 keep_ipv6: bool, mode: AgentMode, rx_hold_ms: float = 0.0) -> None:
         self.node, self.host, self.fabric = node, host, fabric
         self.socket_path = workdir / f"h{host}.sock"
         self.log_path = workdir / f"h{host}-agent.log"
         self.base_rtt, self.keep_ipv6, self.mode = base_rtt, keep_ipv6, mode
+        self.rx_hold_ms = rx_hold_ms
         self.proc: subprocess.Popen | None = None
         self.proxy = AgentProxy(host, self.socket_path)
         self.repo = REPO  # the tree whose agent code start() runs (bench.agent_speed: another)
@@ -72,6 +73,8 @@ class AgentProcess:
             cmd += ["--mode", self.mode.name]  # --vs an older commit) start as they did
         if self.keep_ipv6:
             cmd.append("--keep-ipv6")
+        if self.rx_hold_ms:  # only when set: older agents (agent_speed --vs) lack the flag
+            cmd += ["--rx-hold-ms", f"{self.rx_hold_ms:g}"]
         return cmd
 
     def start(self) -> None:

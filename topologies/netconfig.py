@@ -84,6 +84,7 @@ class NetworkConfig:
     trimming: bool = True  # False: trim threshold NO_TRIM_THRESHOLD, full queues tail-drop
     pace_nics: bool = True  # host NICs send at port_rate_pps (topologies.nicpacing)
     lock_timeout: float = 600.0  # seconds to wait for another fabric on this machine to stop
+    rx_hold_ms: float = 0.0  # agents' interrupt moderation (host_agent.loop); 0: off
 
     def __post_init__(self) -> None:
         if self.port_rate_pps == TARGET_RATE:
@@ -94,6 +95,8 @@ class NetworkConfig:
         if self.port_rate_pps is not None and self.port_rate_pps < 1:
             raise NetworkError(f"port_rate_pps must be >= 1 packet/s or None, "
                                f"got {self.port_rate_pps}")
+        if not 0.0 <= self.rx_hold_ms <= 100.0:
+            raise NetworkError(f"rx_hold_ms must be 0 (off) to 100 ms, got {self.rx_hold_ms}")
         if self.trimming and self.queue_depth <= self.trim_threshold:
             raise NetworkError(f"queue_depth ({self.queue_depth}) must exceed the trim threshold "
                                f"({self.trim_threshold}), or data is tail-dropped, not trimmed; "

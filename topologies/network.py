@@ -224,7 +224,8 @@ class MrcNetwork:
     def _start_agent(self, host: int, mode: AgentMode, wait: bool = True) -> None:
         agent = AgentProcess(self._host_node(host), host,
                              self.fabric, self.workdir, base_rtt=self.config.effective_base_rtt,
-                             keep_ipv6=self.config.keep_ipv6, mode=mode)
+                             keep_ipv6=self.config.keep_ipv6, mode=mode,
+                             rx_hold_ms=self.config.rx_hold_ms)
         self.agents[host] = agent
         agent.start()
         self.record_pids()

@@ -1,0 +1,112 @@
+"""The event loop's hold (interrupt moderation): frames wait for the hold, timers do not."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from fabric.topology import Fabric
+from host_agent.loop import MAX_HOLD, EventLoop
+from host_agent.modes import MRC_MODE
+from topologies.agents import AgentProcess
+from topologies.netconfig import NetworkConfig, NetworkError
+
+
+class FakeTime:
+    """A clock that only sleep() moves."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(round(seconds, 9))
+        self.now += seconds
+
+
+class Deadline:
+    """A deadline source with one deadline (or none), recording when it ran."""
+
+    def __init__(self, when: float | None) -> None:
+        self.when = when
+        self.ran_at: list[float] = []
+
+    def deadline(self) -> float | None:
+        return self.when
+
+    def on_deadline(self, now: float) -> None:
+        self.ran_at.append(now)
+        self.when = None
+
+    def after_wakeup(self) -> None:
+        pass
+
+
+def _serve(hold: float, source: Deadline, frames: int) -> tuple[FakeTime, list[float]]:
+    """Each frame the loop reads makes the next one arrive at once; the loop stops after
+    `frames`. Returns the fake time and when each frame was read."""
+    t = FakeTime()
+    loop = EventLoop(t, hold=hold, sleep=t.sleep)
+    rx, tx = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    rx.setblocking(False)
+    read_at: list[float] = []
+
+    def on_read() -> None:
+        rx.recv(16)
+        read_at.append(t.now)
+        if len(read_at) == frames:
+            loop.stop()
+        else:
+            tx.send(b"x")
+
+    loop.add_reader(rx, on_read)
+    tx.send(b"x")
+    try:
+        loop.run(source)
+    finally:
+        loop.close()
+        rx.close()
+        tx.close()
+    return t, read_at
+
+
+def test_without_a_hold_every_frame_is_read_at_once() -> None:
+    t, read_at = _serve(0.0, Deadline(None), 3)
+    assert read_at == [0.0, 0.0, 0.0] and t.sleeps == []
+
+
+def test_a_hold_spaces_the_wakeups_that_read_frames() -> None:
+    t, read_at = _serve(0.01, Deadline(None), 3)
+    assert read_at == pytest.approx([0.0, 0.01, 0.02])
+    assert t.sleeps == pytest.approx([0.01, 0.01])
+
+
+def test_a_timer_due_inside_the_hold_runs_on_time() -> None:
+    source = Deadline(0.004)
+    t, read_at = _serve(0.01, source, 2)
+    assert source.ran_at == pytest.approx([0.004])  # not at the end of the hold
+    assert t.sleeps == pytest.approx([0.004])
+    assert read_at == pytest.approx([0.0, 0.004])  # the waiting frame is read in that wake-up
+
+
+def test_hold_and_network_config_are_validated() -> None:
+    for bad in (-0.001, MAX_HOLD + 0.001):
+        with pytest.raises(ValueError, match="hold"):
+            EventLoop(hold=bad)
+    with pytest.raises(NetworkError, match="rx_hold_ms"):
+        NetworkConfig(rx_hold_ms=500.0)
+
+
+def test_agents_get_the_option_only_when_it_is_set(tmp_path: Path) -> None:
+    def command(hold: float) -> list[str]:
+        return AgentProcess(None, 0, Fabric(), tmp_path, base_rtt=0.01, keep_ipv6=False,
+                            mode=MRC_MODE, rx_hold_ms=hold).command()
+
+    assert "--rx-hold-ms" not in command(0.0)
+    cmd = command(2.5)
+    assert cmd[cmd.index("--rx-hold-ms") + 1] == "2.5"
