@@ -49,8 +49,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rate", default=str(DEFAULT_PORT_RATE_PPS),
                    help="packets/s per switch port, or 'auto': calibrate on this machine "
                    "first (bench.calibrate), with headroom (default %(default)s)")
+    p.add_argument("--rx-hold-ms", type=float, default=0.0, metavar="MS",
+                   help="the MRC and RoCE-like agents' interrupt moderation: after a wake-up "
+                   "with frames they read their NICs again only MS later unless a timer is "
+                   "due (host_agent.loop; default 0: off)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
     args = p.parse_args(argv)
+    if not 0.0 <= args.rx_hold_ms <= 100.0:
+        p.error(f"--rx-hold-ms {args.rx_hold_ms}: use 0 (off) to 100 ms")
     if args.rate != "auto":
         try:
             args.rate = int(args.rate)
@@ -82,12 +88,14 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(runs_expected(n, sizes, args.contenders) for n in names)
     calibration = None
     if args.rate == "auto":
-        calibration = calibrate.calibrate(args.target, sizes.perm_fabric, print)
+        calibration = calibrate.calibrate(args.target, sizes.perm_fabric, print,
+                                          args.rx_hold_ms)
         args.rate = calibration["rate_pps"]
     run = {"schema": results.SCHEMA, "command": ["python", "-m", "bench", *(argv or sys.argv[1:])],
            "started": started.isoformat(timespec="seconds"), "quick": args.quick,
            "target": args.target, "contenders": list(args.contenders),
            "environment": results.environment(), "sizes": asdict(sizes), "rate_pps": args.rate,
+           "rx_hold_ms": args.rx_hold_ms,
            "calibration": calibration, "paper": paper.PAPER, "scenarios": {}}
     with tqdm(total=total, unit="run", disable=args.no_progress, file=sys.stderr) as bar:
         def tick(what: str) -> None:
@@ -99,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
 
         for name in names:
             bar.set_description(name)
-            ctx = Context(sizes, args.target, log, tick, args.contenders, args.rate)
+            ctx = Context(sizes, args.target, log, tick, args.contenders, args.rate,
+                          args.rx_hold_ms)
             began, cpu = time.monotonic(), results.cpu_times()
             try:
                 sc = SCENARIOS[name](ctx)

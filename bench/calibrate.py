@@ -32,10 +32,12 @@ class CalibrationError(RuntimeError):
     """The machine could not sustain a usable rate; the message says what was measured."""
 
 
-def calibrate(target: str, fabric: Fabric, log: Callable[[str], None]) -> dict[str, Any]:
+def calibrate(target: str, fabric: Fabric, log: Callable[[str], None],
+              rx_hold_ms: float = 0.0) -> dict[str, Any]:
     specs = [FlowSpec(i, (i + fabric.hosts // 2) % fabric.hosts, CALIBRATION_BYTES)
              for i in range(fabric.hosts)]
-    config = NetworkConfig(fabric=fabric, target=target, port_rate_pps=None)
+    config = NetworkConfig(fabric=fabric, target=target, port_rate_pps=None,
+                           rx_hold_ms=rx_hold_ms)
     with open_network(config, log) as net:
         monitor = Monitor(net)
         monitor.start()

@@ -150,7 +150,9 @@ def summary_markdown(run: dict[str, Any]) -> str:
             lines += [f"Port rate {net.get('port_rate_pps')} packets/s, queue "
                       f"{net.get('queue_depth')}, trim at {net.get('trim_threshold')}, base RTT "
                       f"{_fmt(net.get('base_rtt_s'), ' s')}, convergence delay "
-                      f"{net.get('convergence_delay_s')} s. Both CPUs busy "
+                      f"{net.get('convergence_delay_s')} s"
+                      + (f", agents hold {net['rx_hold_ms']:g} ms between wake-ups"
+                         if net.get("rx_hold_ms") else "") + ". Both CPUs busy "
                       f"{_fmt(100 * sc['cpu_busy'] if sc.get('cpu_busy') is not None else None)}"
                       f"% of the scenario's {_fmt(sc.get('wall_s'))} s.", ""]
         if sc.get("skipped"):

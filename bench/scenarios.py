@@ -77,6 +77,7 @@ class Context:
     tick: Callable[[str], None]  # progress: one call per contender run
     contenders: tuple[str, ...] = CONTENDERS
     rate: int | None = DEFAULT_PORT_RATE_PPS  # port packets/s (bench --rate, or calibrated)
+    rx_hold_ms: float = 0.0  # the agents' interrupt moderation (bench --rx-hold-ms)
 
     def chosen(self, wanted: tuple[str, ...]) -> list[str]:
         """The scenario's contenders the user asked for, in the scenario's order."""
@@ -93,7 +94,7 @@ def network_params(net: MrcNetwork, capacity_pps: float) -> dict[str, Any]:
         "network": {"target": net.target, "port_rate_pps": c.port_rate_pps,
                     "queue_depth": c.queue_depth, "ecn_threshold": c.ecn_threshold,
                     "trim_threshold": c.trim_threshold,
-                    "convergence_delay_s": c.convergence_delay,
+                    "convergence_delay_s": c.convergence_delay, "rx_hold_ms": c.rx_hold_ms,
                     "base_rtt_s": c.effective_base_rtt, "startup_s": net.timings},
         "capacity_pps": capacity_pps,
     }
@@ -103,7 +104,7 @@ def open_fabric(ctx: Context, fabric: Fabric, trimming: bool = True) -> MrcNetwo
     return open_network(NetworkConfig(fabric=fabric, target=ctx.target, keep_ipv6=True,
                                       port_rate_pps=ctx.rate,
                                       convergence_delay=ctx.sizes.convergence_delay,
-                                      trimming=trimming), ctx.log)
+                                      trimming=trimming, rx_hold_ms=ctx.rx_hold_ms), ctx.log)
 
 
 def ideal_s(nbytes: int, capacity_pps: float) -> float:

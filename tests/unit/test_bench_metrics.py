@@ -172,3 +172,18 @@ def test_summary_and_plots_from_synthetic_results(tmp_path: Path) -> None:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
     out = results.write(run, tmp_path / "r")
     assert json.loads(out.read_text())["scenarios"].keys() == run["scenarios"].keys()
+
+
+def test_summary_says_when_agents_hold_between_wakeups() -> None:
+    assert "hold" not in results.summary_markdown(_run())
+    held = _run(network={"port_rate_pps": 500, "base_rtt_s": 0.017, "rx_hold_ms": 3.0})
+    assert "agents hold 3 ms between wake-ups." in results.summary_markdown(held)
+
+
+@pytest.mark.parametrize("bad", ["-1", "101", "x"])
+def test_bench_refuses_a_hold_out_of_range(bad: str) -> None:
+    from bench.__main__ import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["loss", "--rx-hold-ms", bad])
+    assert parse_args(["loss", "--rx-hold-ms", "2.5"]).rx_hold_ms == 2.5
