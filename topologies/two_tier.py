@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one plane, single-path agents (RoCE-like, switches route by LPM/ECMP)")
     p.add_argument("--convergence-delay", type=float, default=3.0,
                    help="seconds before baseline routes avoid a failed link (default 3)")
+    p.add_argument("--rx-hold-ms", type=float, default=0.0,
+                   help="agents read their NICs at most once per this many ms while frames "
+                   "keep coming, unless a timer is due (interrupt moderation; default 0: off)")
     p.add_argument("--no-demo", action="store_true", help="skip the demo transfer")
     p.add_argument("--no-cli", action="store_true", help="exit after the report")
     p.add_argument("--json", action="store_true",
@@ -111,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                                ecn_threshold=args.ecn_threshold,
                                trim_threshold=args.trim_threshold,
                                convergence_delay=args.convergence_delay,
-                               single_path=args.baseline)
+                               single_path=args.baseline, rx_hold_ms=args.rx_hold_ms)
     except (TopologyError, NetworkError, ValueError) as exc:
         print(f"two_tier.py: {exc}", file=sys.stderr)
         return 2
