@@ -33,7 +33,7 @@ from tqdm import tqdm  # noqa: E402
 from bench import calibrate, paper, plots, results, scenarios  # noqa: E402
 from bench.runner import CONTENDERS  # noqa: E402
 from bench.scenarios import FULL, QUICK, Context  # noqa: E402
-from topologies.netconfig import DEFAULT_PORT_RATE_PPS  # noqa: E402
+from topologies.netconfig import DEFAULT_PORT_RATE_PPS, MAX_RX_HOLD_MS  # noqa: E402
 from topologies.targets import TARGETS  # noqa: E402
 
 
@@ -55,8 +55,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "due (host_agent.loop; default 0: off)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
     args = p.parse_args(argv)
-    if not 0.0 <= args.rx_hold_ms <= 100.0:
-        p.error(f"--rx-hold-ms {args.rx_hold_ms}: use 0 (off) to 100 ms")
+    if not 0.0 <= args.rx_hold_ms <= MAX_RX_HOLD_MS:
+        p.error(f"--rx-hold-ms {args.rx_hold_ms}: use 0 (off) to {MAX_RX_HOLD_MS:g} ms")
     if args.rate != "auto":
         try:
             args.rate = int(args.rate)

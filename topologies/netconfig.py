@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from controller.convergence import DEFAULT_DELAY
 from controller.tables import DEFAULT_ECN_THRESHOLD, DEFAULT_TRIM_THRESHOLD, PortThresholds
 from fabric.topology import Fabric
+from host_agent.loop import MAX_HOLD
 from p4rt.names import QDEPTH_BITS
 from topologies.runstate import RunStateError
 from topologies.targets import resolve
@@ -67,6 +68,8 @@ def base_rtt_for(port_rate_pps: int | None) -> float:
     return serialization + AGENT_OVERHEAD_S
 
 
+MAX_RX_HOLD_MS = MAX_HOLD * 1000  # the agents' event loop refuses a longer hold
+
 @dataclass(frozen=True)
 class NetworkConfig:
     fabric: Fabric = field(default_factory=Fabric)
@@ -95,8 +98,9 @@ class NetworkConfig:
         if self.port_rate_pps is not None and self.port_rate_pps < 1:
             raise NetworkError(f"port_rate_pps must be >= 1 packet/s or None, "
                                f"got {self.port_rate_pps}")
-        if not 0.0 <= self.rx_hold_ms <= 100.0:
-            raise NetworkError(f"rx_hold_ms must be 0 (off) to 100 ms, got {self.rx_hold_ms}")
+        if not 0.0 <= self.rx_hold_ms <= MAX_RX_HOLD_MS:
+            raise NetworkError(f"rx_hold_ms must be 0 (off) to {MAX_RX_HOLD_MS:g} ms, "
+                               f"got {self.rx_hold_ms}")
         if self.trimming and self.queue_depth <= self.trim_threshold:
             raise NetworkError(f"queue_depth ({self.queue_depth}) must exceed the trim threshold "
                                f"({self.trim_threshold}), or data is tail-dropped, not trimmed; "
