@@ -96,7 +96,8 @@ def _spread_problems(evs: Any, counts: collections.Counter, usable: list[Any]) -
         if abs(got - fair) > TOLERANCE * fair:
             out.append(f"EV {e.ev:#x} (plane {e.path.plane}) chosen {got} times, its fair share "
                        f"is {fair:.0f}")
-    by_plane = _picks_per_plane(evs, counts)
+    by_plane = _picks_per_plane(evs, collections.Counter({e.ev: counts.get(e.ev, 0)
+                                                          for e in usable}))
     planes = sorted({e.path.plane for e in usable})
     for p in planes:
         share = total * sum(1 for e in usable if e.path.plane == p) / len(usable)
