@@ -11,16 +11,18 @@ frame is a wake-up of its own, and the per-wake-up work (event loop, timers, a p
 QPs) weighs more per packet.
 
 Each run moves N bytes from h0 to h1 (after a small unmeasured warm-up) the way the bench's
-flows do (bench.mrc_flows.post_chunks): --chunk-byte writes kept --depth deep on one
-control connection, so the agents' per-write command path is measured too (`--chunk 0`: one
-RDMA write of N bytes, the transport alone). Around the transfer the bench reads each agent
-process's utime+stime (/proc/PID/stat; the total is exact, its user/sys split is sampled at
-clock ticks) and its endpoint counters. "Packets" are the MRC frames that agent's endpoint sent
-plus those it received (tx_packets + rx_packets: data, SACK, NACK, probes and port status
-alike): the sender's are mostly data out and SACKs in, the receiver's the reverse. Reported per
-agent and for both: CPU ms per 1,000 packets, and per 1,000 data packets of the transfer (sent
-by h0, resends included). The sender's window includes building the write's test pattern
-(random.randbytes, about 3 ms per MB), the same for every tree.
+flows do (bench.mrc_flows.post_chunks): --chunk-byte writes kept --depth deep on one control
+connection, so the agents' per-write command path is measured too (`--chunk 0`: one RDMA write
+of N bytes, the transport alone). Around the transfer the bench reads each agent process's time
+on a CPU in nanoseconds (the first field of /proc/PID/task/*/schedstat, summed over its
+threads; /proc/PID/stat's utime+stime hold the same total but in 10 ms clock ticks, too coarse
+for a transfer that costs a few dozen ticks) and its endpoint counters; the user/sys split
+comes from /proc/PID/stat and is informative only. "Packets" are the MRC frames that agent's
+endpoint sent plus those it received (tx_packets + rx_packets: data, SACK, NACK, probes and
+port status alike): the sender's are mostly data out and SACKs in, the receiver's the reverse.
+Reported per agent and for both: CPU ms per 1,000 packets, and per 1,000 data packets of the
+transfer (sent by h0, resends included). The sender's window includes building the write's test
+pattern (random.randbytes, about 3 ms per MB), the same for every tree.
 
 With --vs COMMIT the bench makes a temporary git worktree of COMMIT (removed afterwards, also
 on Ctrl-C or SIGTERM) and alternates the two agents' code on the same running fabric: before
@@ -67,6 +69,12 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
 
 
+def on_cpu_seconds(pid: int) -> float:
+    """A process's time on a CPU, to the nanosecond: the scheduler's runtime of each thread."""
+    return sum(int((task / "schedstat").read_text().split()[0])
+               for task in Path(f"/proc/{pid}/task").iterdir()) / 1e9
+
+
 def git(*args: str, cwd: Path = REPO) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
                           text=True).stdout.strip()
@@ -105,6 +113,7 @@ def write(net: MrcNetwork, nbytes: int, seed: int, chunk: int, depth: int) -> di
     try:
         stats0 = {role: agent.call("stats") for role, agent in agents.items()}
         cpu0 = {role: cpu_seconds(pid) for role, pid in pids.items()}  # type: ignore[arg-type]
+        run0 = {role: on_cpu_seconds(pid) for role, pid in pids.items()}  # type: ignore[arg-type]
         began = time.monotonic()
         if chunk:
             errors = post_chunks(src, spec, region, seed, timeout=WRITE_TIMEOUT_S, chunk=chunk,
@@ -115,6 +124,7 @@ def write(net: MrcNetwork, nbytes: int, seed: int, chunk: int, depth: int) -> di
                               timeout=WRITE_TIMEOUT_S)
             errors = [] if answer.get("ok") else [str(answer.get("error"))]
         duration = time.monotonic() - began
+        run1 = {role: on_cpu_seconds(pid) for role, pid in pids.items()}  # type: ignore[arg-type]
         cpu1 = {role: cpu_seconds(pid) for role, pid in pids.items()}  # type: ignore[arg-type]
         stats1 = {role: agent.call("stats") for role, agent in agents.items()}
         if errors:
@@ -140,7 +150,7 @@ def write(net: MrcNetwork, nbytes: int, seed: int, chunk: int, depth: int) -> di
             d["wakeups"] = stats1[role]["wakeups"] - stats0[role]["wakeups"]
         d["user_ms"] = (cpu1[role][0] - cpu0[role][0]) * 1000
         d["sys_ms"] = (cpu1[role][1] - cpu0[role][1]) * 1000
-        d["cpu_ms"] = d["user_ms"] + d["sys_ms"]
+        d["cpu_ms"] = (run1[role] - run0[role]) * 1000
         d["ms_per_1000"] = d["cpu_ms"] / d["packets"] * 1000 if d["packets"] else None
         out[role] = d
     both = out["sender"]["cpu_ms"] + out["receiver"]["cpu_ms"]
@@ -221,9 +231,9 @@ def print_report(report: dict[str, Any]) -> None:
              else "unpaced")
     if report["rx_hold_ms"]:
         paced += f", this tree's agents hold {report['rx_hold_ms']:g} ms"
-    print(f"\nagent CPU (utime+stime), median of {report['runs_per_tree']} runs of "
-          f"{report['bytes']} bytes h{SRC} -> h{DST} {how}, {report['target']} switches, "
-          f"{paced}")
+    print(f"\nagent CPU (time on a CPU, from schedstat), median of {report['runs_per_tree']} "
+          f"runs of {report['bytes']} bytes h{SRC} -> h{DST} {how}, {report['target']} "
+          f"switches, {paced}")
     for key, what in (("median_ms_per_1000", "ms per 1,000 packets (packets = MRC frames sent "
                        "+ received by that agent)"),
                       ("median_ms_per_1000_data", "ms per 1,000 data packets (sent by h0)")):
