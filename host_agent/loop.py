@@ -6,12 +6,12 @@ it moves with nearly every packet. A reader registered `quiet` finishes its own 
 drain sends what the endpoint has after every round), so a wake-up in which only quiet readers
 ran and no timer was due does not call the source's after_wakeup() again.
 
-`hold` is the loop's interrupt moderation: after a wake-up in which a reader ran, the loop
-does not look at its sockets again for `hold` seconds, unless a timer or the source's
-deadline is due sooner, so frames that arrive meanwhile are read in one wake-up. Paced, each
-frame is otherwise a wake-up of its own, and a wake-up costs several times what its frames
-do (docs/benchmarks.md, "Paced"). It delays every frame's handling by up to `hold`; 0 (the
-default) turns it off.
+`hold` is the loop's interrupt moderation: after a wake-up with socket events (frames to read,
+in practice; a writer's room to write counts too), the loop does not look at its sockets again
+for `hold` seconds, unless a timer or the source's deadline is due sooner, so frames that
+arrive meanwhile are read in one wake-up. Paced, each frame is otherwise a wake-up of its own,
+and a wake-up costs several times what its frames do (docs/benchmarks.md, "Paced"). It delays
+every frame's handling by up to `hold`; 0 (the default) turns it off.
 """
 
 from __future__ import annotations
