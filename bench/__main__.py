@@ -33,7 +33,11 @@ from tqdm import tqdm  # noqa: E402
 from bench import calibrate, paper, plots, results, scenarios  # noqa: E402
 from bench.runner import CONTENDERS  # noqa: E402
 from bench.scenarios import FULL, QUICK, Context  # noqa: E402
-from topologies.netconfig import DEFAULT_PORT_RATE_PPS, MAX_RX_HOLD_MS  # noqa: E402
+from topologies.netconfig import (  # noqa: E402
+    DEFAULT_PORT_RATE_PPS,
+    DEFAULT_RX_HOLD_MS,
+    MAX_RX_HOLD_MS,
+)
 from topologies.targets import TARGETS  # noqa: E402
 
 
@@ -49,10 +53,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rate", default=str(DEFAULT_PORT_RATE_PPS),
                    help="packets/s per switch port, or 'auto': calibrate on this machine "
                    "first (bench.calibrate), with headroom (default %(default)s)")
-    p.add_argument("--rx-hold-ms", type=float, default=0.0, metavar="MS",
+    p.add_argument("--rx-hold-ms", type=float, default=DEFAULT_RX_HOLD_MS, metavar="MS",
                    help="the MRC and RoCE-like agents' interrupt moderation: after a wake-up "
                    "with frames they read their NICs again only MS later unless a timer is "
-                   "due (host_agent.loop; default 0: off)")
+                   "due (host_agent.loop; default %(default)g, 0: off)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
     args = p.parse_args(argv)
     if not 0.0 <= args.rx_hold_ms <= MAX_RX_HOLD_MS:

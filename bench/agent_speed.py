@@ -50,6 +50,7 @@ from typing import Any
 from bench.mrc_flows import CHUNK, DEPTH, FlowSpec, post_chunks, verify_chunks
 from fabric.topology import Fabric
 from topologies.agents import REPO, exchange_qps
+from topologies.netconfig import DEFAULT_RX_HOLD_MS
 from topologies.network import MrcNetwork, NetworkConfig
 from topologies.targets import TARGETS
 
@@ -263,10 +264,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3, help="measured transfers per tree")
     p.add_argument("--rate", type=int, default=None, metavar="PPS",
                    help="port and NIC rate in packets/s (default: none, unpaced)")
-    p.add_argument("--rx-hold-ms", type=float, default=0.0, metavar="MS",
+    p.add_argument("--rx-hold-ms", type=float, default=DEFAULT_RX_HOLD_MS, metavar="MS",
                    help="this tree's agents hold MS between wake-ups with frames "
-                   "(host_agent.loop; default 0: off); with --vs the other tree's never do, "
-                   "so `--vs HEAD --rx-hold-ms 3` measures the hold alone")
+                   "(host_agent.loop; default %(default)g, as the testbed's networks, 0: "
+                   "off); with --vs the other tree's never do, so `--vs HEAD` measures the "
+                   "hold alone")
     p.add_argument("--target", choices=TARGETS, default="auto", help="switch implementation")
     p.add_argument("--json", type=Path, help="also write the report here")
     args = p.parse_args(argv)

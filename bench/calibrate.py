@@ -20,6 +20,7 @@ from bench.fidelity import Monitor
 from bench.mrc_flows import FlowSpec
 from bench.runner import open_network, run_contender
 from fabric.topology import Fabric
+from topologies.netconfig import DEFAULT_RX_HOLD_MS
 from topologies.network import NetworkConfig
 
 CALIBRATION_BYTES = 1024 * 1024
@@ -33,7 +34,7 @@ class CalibrationError(RuntimeError):
 
 
 def calibrate(target: str, fabric: Fabric, log: Callable[[str], None],
-              rx_hold_ms: float = 0.0) -> dict[str, Any]:
+              rx_hold_ms: float = DEFAULT_RX_HOLD_MS) -> dict[str, Any]:
     specs = [FlowSpec(i, (i + fabric.hosts // 2) % fabric.hosts, CALIBRATION_BYTES)
              for i in range(fabric.hosts)]
     config = NetworkConfig(fabric=fabric, target=target, port_rate_pps=None,

@@ -29,7 +29,7 @@ from bench.runner import (
     wait_fabric_quiet,
 )
 from fabric.topology import Fabric
-from topologies.netconfig import DEFAULT_PORT_RATE_PPS
+from topologies.netconfig import DEFAULT_PORT_RATE_PPS, DEFAULT_RX_HOLD_MS
 from topologies.network import MrcNetwork, NetworkConfig
 
 DEFAULT_FABRIC = Fabric(planes=4, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=2)
@@ -77,7 +77,7 @@ class Context:
     tick: Callable[[str], None]  # progress: one call per contender run
     contenders: tuple[str, ...] = CONTENDERS
     rate: int | None = DEFAULT_PORT_RATE_PPS  # port packets/s (bench --rate, or calibrated)
-    rx_hold_ms: float = 0.0  # the agents' interrupt moderation (bench --rx-hold-ms)
+    rx_hold_ms: float = DEFAULT_RX_HOLD_MS  # the agents' interrupt moderation (--rx-hold-ms)
 
     def chosen(self, wanted: tuple[str, ...]) -> list[str]:
         """The scenario's contenders the user asked for, in the scenario's order."""

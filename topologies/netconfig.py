@@ -69,6 +69,10 @@ def base_rtt_for(port_rate_pps: int | None) -> float:
 
 
 MAX_RX_HOLD_MS = MAX_HOLD * 1000  # the agents' event loop refuses a longer hold
+# The agents' interrupt moderation on the testbed's networks: paced, it more than halves their
+# CPU per packet, and a full bench run with it moved no figure (docs/benchmarks.md, "The
+# agents' hold"). 5 ms is 2% of the bench's base RTT at 70 packets/s.
+DEFAULT_RX_HOLD_MS = 5.0
 
 @dataclass(frozen=True)
 class NetworkConfig:
@@ -87,7 +91,7 @@ class NetworkConfig:
     trimming: bool = True  # False: trim threshold NO_TRIM_THRESHOLD, full queues tail-drop
     pace_nics: bool = True  # host NICs send at port_rate_pps (topologies.nicpacing)
     lock_timeout: float = 600.0  # seconds to wait for another fabric on this machine to stop
-    rx_hold_ms: float = 0.0  # agents' interrupt moderation (host_agent.loop); 0: off
+    rx_hold_ms: float = DEFAULT_RX_HOLD_MS  # agents' interrupt moderation (host_agent.loop)
 
     def __post_init__(self) -> None:
         if self.port_rate_pps == TARGET_RATE:

@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         BMV2_PORT_RATE_PPS,
         DEFAULT_PORT_RATE_PPS,
         DEFAULT_QUEUE_DEPTH,
+        DEFAULT_RX_HOLD_MS,
     )
 
     p = argparse.ArgumentParser(prog="two_tier.py", description=__doc__,
@@ -76,9 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one plane, single-path agents (RoCE-like, switches route by LPM/ECMP)")
     p.add_argument("--convergence-delay", type=float, default=3.0,
                    help="seconds before baseline routes avoid a failed link (default 3)")
-    p.add_argument("--rx-hold-ms", type=float, default=0.0,
+    p.add_argument("--rx-hold-ms", type=float, default=DEFAULT_RX_HOLD_MS,
                    help="agents read their NICs at most once per this many ms while frames "
-                   "keep coming, unless a timer is due (interrupt moderation; default 0: off)")
+                   "keep coming, unless a timer is due (interrupt moderation; default "
+                   "%(default)g, 0: off)")
     p.add_argument("--no-demo", action="store_true", help="skip the demo transfer")
     p.add_argument("--no-cli", action="store_true", help="exit after the report")
     p.add_argument("--json", action="store_true",
