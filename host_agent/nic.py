@@ -109,7 +109,7 @@ class Nics:
             self._socks.append(sock)
             _check_mac(nic)
             self._ifindex[index] = nic.plane
-            self.loop.add_reader(sock, self._on_readable, quiet=True)  # the drain sends
+            self.loop.add_reader(sock, self._on_readable, quiet=True, held=True)  # drain sends
         for nic in self.nics:
             self.up[nic.plane] = read_operstate(nic.ifname)
 

@@ -66,7 +66,7 @@ def _serve(hold: float, source: Deadline, frames: int) -> tuple[FakeTime, list[f
         else:
             tx.send(b"x")
 
-    loop.add_reader(rx, on_read)
+    loop.add_reader(rx, on_read, held=True)
     tx.send(b"x")
     try:
         loop.run(source)
@@ -135,3 +135,82 @@ def test_the_testbed_holds_by_default_and_the_agent_program_does_not() -> None:
     assert demo_parser().parse_args([]).rx_hold_ms == DEFAULT_RX_HOLD_MS
     assert parse_args(["loss", "--rx-hold-ms", "0"]).rx_hold_ms == 0.0
     assert agent_args(["--host", "0", "--socket", "/tmp/unused.sock"]).rx_hold_ms == 0.0
+
+
+def _pair() -> tuple[socket.socket, socket.socket]:
+    rx, tx = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    rx.setblocking(False)
+    return rx, tx
+
+
+def test_sockets_that_are_not_held_are_served_during_a_hold() -> None:
+    """A NIC frame starts the hold; a control request that arrives inside it is answered at
+    once, and the next NIC frame still waits for the end of the hold."""
+    t = FakeTime()
+    loop = EventLoop(t, hold=0.005, sleep=t.sleep)
+    (nic, nic_peer), (ctl, ctl_peer) = _pair(), _pair()
+    seen: list[tuple[str, float]] = []
+
+    def on_nic() -> None:
+        nic.recv(16)
+        seen.append(("nic", t.now))
+        if len(seen) == 1:
+            nic_peer.send(b"x")  # the next frame, held back
+            ctl_peer.send(b"x")  # a control request, not held back
+        else:
+            loop.stop()
+
+    def on_ctl() -> None:
+        ctl.recv(16)
+        seen.append(("ctl", t.now))
+
+    loop.add_reader(nic, on_nic, quiet=True, held=True)
+    loop.add_reader(ctl, on_ctl)
+    nic_peer.send(b"x")
+    try:
+        loop.run(Deadline(None))
+    finally:
+        loop.close()
+        for s in (nic, nic_peer, ctl, ctl_peer):
+            s.close()
+    assert seen[:2] == [("nic", 0.0), ("ctl", 0.0)]
+    assert seen[2][0] == "nic"  # read once the hold was over (the unheld poll timed out)
+    assert loop.wakeups == 3
+
+
+def test_a_socket_that_is_not_held_never_starts_a_hold() -> None:
+    t = FakeTime()
+    loop = EventLoop(t, hold=0.005, sleep=t.sleep)
+    ctl, ctl_peer = _pair()
+    read_at: list[float] = []
+
+    def on_ctl() -> None:
+        ctl.recv(16)
+        read_at.append(t.now)
+        if len(read_at) == 3:
+            loop.stop()
+        else:
+            ctl_peer.send(b"x")
+
+    loop.add_reader(ctl, on_ctl)
+    ctl_peer.send(b"x")
+    try:
+        loop.run(Deadline(None))
+    finally:
+        loop.close()
+        ctl.close()
+        ctl_peer.close()
+    assert read_at == [0.0, 0.0, 0.0] and t.sleeps == []
+
+
+def test_a_socket_cannot_become_held_after_it_was_registered_without() -> None:
+    loop = EventLoop(hold=0.005)
+    rx, tx = _pair()
+    try:
+        loop.set_writer(rx, lambda: None)
+        with pytest.raises(ValueError, match="without a hold"):
+            loop.add_reader(rx, lambda: None, held=True)
+    finally:
+        loop.close()
+        rx.close()
+        tx.close()
