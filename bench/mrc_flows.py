@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,11 +41,12 @@ def _delta(after: dict[str, Any], before: dict[str, Any], keys: tuple[str, ...])
 
 
 def run_flow(net, spec: FlowSpec, *, timeout: float, chunk: int = CHUNK,
-             depth: int = DEPTH) -> dict[str, Any]:
+             depth: int = DEPTH, on_start: Callable[[], None] | None = None) -> dict[str, Any]:
     """Drive one flow to completion (or its timeout) and return its measurements.
 
     Times (start, end, timeline) are CLOCK_MONOTONIC seconds; timeline times are relative to
     `start`. Counter deltas are host totals, so concurrent flows on a host share them.
+    `on_start` runs at `start`, after the flow's set-up calls and before its first write.
     """
     src, dst = net.agent(spec.src), net.agent(spec.dst)
     region = dst.call("register", size=spec.nbytes)
@@ -55,6 +57,8 @@ def run_flow(net, spec: FlowSpec, *, timeout: float, chunk: int = CHUNK,
         since = dst.call("events", since=(1 << 62))["last"]
         src_before, dst_before = src.call("stats")["endpoint"], dst.call("stats")["endpoint"]
         start = time.monotonic()
+        if on_start is not None:
+            on_start()
         errors = post_chunks(src, spec, region, base_seed, timeout=timeout, chunk=chunk,
                              depth=depth)
         end = time.monotonic()
@@ -135,13 +139,27 @@ def _stats_deltas(src_after: dict, src_before: dict, dst_after: dict, dst_before
 
 
 def run_flows(net, specs: list[FlowSpec], *, timeout: float, chunk: int = CHUNK,
-              depth: int = DEPTH) -> list[dict[str, Any]]:
-    """Run flows concurrently (one thread each); results in the order of `specs`."""
+              depth: int = DEPTH, on_start: Callable[[], None] | None = None
+              ) -> list[dict[str, Any]]:
+    """Run flows concurrently (one thread each); results in the order of `specs`.
+    `on_start` runs once, when the first flow starts."""
     results: list[dict[str, Any] | None] = [None] * len(specs)
+    first = threading.Lock()
+    started = False
+
+    def starting() -> None:
+        nonlocal started
+        with first:
+            if started:
+                return
+            started = True
+        if on_start is not None:
+            on_start()
 
     def one(i: int, spec: FlowSpec) -> None:
         try:
-            results[i] = run_flow(net, spec, timeout=timeout, chunk=chunk, depth=depth)
+            results[i] = run_flow(net, spec, timeout=timeout, chunk=chunk, depth=depth,
+                                  on_start=starting)
         except Exception as exc:  # one broken flow must not hide the others' results
             results[i] = {"src": spec.src, "dst": spec.dst, "bytes": spec.nbytes, "ok": False,
                           "error": f"{type(exc).__name__}: {exc}", "timeline": []}

@@ -81,14 +81,13 @@ def kernel_skip_reason(name: str) -> str | None:
 
 def run_contender(net: MrcNetwork, name: str, specs: list[FlowSpec], timeout: float,
                   on_start: Callable[[], None] | None = None) -> list[dict[str, Any]]:
-    """One contender's flows, concurrently; `on_start` runs just before they are launched."""
+    """One contender's flows, concurrently; `on_start` runs as the first of them starts
+    sending, so a failure timed from it lands inside the flows however long their set-up."""
     if name in KERNEL:
         return run_kernel_flows(net, specs, name, timeout=timeout,
                                 on_start=(lambda _t: on_start()) if on_start else None)
     set_mode(net, specs, name)
-    if on_start is not None:
-        on_start()
-    return run_flows(net, specs, timeout=timeout)
+    return run_flows(net, specs, timeout=timeout, on_start=on_start)
 
 
 def payload_bytes(name: str, flows: list[dict[str, Any]]) -> int:
