@@ -14,6 +14,7 @@ from pathlib import Path
 
 from grader import catalog
 from grader.report import Check
+from topologies.runstate import terminate_as_interrupt
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", choices=("soft", "bmv2"), required=True)
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
+    terminate_as_interrupt()  # the live stages' networks are stopped on the way out
     checks = run(args.number, args.target)
     Path(args.out).write_text(json.dumps([asdict(c) for c in checks], indent=1))
     return 0

@@ -147,6 +147,16 @@ def clean_leftovers(log: Callable[[str], None], path: Path = MANIFEST) -> dict[s
     return found
 
 
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def terminate_as_interrupt() -> None:
+    """Make SIGTERM unwind like Ctrl-C, so `with` blocks and `finally` clauses stop the
+    fabric; Python's default for SIGTERM exits at once and leaves switches and veths behind."""
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
 @contextlib.contextmanager
 def deferred_signals(on_repeat: Callable[[], None]) -> Iterator[None]:
     """Hold SIGINT/SIGTERM until the block ends, then raise KeyboardInterrupt if one came; a

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -99,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     from topologies.demo import format_report, run_demo
     from topologies.netconfig import TARGET_RATE
     from topologies.network import MrcNetwork, NetworkConfig, NetworkError
+    from topologies.runstate import terminate_as_interrupt
     from topologies.targets import TargetError
 
     args = build_parser().parse_args(argv)
@@ -120,8 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     except (TopologyError, NetworkError, ValueError) as exc:
         print(f"two_tier.py: {exc}", file=sys.stderr)
         return 2
-    # SIGTERM unwinds like Ctrl-C, so the `with` block below cleans up.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    terminate_as_interrupt()  # so the `with` block below cleans up on SIGTERM too
     workdir = Path(args.workdir) if args.workdir else None
     try:
         with MrcNetwork(config, workdir=workdir, log=log) as net:

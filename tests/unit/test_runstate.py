@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from topologies.runstate import (
     lock_holder,
     same_process,
     start_time,
+    terminate_as_interrupt,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,3 +144,21 @@ def test_the_fabric_lock_names_its_holder_to_whoever_waits(tmp_path: Path) -> No
     lock.write_text("garbage")
     assert lock_holder(lock) == "holder unknown"
 
+
+
+def test_sigterm_unwinds_like_ctrl_c() -> None:
+    """The demo and the grader's inner process stop their networks on SIGTERM: the signal
+    raises KeyboardInterrupt, so `finally` clauses run."""
+    previous = signal.getsignal(signal.SIGTERM)
+    unwound = False
+    try:
+        terminate_as_interrupt()
+        with pytest.raises(KeyboardInterrupt):
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)  # the handler runs before this returns
+            finally:
+                unwound = True
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert unwound
