@@ -14,15 +14,16 @@ Each run moves N bytes from h0 to h1 (after a small unmeasured warm-up) the way 
 flows do (bench.mrc_flows.post_chunks): --chunk-byte writes kept --depth deep on one control
 connection, so the agents' per-write command path is measured too (`--chunk 0`: one RDMA write
 of N bytes, the transport alone). Around the transfer the bench reads each agent process's time
-on a CPU in nanoseconds (the first field of /proc/PID/task/*/schedstat, summed over its
-threads; /proc/PID/stat's utime+stime hold the same total but in 10 ms clock ticks, too coarse
-for a transfer that costs a few dozen ticks) and its endpoint counters; the user/sys split
-comes from /proc/PID/stat and is informative only. "Packets" are the MRC frames that agent's
-endpoint sent plus those it received (tx_packets + rx_packets: data, SACK, NACK, probes and
-port status alike): the sender's are mostly data out and SACKs in, the receiver's the reverse.
-Reported per agent and for both: CPU ms per 1,000 packets, and per 1,000 data packets of the
-transfer (sent by h0, resends included). The sender's window includes building the write's test
-pattern (random.randbytes, about 3 ms per MB), the same for every tree.
+on a CPU in nanoseconds (the first field of /proc/PID/task/*/schedstat, summed over its live
+threads: the agents have no other; /proc/PID/stat's utime+stime hold the same total but in 10
+ms clock ticks, too coarse for a transfer that costs a few dozen ticks) and its endpoint
+counters; the user/sys split comes from /proc/PID/stat and is informative only. "Packets" are
+the MRC frames that agent's endpoint sent plus those it received (tx_packets + rx_packets:
+data, SACK, NACK, probes and port status alike): the sender's are mostly data out and SACKs in,
+the receiver's the reverse. Reported per agent and for both: CPU ms per 1,000 packets, and per
+1,000 data packets of the transfer (sent by h0, resends included). The sender's window includes
+building the write's test pattern (random.randbytes, about 3 ms per MB), the same for every
+tree.
 
 With --vs COMMIT the bench makes a temporary git worktree of COMMIT (removed afterwards, also
 on Ctrl-C or SIGTERM) and alternates the two agents' code on the same running fabric: before

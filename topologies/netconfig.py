@@ -69,10 +69,11 @@ def base_rtt_for(port_rate_pps: int | None) -> float:
 
 
 MAX_RX_HOLD_MS = MAX_HOLD * 1000  # the agents' event loop refuses a longer hold
-# The agents' interrupt moderation on the testbed's networks: paced, it more than halves their
-# CPU per packet, and a full bench run with it moved no figure (docs/benchmarks.md, "The
-# agents' hold"). 5 ms is 2% of the bench's base RTT at 70 packets/s.
-DEFAULT_RX_HOLD_MS = 5.0
+# The agents' interrupt moderation on the testbed's networks, off: 5 ms more than halves their
+# CPU per packet paced and moved no bench figure in a full run, but with it an e2e link
+# failure at 500 packets/s retired 22 EVs on healthy routes (docs/benchmarks.md, "The agents'
+# hold"). Opt in with --rx-hold-ms.
+DEFAULT_RX_HOLD_MS = 0.0
 
 @dataclass(frozen=True)
 class NetworkConfig:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from bench.agent_speed import cpu_seconds, on_cpu_seconds
+from bench.agent_speed import on_cpu_seconds
 
 BURN_S = 0.2
 TOLERANCE_S = 0.012  # a running thread's schedstat may lag by up to one scheduler tick
@@ -28,12 +28,11 @@ def test_on_cpu_seconds_follows_the_process_clock() -> None:
 
 def test_on_cpu_seconds_is_finer_than_clock_ticks() -> None:
     """Several readings across short bursts: schedstat's totals are not all multiples of 10 ms,
-    while /proc/PID/stat's always are."""
+    while /proc/PID/stat's always are. (The two totals are not compared here: /proc/PID/stat
+    also counts threads that have exited, which pytest's process has; the agents have none.)"""
     pid = os.getpid()
     readings = []
     for _ in range(5):
         _burn(0.013)
         readings.append(on_cpu_seconds(pid))
     assert any(round(r * 1e9) % 10_000_000 for r in readings)
-    user, system = cpu_seconds(pid)
-    assert user + system <= on_cpu_seconds(pid) + TOLERANCE_S
