@@ -39,7 +39,6 @@ import dataclasses
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -53,6 +52,7 @@ from fabric.topology import Fabric
 from topologies.agents import REPO, exchange_qps
 from topologies.netconfig import DEFAULT_RX_HOLD_MS
 from topologies.network import MrcNetwork, NetworkConfig
+from topologies.runstate import terminate_as_interrupt
 from topologies.targets import TARGETS
 
 FABRIC = Fabric(planes=2, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=1)
@@ -250,10 +250,6 @@ def print_report(report: dict[str, Any]) -> None:
         print(f"WARNING: {len(failed)} runs did not verify")
 
 
-def _terminate(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.agent_speed", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -267,9 +263,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="port and NIC rate in packets/s (default: none, unpaced)")
     p.add_argument("--rx-hold-ms", type=float, default=DEFAULT_RX_HOLD_MS, metavar="MS",
                    help="this tree's agents hold MS between wake-ups with frames "
-                   "(host_agent.loop; default %(default)g, as the testbed's networks, 0: "
-                   "off); with --vs the other tree's never do, so `--vs HEAD` measures the "
-                   "hold alone")
+                   "(host_agent.loop; default %(default)g: off, as the testbed's networks); "
+                   "with --vs the other tree's never do, so `--vs HEAD --rx-hold-ms 5` "
+                   "measures the hold alone")
     p.add_argument("--target", choices=TARGETS, default="auto", help="switch implementation")
     p.add_argument("--json", type=Path, help="also write the report here")
     args = p.parse_args(argv)
@@ -280,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("bench.agent_speed: needs root (Mininet); run it with sudo", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _terminate)
+    terminate_as_interrupt()  # the finally below removes the worktree
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     trees = {"new": REPO}
     worktree: Path | None = None

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import socket
 import statistics
 import subprocess
@@ -37,6 +36,7 @@ from bench.forwarding import DEVICE_ID, FRAME_LEN, mrc_frame, program
 from p4rt import names as N
 from softswitch.cli import request
 from topologies.procs import stop_process
+from topologies.runstate import terminate_as_interrupt
 from topologies.vethlab import PACKET_OUTGOING, VethLab
 
 REPO = Path(__file__).resolve().parent.parent
@@ -199,10 +199,6 @@ def _git(*args: str) -> str:
                           text=True).stdout.strip()
 
 
-def _terminate(*_: object) -> None:
-    raise KeyboardInterrupt  # run the finally blocks: worktree, switch, veths
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -222,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             0 < args.rate < args.limit):
         p.error("need --frames, --repeat >= 1, --burst 1..64 (the queue depth) and "
                 "0 < --rate < --limit")
-    signal.signal(signal.SIGTERM, _terminate)
+    terminate_as_interrupt()  # run the finally blocks: worktree, switch, veths
     new = _git("rev-parse", "--short", "HEAD") + ("+dirty" if _git("status", "--porcelain",
                                                                   "--untracked-files=no") else "")
     codes = {new: REPO}

@@ -75,6 +75,7 @@ MAX_RX_HOLD_MS = MAX_HOLD * 1000  # the agents' event loop refuses a longer hold
 # hold"). Opt in with --rx-hold-ms.
 DEFAULT_RX_HOLD_MS = 0.0
 
+
 @dataclass(frozen=True)
 class NetworkConfig:
     fabric: Fabric = field(default_factory=Fabric)

@@ -49,13 +49,18 @@ class Deadline:
         pass
 
 
+def _pair() -> tuple[socket.socket, socket.socket]:
+    rx, tx = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    rx.setblocking(False)
+    return rx, tx
+
+
 def _serve(hold: float, source: Deadline, frames: int) -> tuple[FakeTime, list[float]]:
     """Each frame the loop reads makes the next one arrive at once; the loop stops after
     `frames`. Returns the fake time and when each frame was read."""
     t = FakeTime()
     loop = EventLoop(t, hold=hold, sleep=t.sleep)
-    rx, tx = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-    rx.setblocking(False)
+    rx, tx = _pair()
     read_at: list[float] = []
 
     def on_read() -> None:
@@ -135,12 +140,6 @@ def test_the_testbed_and_the_agent_program_share_the_default() -> None:
     assert demo_parser().parse_args([]).rx_hold_ms == DEFAULT_RX_HOLD_MS
     assert parse_args(["loss", "--rx-hold-ms", "5"]).rx_hold_ms == 5.0
     assert agent_args(["--host", "0", "--socket", "/tmp/unused.sock"]).rx_hold_ms == 0.0
-
-
-def _pair() -> tuple[socket.socket, socket.socket]:
-    rx, tx = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-    rx.setblocking(False)
-    return rx, tx
 
 
 def test_sockets_that_are_not_held_are_served_during_a_hold() -> None:

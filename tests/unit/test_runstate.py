@@ -145,7 +145,6 @@ def test_the_fabric_lock_names_its_holder_to_whoever_waits(tmp_path: Path) -> No
     assert lock_holder(lock) == "holder unknown"
 
 
-
 def test_sigterm_unwinds_like_ctrl_c() -> None:
     """The demo and the grader's inner process stop their networks on SIGTERM: the signal
     raises KeyboardInterrupt, so `finally` clauses run."""
