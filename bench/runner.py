@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +30,7 @@ from bench.kernel_run import run_kernel_flows
 from bench.mrc_flows import FlowSpec, run_flows
 from host_agent.core import DEFAULT_MTU
 from host_agent.modes import AgentMode, ModeError
+from topologies.demo import ev_layout
 from topologies.network import MrcNetwork, NetworkConfig
 from wire.layout import FULL_DATA_FRAME_LEN
 
@@ -231,17 +233,43 @@ def relative_failure(info: dict[str, Any], flow: dict[str, Any]) -> float | None
     return info["at"] - flow["start"]
 
 
-def retire_rtts(net: MrcNetwork, src: int, dst: int, link: list[str], at: float) -> float | None:
-    """(last data packet the sender put on a route over the failed link - failure) / base RTT."""
+def routes_over(net: MrcNetwork, src: int, dst: int, link: list[str]) -> set[str]:
+    """src's routes to dst (outer DAs) over the failed uplink `link` (T0, spine)."""
     fabric = net.fabric
     spine = next(n for n in link if n != link[0])
-    routes = {str(p.address) for p in fabric.paths(src, dst, FAILURE_PLANE)
-              if p.spine is not None and fabric.t1(FAILURE_PLANE, p.spine).name == spine}
+    return {str(p.address) for p in fabric.paths(src, dst, FAILURE_PLANE)
+            if p.spine is not None and fabric.t1(FAILURE_PLANE, p.spine).name == spine}
+
+
+def retire_rtts(net: MrcNetwork, src: int, dst: int, link: list[str], at: float) -> float | None:
+    """(last data packet the sender put on a route over the failed link - failure) / base RTT."""
+    routes = routes_over(net, src, dst, link)
     per_route = net.stats(src).get("per_route", {})
     last = max((v["last_data_tx"] for r, v in per_route.items() if r in routes), default=None)
     if last is None:
         return None
     return max(0.0, last - at) / net.config.effective_base_rtt
+
+
+def retired_per_route(net: MrcNetwork, src: int, dst: int) -> tuple[int, Counter[str]]:
+    """An MRC sender's QP towards dst and, per route, how many times its EVs there moved into
+    ASSUMED_BAD so far (the agent's per-EV `retired` counters; a new QP starts from 0)."""
+    qpn, evs = ev_layout(net, src, dst)
+    out: Counter[str] = Counter()
+    for info in evs.values():
+        out[info["route"]] += int(info["retired"])
+    return qpn, out
+
+
+def retirements(before: tuple[int, Counter[str]], after: tuple[int, Counter[str]],
+                failed_routes: set[str]) -> dict[str, int]:
+    """EVs retired between two retired_per_route() readings, on the failed routes and on
+    every other (healthy) route: a healthy route should keep its EVs (issue 14)."""
+    start = before[1] if before[0] == after[0] else Counter()
+    delta = after[1] - start
+    failed = sum(n for route, n in delta.items() if route in failed_routes)
+    return {"failed_route_retirements": failed,
+            "healthy_route_retirements": sum(delta.values()) - failed}
 
 
 def flow_summary(flows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -233,6 +233,7 @@ class EvSet:
             entry.probe_successes = 0
             if old is not EvState.ASSUMED_BAD:
                 self.counters["retired"] += 1
+                entry.counters["retired"] += 1
                 self._bad[entry.ev] = entry
                 entry.next_probe_at = now + self.config.probe_interval
                 self._take_out(entry)

@@ -56,7 +56,7 @@ TRANSITIONS: dict[tuple[EvState, EvTrigger], EvState] = {
 def _new_counters() -> dict[str, int]:
     return dict.fromkeys(
         ("chosen", "delivered", "ecn", "nack_trimmed", "nack_trimmed_lasthop", "losses",
-         "probes_sent", "probe_replies", "probe_timeouts"), 0)  # fmt: skip
+         "retired", "probes_sent", "probe_replies", "probe_timeouts"), 0)  # fmt: skip
 
 
 @dataclass(eq=False)

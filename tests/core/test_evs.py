@@ -355,6 +355,16 @@ def test_repeat_loss_counts_retired_once() -> None:
     es.on_loss(ev, 2.0)
     assert es.counters["retired"] == 1 and es.counters["losses"] == 2
     assert es.entry(ev).failed_at == 2.0
+    assert es.entry(ev).counters["retired"] == 1  # per EV too (the bench counts per route)
+
+
+def test_path_dark_counts_retired_per_ev() -> None:
+    es = make(planes=2, per_plane=4)
+    path = es.active(plane=1)[0].path
+    on_path = [e for e in es.entries() if e.path == path and e.pool is not Pool.OUT]
+    es.on_path_dark(path, 1.0)
+    assert on_path and all(e.counters["retired"] == 1 for e in on_path)
+    assert sum(e.counters["retired"] for e in es.entries()) == es.counters["retired"]
 
 
 # ---------------------------------------------------------------- probing
