@@ -1,6 +1,8 @@
 """End to end on both switch targets, the software data plane and BMv2 (simple_switch_grpc
-running p4src/): the default fabric (4 planes x 2 T0 x 2 T1, 4 hosts, 500 packets/s per
-port on both targets) in Mininet, programmed over P4Runtime, one MRC host agent per host.
+running p4src/): the default fabric (4 planes x 2 T0 x 2 T1, 4 hosts) in Mininet at each
+target's default port rate (500 packets/s soft, 250 BMv2: at 500 BMv2 fabrics are
+emulation-bound, docs/benchmarks.md "BMv2 jitter"), programmed over P4Runtime, one MRC host
+agent per host. Transfer sizes scale with the rate, so every test takes the same time on both.
 
 One fabric per target serves the module's tests (bring-up costs seconds on this machine);
 every test puts back what it changed (links, NICs) in `finally`; test_no_leaks stops the
@@ -28,16 +30,15 @@ from topologies.demo import (  # noqa: E402
     last_event_seq,
     routes_through,
 )
-from topologies.netconfig import NO_TRIM_THRESHOLD  # noqa: E402
+from topologies.netconfig import NO_TRIM_THRESHOLD, default_rate_for  # noqa: E402
 from topologies.network import MrcNetwork, NetworkConfig, NetworkError  # noqa: E402
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(240),
               pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]
 
 FABRIC = Fabric()  # 4 planes x 2 T0 x 2 T1, 2 hosts per T0
-RATE = 500  # packets/s per port: 4 planes -> one flow's capacity ~2 MB/s
 SRC, DST = 0, FABRIC.hosts - 1  # different T0s: traffic crosses the spines
-SECOND = 2_000_000  # bytes the fabric carries in about one second for one flow
+BYTES_PER_PPS = 4_000  # 4 planes x ~1 KB: one flow's bytes per second per packet/s of rate
 
 
 @pytest.fixture(scope="module")
@@ -49,13 +50,19 @@ def before():
 def net(request, before):
     if request.param == "bmv2":
         require_bmv2()
-    network = MrcNetwork(NetworkConfig(fabric=FABRIC, target=request.param, port_rate_pps=RATE,
+    network = MrcNetwork(NetworkConfig(fabric=FABRIC, target=request.param,
+                                       port_rate_pps=default_rate_for(request.param),
                                        keep_ipv6=True), log=lambda *_: None)
     try:
         network.start()
         yield network
     finally:
         network.stop()
+
+
+def _second(net: MrcNetwork) -> int:
+    """Bytes the fabric carries in about one second for one flow."""
+    return net.config.port_rate_pps * BYTES_PER_PPS
 
 
 def _wait(cond, timeout: float, step: float = 0.1) -> bool:
@@ -82,9 +89,9 @@ def _icmp6_unreachables_sent(net: MrcNetwork, host: int) -> int:
 
 
 def test_transfer_verified_byte_for_byte(net):
-    result = net.transfer(SRC, DST, SECOND)
+    result = net.transfer(SRC, DST, _second(net))
     assert result["ok"] and result["verified"], result
-    assert result["bytes"] == SECOND
+    assert result["bytes"] == _second(net)
     per_plane = net.stats(SRC)["endpoint"]["per_plane"]
     assert all(per_plane[p]["tx_packets"] > 0 for p in per_plane), "every plane carries data"
     # the hosts' kernels (IPv6 on, keep_ipv6) see the MRC frames too: they must not answer
@@ -99,7 +106,7 @@ def test_link_failure_mid_transfer_retires_then_reinstates(net):
     start = net.stats(SRC)["endpoint"]
     qpn, evs = ev_layout(net, SRC, DST)
     seq = last_event_seq(net, SRC)
-    handle = net.start_transfer(SRC, DST, 3 * SECOND)
+    handle = net.start_transfer(SRC, DST, 3 * _second(net))
     try:
         time.sleep(0.7)
         t_fail = time.monotonic()
@@ -125,7 +132,7 @@ def test_link_failure_mid_transfer_retires_then_reinstates(net):
 
 
 def test_t1_reboot_mid_transfer(net):
-    handle = net.start_transfer(SRC, DST, 3 * SECOND)
+    handle = net.start_transfer(SRC, DST, 3 * _second(net))
     pid = net.switch_pid("p1s0")
     time.sleep(0.7)
     net.reboot_switch("p1s0")
@@ -136,10 +143,10 @@ def test_t1_reboot_mid_transfer(net):
 
 
 def test_nic_down_mid_transfer_costs_about_one_plane(net):
-    clean = net.transfer(SRC, DST, 3 * SECOND)
+    clean = net.transfer(SRC, DST, 3 * _second(net))
     assert clean["ok"], clean
     since = net.events(DST)[-1]["seq"] if net.events(DST) else 0
-    handle = net.start_transfer(SRC, DST, 3 * SECOND)
+    handle = net.start_transfer(SRC, DST, 3 * _second(net))
     try:
         time.sleep(0.3)
         net.nic_down(SRC, 1)
