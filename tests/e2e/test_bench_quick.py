@@ -1,6 +1,9 @@
-"""`python -m bench all --quick` on each switch target (the software switch and BMv2, same
-fabric and rates): the results file is complete and sane. The software switch runs the
-contenders CONTENDERS_SOFT, BMv2 only MRC and roce (CI time).
+"""`python -m bench <scenarios> --quick` on each switch target (the software switch and BMv2,
+same fabric and rates): the results file is complete and sane. The software switch runs every
+scenario with the contenders in CONTENDERS["soft"]; BMv2 (CI time) runs MRC and roce in the
+scenarios that exercise what the P4 program does and the software switch could get wrong:
+ECMP hashing (permutation), a dead link (link-failure), trimming (incast) and the loss rules
+(loss). The others drive BMv2 the same way and cost about two more minutes.
 
 Runs every scenario once (a few minutes on 2 cores) and checks structure, not performance:
 every key present, numbers finite and non-negative, every MRC run and every clean run
@@ -27,6 +30,8 @@ from topologies.netconfig import NO_TRIM_THRESHOLD
 REPO = Path(__file__).resolve().parents[2]
 CONTENDERS = {"soft": ("mrc", "roce", "roce:8", "tcp", "mptcp", "single_port"),
               "bmv2": ("mrc", "roce")}
+SCENARIOS_RUN = {"soft": tuple(SCENARIOS),
+                 "bmv2": ("permutation", "link-failure", "incast", "loss")}
 RUN_TIMEOUT_S = 1200  # about 3 minutes alone; the rest is waiting for other fabrics to stop
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(RUN_TIMEOUT_S + 300),
@@ -40,7 +45,8 @@ def run(request: pytest.FixtureRequest,
     if request.param == "bmv2":
         require_bmv2()
     out = tmp_path_factory.mktemp(f"bench-{request.param}")
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "all", "--quick", "--target",
+    proc = subprocess.Popen([sys.executable, "-m", "bench", ",".join(SCENARIOS_RUN[request.param]),
+                             "--quick", "--target",
                              request.param, "--contenders", ",".join(CONTENDERS[request.param]),
                              "--out", str(out), "--no-progress"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -61,7 +67,7 @@ def run(request: pytest.FixtureRequest,
 
 def test_every_scenario_ran_and_validates(run: tuple[dict, Path]) -> None:
     data, _ = run
-    assert set(data["scenarios"]) == set(SCENARIOS)
+    assert set(data["scenarios"]) == set(SCENARIOS_RUN[data["_target"]])
     assert results.validate(data) == []
     for key in ("git_commit", "python", "kernel", "nproc", "memory_bytes"):
         assert data["environment"][key]
@@ -108,6 +114,8 @@ def test_no_trim_variant_never_trims(run: tuple[dict, Path]) -> None:
 
 def test_kernel_flows_work_after_nic_failures(run: tuple[dict, Path]) -> None:
     """The agents' NIC-failure runs come first: nic_up must have restored the NICs' IPv6."""
+    if "plane-failure" not in run[0]["scenarios"]:
+        pytest.skip("plane-failure is not run on this target (SCENARIOS_RUN)")
     contenders = run[0]["scenarios"]["plane-failure"]["contenders"]
     for name in ("tcp", "mptcp"):
         if name in contenders and "skipped" not in contenders[name]:
@@ -125,22 +133,25 @@ def test_figures_in_range(run: tuple[dict, Path]) -> None:
     assert perm["figures"]["p100_roce_over_mrc"] > 0
     assert 0 < sc["loss"]["figures"]["mrc"]["goodput_over_capacity"] <= 1.5
     assert sc["loss"]["contenders"]["mrc"]["dropped_by_loss_rules"] > 0
-    assert 0 < sc["victim"]["figures"]["mrc"]["victim_over_clean"] <= 1.5
-    assert sc["startup"]["figures"]["mrc"]["drops_per_qp"] >= 0
-    assert sc["flap"]["contenders"]["mrc"]["failed"]["failure"]["flaps"] >= 1
     for name in ("link-failure", "plane-failure", "switch-reboot"):
-        mrc = sc[name]["contenders"]["mrc"]
-        assert 0 <= mrc["failure_at_s"] < mrc["completion_failed_s"]
-        assert mrc["stall_s"] >= 0 and mrc["completion_ratio"] > 0
+        if name in sc:
+            mrc = sc[name]["contenders"]["mrc"]
+            assert 0 <= mrc["failure_at_s"] < mrc["completion_failed_s"]
+            assert mrc["stall_s"] >= 0 and mrc["completion_ratio"] > 0
     link = sc["link-failure"]["contenders"]["mrc"]
     assert link["retire_rtts"] is not None
     # counted from the agent's per-EV counters: the dead route's EVs retire; the healthy
     # routes' count is a figure (its target is reported, not asserted), but never negative
     assert link["failed_route_retirements"] > 0 and link["healthy_route_retirements"] >= 0
-    assert sc["flap"]["contenders"]["mrc"]["failed_route_retirements"] > 0
-    assert 0 < sc["plane-failure"]["contenders"]["mrc"]["goodput_after_over_clean"] <= 1.5
     inc = sc["incast"]["figures"]["mrc"]
     assert inc["completion_over_ideal"] >= 0.8 and 0 <= inc["spurious_timeouts"] <= inc["timeouts"]
+    if data["_target"] == "bmv2":
+        return  # the rest are not run on BMv2 (SCENARIOS_RUN)
+    assert 0 < sc["victim"]["figures"]["mrc"]["victim_over_clean"] <= 1.5
+    assert sc["startup"]["figures"]["mrc"]["drops_per_qp"] >= 0
+    assert sc["flap"]["contenders"]["mrc"]["failed"]["failure"]["flaps"] >= 1
+    assert sc["flap"]["contenders"]["mrc"]["failed_route_retirements"] > 0
+    assert 0 < sc["plane-failure"]["contenders"]["mrc"]["goodput_after_over_clean"] <= 1.5
     for c in sc["allreduce"]["contenders"].values():
         d = c["step_time_s"]
         assert c["ok"] and c["completed_steps"] == c["steps"]
@@ -156,11 +167,15 @@ def test_targets_reported_not_asserted(run: tuple[dict, Path]) -> None:
 
 
 def test_summary_and_plots_written(run: tuple[dict, Path]) -> None:
-    _, out = run
+    data, out = run
     text = (out / "summary.md").read_text()
-    for name in SCENARIOS:
+    ran = SCENARIOS_RUN[data["_target"]]
+    for name in ran:
         assert f"## {name}" in text
+    for name in set(SCENARIOS) - set(ran):
+        assert f"## {name}" not in text
     pngs = sorted(p.name for p in out.glob("*.png"))
-    assert "permutation-flows.png" in pngs and "allreduce-steps.png" in pngs
+    assert "permutation-flows.png" in pngs and "loss-flows.png" in pngs
     assert "link-failure-goodput.png" in pngs and "incast-flows.png" in pngs
+    assert ("allreduce-steps.png" in pngs) == ("allreduce" in ran)
     assert "Paper, same experiment" in text and "fidelity" in text

@@ -187,3 +187,20 @@ def test_bench_refuses_a_hold_out_of_range(bad: str) -> None:
     with pytest.raises(SystemExit):
         parse_args(["loss", "--rx-hold-ms", bad])
     assert parse_args(["loss", "--rx-hold-ms", "2.5"]).rx_hold_ms == 2.5
+
+
+def test_bench_runs_a_list_of_scenarios_in_its_own_order() -> None:
+    from bench.__main__ import SCENARIOS, parse_args
+
+    assert parse_args(["all"]).scenarios == list(SCENARIOS)
+    assert parse_args(["loss,permutation,loss"]).scenarios == ["permutation", "loss"]
+    assert parse_args(["incast"]).scenarios == ["incast"]
+
+
+@pytest.mark.parametrize("bad", ["", ",", "los", "loss,nope", "all,loss"])
+def test_bench_refuses_an_unknown_scenario(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.__main__ import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args([bad])
+    assert "scenario: unknown" in capsys.readouterr().err
