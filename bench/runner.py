@@ -30,7 +30,7 @@ from bench.kernel_run import run_kernel_flows
 from bench.mrc_flows import FlowSpec, run_flows
 from host_agent.core import DEFAULT_MTU
 from host_agent.modes import AgentMode, ModeError
-from topologies.demo import ev_layout
+from topologies.demo import ev_layout, routes_through
 from topologies.network import MrcNetwork, NetworkConfig
 from wire.layout import FULL_DATA_FRAME_LEN
 
@@ -233,17 +233,9 @@ def relative_failure(info: dict[str, Any], flow: dict[str, Any]) -> float | None
     return info["at"] - flow["start"]
 
 
-def routes_over(net: MrcNetwork, src: int, dst: int, link: list[str]) -> set[str]:
-    """src's routes to dst (outer DAs) over the failed uplink `link` (T0, spine)."""
-    fabric = net.fabric
-    spine = next(n for n in link if n != link[0])
-    return {str(p.address) for p in fabric.paths(src, dst, FAILURE_PLANE)
-            if p.spine is not None and fabric.t1(FAILURE_PLANE, p.spine).name == spine}
-
-
 def retire_rtts(net: MrcNetwork, src: int, dst: int, link: list[str], at: float) -> float | None:
     """(last data packet the sender put on a route over the failed link - failure) / base RTT."""
-    routes = routes_over(net, src, dst, link)
+    routes = routes_through(net, src, dst, *link, single_path=False)
     per_route = net.stats(src).get("per_route", {})
     last = max((v["last_data_tx"] for r, v in per_route.items() if r in routes), default=None)
     if last is None:

@@ -28,11 +28,11 @@ from bench.runner import (
     retire_rtts,
     retired_per_route,
     retirements,
-    routes_over,
     run_contender,
     wait_fabric_quiet,
 )
 from fabric.topology import Fabric
+from topologies.demo import routes_through
 from topologies.netconfig import DEFAULT_PORT_RATE_PPS, DEFAULT_RX_HOLD_MS
 from topologies.network import MrcNetwork, NetworkConfig
 
@@ -323,7 +323,8 @@ def _failure_figures(net: MrcNetwork, name: str, spec: FlowSpec, clean: dict[str
         if info["kind"] == "link":
             out["retire_rtts"] = retire_rtts(net, spec.src, spec.dst, info["link"], info["at"])
         out.update(retirements(retired, retired_per_route(net, spec.src, spec.dst),
-                               routes_over(net, spec.src, spec.dst, info["link"])))
+                               routes_through(net, spec.src, spec.dst, *info["link"],
+                                              single_path=False)))
     return out
 
 

@@ -55,6 +55,16 @@ def _pair() -> tuple[socket.socket, socket.socket]:
     return rx, tx
 
 
+def _run(loop: EventLoop, source: Deadline, *socks: socket.socket) -> None:
+    """Run the loop until a callback stops it, then close it and `socks`, also on failure."""
+    try:
+        loop.run(source)
+    finally:
+        loop.close()
+        for s in socks:
+            s.close()
+
+
 def _serve(hold: float, source: Deadline, frames: int) -> tuple[FakeTime, list[float]]:
     """Each frame the loop reads makes the next one arrive at once; the loop stops after
     `frames`. Returns the fake time and when each frame was read."""
@@ -73,12 +83,7 @@ def _serve(hold: float, source: Deadline, frames: int) -> tuple[FakeTime, list[f
 
     loop.add_reader(rx, on_read, held=True)
     tx.send(b"x")
-    try:
-        loop.run(source)
-    finally:
-        loop.close()
-        rx.close()
-        tx.close()
+    _run(loop, source, rx, tx)
     return t, read_at
 
 
@@ -166,12 +171,7 @@ def test_sockets_that_are_not_held_are_served_during_a_hold() -> None:
     loop.add_reader(nic, on_nic, quiet=True, held=True)
     loop.add_reader(ctl, on_ctl)
     nic_peer.send(b"x")
-    try:
-        loop.run(Deadline(None))
-    finally:
-        loop.close()
-        for s in (nic, nic_peer, ctl, ctl_peer):
-            s.close()
+    _run(loop, Deadline(None), nic, nic_peer, ctl, ctl_peer)
     assert seen[:2] == [("nic", 0.0), ("ctl", 0.0)]
     assert seen[2][0] == "nic"  # read once the hold was over (the unheld poll timed out)
     assert loop.wakeups == 3
@@ -193,12 +193,7 @@ def test_a_socket_that_is_not_held_never_starts_a_hold() -> None:
 
     loop.add_reader(ctl, on_ctl)
     ctl_peer.send(b"x")
-    try:
-        loop.run(Deadline(None))
-    finally:
-        loop.close()
-        ctl.close()
-        ctl_peer.close()
+    _run(loop, Deadline(None), ctl, ctl_peer)
     assert read_at == [0.0, 0.0, 0.0] and t.sleeps == []
 
 
