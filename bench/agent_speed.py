@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="port and NIC rate in packets/s (default: none, unpaced)")
     p.add_argument("--rx-hold-ms", type=float, default=DEFAULT_RX_HOLD_MS, metavar="MS",
                    help="this tree's agents hold MS between wake-ups with frames "
-                   "(host_agent.loop; default %(default)g: off, as the testbed's networks); "
+                   "(host_agent.loop; default %(default)g, as the testbed's networks; 0: off); "
                    "with --vs the other tree's never do, so `--vs HEAD --rx-hold-ms 5` "
                    "measures the hold alone")
     p.add_argument("--target", choices=TARGETS, default="auto", help="switch implementation")

@@ -69,12 +69,11 @@ def base_rtt_for(port_rate_pps: int | None) -> float:
 
 
 MAX_RX_HOLD_MS = MAX_HOLD * 1000  # the agents' event loop refuses a longer hold
-# The agents' interrupt moderation on the testbed's networks, off: 5 ms more than halves their
-# CPU per packet paced and moved no bench figure in a full run. A CI run with it on retired 22
-# EVs on healthy routes in an e2e link failure; the same retirements were later reproduced
-# with it off (BMv2 stalls), so it stays off only until a full bench run on the current code
-# with it on (docs/benchmarks.md, "The agents' hold"). Opt in with --rx-hold-ms.
-DEFAULT_RX_HOLD_MS = 0.0
+# The agents' interrupt moderation on the testbed's networks: 5 ms more than halves their CPU
+# per packet paced. The healthy-route retirements once blamed on it happen with it off too
+# (BMv2 stalls; docs/benchmarks.md, "The agents' hold"). --rx-hold-ms 0 turns it off; an
+# agent started by hand (host_agent.agent) holds only when told to.
+DEFAULT_RX_HOLD_MS = 5.0
 
 
 @dataclass(frozen=True)

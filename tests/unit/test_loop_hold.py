@@ -132,18 +132,18 @@ def test_the_demo_refuses_a_hold_out_of_range() -> None:
 
 
 def test_the_testbed_and_the_agent_program_share_the_default() -> None:
-    """Networks, the demo and the bench share one default (off); an agent started by hand
+    """Networks, the demo and the bench share one default (5 ms); an agent started by hand
     holds only when told to."""
     from bench.__main__ import parse_args
     from host_agent.agent import parse_args as agent_args
     from topologies.netconfig import DEFAULT_RX_HOLD_MS
     from topologies.two_tier import build_parser as demo_parser
 
-    assert DEFAULT_RX_HOLD_MS == 0.0
+    assert DEFAULT_RX_HOLD_MS == 5.0
     assert NetworkConfig().rx_hold_ms == DEFAULT_RX_HOLD_MS
     assert parse_args(["loss"]).rx_hold_ms == DEFAULT_RX_HOLD_MS
     assert demo_parser().parse_args([]).rx_hold_ms == DEFAULT_RX_HOLD_MS
-    assert parse_args(["loss", "--rx-hold-ms", "5"]).rx_hold_ms == 5.0
+    assert parse_args(["loss", "--rx-hold-ms", "0"]).rx_hold_ms == 0.0
     assert agent_args(["--host", "0", "--socket", "/tmp/unused.sock"]).rx_hold_ms == 0.0
 
 
