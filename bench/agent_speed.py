@@ -207,7 +207,8 @@ def run(args: argparse.Namespace, trees: dict[str, Path], log) -> dict[str, Any]
         "rx_hold_ms": args.rx_hold_ms,
         "fabric": dataclasses.asdict(FABRIC),
         "packets": "MRC packets the agent's endpoint sent plus those it received",
-        "cpu": "utime+stime of the agent process (/proc/PID/stat) across the write",
+        "cpu": "time on a CPU of the agent's threads (/proc/PID/task/*/schedstat) across the "
+               "write",
         "data_packets": "data packets the sender sent (resends included): the same count for "
                         "both agents",
         "commits": labels, "runs": runs, "median_ms_per_1000": summary,
