@@ -57,7 +57,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rx-hold-ms", type=float, default=DEFAULT_RX_HOLD_MS, metavar="MS",
                    help="the MRC and RoCE-like agents' interrupt moderation: after a wake-up "
                    "with frames they read their NICs again only MS later unless a timer is "
-                   "due (host_agent.loop; default %(default)g: off)")
+                   "due (host_agent.loop; default %(default)g; 0: off)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
     args = p.parse_args(argv)
     if not 0.0 <= args.rx_hold_ms <= MAX_RX_HOLD_MS:

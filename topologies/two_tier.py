@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rx-hold-ms", type=float, default=DEFAULT_RX_HOLD_MS,
                    help="agents read their NICs at most once per this many ms while frames "
                    "keep coming, unless a timer is due (interrupt moderation; default "
-                   "%(default)g: off)")
+                   "%(default)g; 0: off)")
     p.add_argument("--no-demo", action="store_true", help="skip the demo transfer")
     p.add_argument("--no-cli", action="store_true", help="exit after the report")
     p.add_argument("--json", action="store_true",
