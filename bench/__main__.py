@@ -18,6 +18,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -69,19 +70,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             p.error(f"--rate {args.rate!r}: give packets/s per port (an int) or 'auto'")
         if args.rate < 1:
             p.error(f"--rate {args.rate}: at least 1 packet/s")
-    names = [n for n in args.scenario.split(",") if n]
-    if names == ["all"]:
-        names = list(SCENARIOS)
-    unknown = [n for n in names if n not in SCENARIOS]
-    if unknown or not names:
-        p.error(f"scenario: unknown {unknown}; give 'all' or names from {', '.join(SCENARIOS)}")
+    names = _names(p, "scenario", args.scenario, SCENARIOS,
+                   f"give 'all' or names from {', '.join(SCENARIOS)}", every="all")
     args.scenarios = [n for n in SCENARIOS if n in names]  # the bench's order, once each
-    chosen = tuple(c for c in args.contenders.split(",") if c)
-    unknown = [c for c in chosen if c not in CONTENDERS]
-    if unknown or not chosen:
-        p.error(f"--contenders: unknown {unknown}; choose from {','.join(CONTENDERS)}")
-    args.contenders = chosen
+    args.contenders = tuple(_names(p, "--contenders", args.contenders, CONTENDERS,
+                                   f"choose from {','.join(CONTENDERS)}"))
     return args
+
+
+def _names(p: argparse.ArgumentParser, what: str, text: str, known: Iterable[str], hint: str,
+           every: str | None = None) -> list[str]:
+    """A comma-separated list of known names (`every` alone: all of them); anything else is
+    refused with `hint`."""
+    known = list(known)
+    names = [n for n in text.split(",") if n]
+    if every is not None and names == [every]:
+        return known
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        p.error(f"{what}: unknown {unknown}; {hint}")
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,7 +30,7 @@ from bench.kernel_run import run_kernel_flows
 from bench.mrc_flows import FlowSpec, run_flows
 from host_agent.core import DEFAULT_MTU
 from host_agent.modes import AgentMode, ModeError
-from topologies.demo import ev_layout, routes_through
+from topologies.demo import ev_layout
 from topologies.network import MrcNetwork, NetworkConfig
 from wire.layout import FULL_DATA_FRAME_LEN
 
@@ -233,9 +233,9 @@ def relative_failure(info: dict[str, Any], flow: dict[str, Any]) -> float | None
     return info["at"] - flow["start"]
 
 
-def retire_rtts(net: MrcNetwork, src: int, dst: int, link: list[str], at: float) -> float | None:
-    """(last data packet the sender put on a route over the failed link - failure) / base RTT."""
-    routes = routes_through(net, src, dst, *link, single_path=False)
+def retire_rtts(net: MrcNetwork, src: int, routes: set[str], at: float) -> float | None:
+    """(last data packet the sender put on `routes`, those over the failed link - failure) /
+    base RTT."""
     per_route = net.stats(src).get("per_route", {})
     last = max((v["last_data_tx"] for r, v in per_route.items() if r in routes), default=None)
     if last is None:

@@ -320,11 +320,11 @@ def _failure_figures(net: MrcNetwork, name: str, spec: FlowSpec, clean: dict[str
             metrics.rate_bps(flow["timeline"], at, at + window), clean_bps)
     out["goodput_over_clean"] = metrics.ratio(flow.get("goodput_bps"), clean_bps)
     if retired is not None and "link" in info:  # a link failure or flap
+        failed_routes = routes_through(net, spec.src, spec.dst, *info["link"], single_path=False)
         if info["kind"] == "link":
-            out["retire_rtts"] = retire_rtts(net, spec.src, spec.dst, info["link"], info["at"])
+            out["retire_rtts"] = retire_rtts(net, spec.src, failed_routes, info["at"])
         out.update(retirements(retired, retired_per_route(net, spec.src, spec.dst),
-                               routes_through(net, spec.src, spec.dst, *info["link"],
-                                              single_path=False)))
+                               failed_routes))
     return out
 
 
