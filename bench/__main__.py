@@ -39,6 +39,7 @@ from topologies.netconfig import (  # noqa: E402
     DEFAULT_RX_HOLD_MS,
     MAX_RX_HOLD_MS,
 )
+from topologies.privdir import UnsafePathError, check_workdir  # noqa: E402
 from topologies.targets import TARGETS  # noqa: E402
 
 
@@ -103,6 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     started = datetime.now(timezone.utc)
     out = args.out or Path("results") / started.strftime("%Y%m%dT%H%M%SZ")
+    try:  # root writes there: a directory (or a link on the way) of another user is refused
+        if not out.parent.exists():
+            check_workdir(out.parent)
+        check_workdir(out)
+    except UnsafePathError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
     sizes = QUICK if args.quick else FULL
     names = args.scenarios
     total = sum(runs_expected(n, sizes, args.contenders) for n in names)

@@ -34,7 +34,7 @@ from typing import Any
 from fabric.topology import Fabric
 from topologies.agents import AgentError
 from topologies.network import MrcNetwork, NetworkConfig, NetworkError
-from topologies.runstate import MANIFEST, same_process
+from topologies.runstate import manifest_path, same_process
 
 SRC, DST, NOISE_SRC, PLANE = 0, 3, 1, 0
 INJECT_TIMEOUT_S = 600
@@ -223,11 +223,11 @@ def run(cfg: SoakConfig) -> dict[str, Any]:
         phases = {"mutated": phase_mutated(net, cfg), "flap": phase_flap(net, cfg),
                   "kill-switch": phase_kill_switch(net, cfg),
                   "kill-agent": phase_kill_agent(net, cfg)}
-        owned = json.loads(MANIFEST.read_text())  # what the run recorded, for the check below
+        owned = json.loads(manifest_path().read_text())  # what the run recorded, for the check below
     leftovers = {"processes": [p for p, started in owned["pids"] if same_process(p, started)],
                  "interfaces": [n for n in owned["interfaces"]
                                 if os.path.exists(f"/sys/class/net/{n}")],
-                 "manifest": MANIFEST.exists()}
+                 "manifest": manifest_path().exists()}
     transfers = [t for p in phases.values() for t in p["transfers"]]
     frames = phases["mutated"]["frames"]
     summary = {

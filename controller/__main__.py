@@ -16,6 +16,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 import venv_entry
 
@@ -26,6 +27,7 @@ from controller import convergence, install, shell  # noqa: E402
 from controller.tables import PortThresholds, fabric_tables  # noqa: E402
 from fabric import hostpaths  # noqa: E402
 from fabric.topology import Fabric, TopologyError  # noqa: E402
+from p4rt.tls import ClientTls, TlsError  # noqa: E402
 
 
 def fabric_args(p: argparse.ArgumentParser) -> None:
@@ -39,7 +41,14 @@ def fabric_args(p: argparse.ArgumentParser) -> None:
                    help="packets queued before trimming (default %(default)s)")
 
 
+def tls_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tls-dir", type=Path, default=None,
+                   help="the run's P4Runtime keys (a testbed fabric's: /run/mrc-testbed, as "
+                        "root); without it, plaintext, for switches started without TLS")
+
+
 def install_args(p: argparse.ArgumentParser) -> None:
+    tls_arg(p)
     p.add_argument("--target", choices=install.TARGETS, default="soft")
     p.add_argument("--timeout", type=float, default=install.DEFAULT_TIMEOUT,
                    help="deadline of every P4Runtime call, seconds (default %(default)s)")
@@ -69,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("shell", help="p4runtime-sh on one switch (backup client)")
     p.add_argument("name", help="switch name, e.g. p0l0")
     fabric_args(p)
+    tls_arg(p)
     return parser
 
 
@@ -141,9 +151,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  {entity}")
             return 0
         if args.command == "shell":
-            return shell.run(fabric, args.name)
+            return shell.run(fabric, args.name, tls_dir=args.tls_dir)
         start = time.monotonic()
-        ctl = install.Controller(fabric, args.target, args.timeout, thresholds)
+        client = ClientTls.load(args.tls_dir) if args.tls_dir else None
+        ctl = install.Controller(fabric, args.target, args.timeout, thresholds, tls=client)
         try:
             results = ctl.install_all(args.switch)
             code = report(results, time.monotonic() - start)
@@ -152,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             return code
         finally:
             ctl.close()
-    except (TopologyError, install.InstallError) as err:
+    except (TopologyError, install.InstallError, TlsError) as err:
         print(f"controller: {err}", file=sys.stderr)
         return 2
 

@@ -32,6 +32,7 @@ from fabric.topology import Fabric, Switch
 from p4rt.codec import Codec, write_phases
 from p4rt.entities import Entity, Update
 from p4rt.p4info import P4InfoIndex, load_committed
+from p4rt.tls import ClientTls, channel
 
 log = logging.getLogger("controller.install")
 
@@ -83,9 +84,10 @@ class SwitchSession:
     """A StreamChannel on which this controller is primary, plus unary RPCs with deadlines."""
 
     def __init__(self, switch: Switch, address: str, timeout: float,
-                 election_id: tuple[int, int] = CONTROLLER_ELECTION_ID) -> None:
+                 election_id: tuple[int, int] = CONTROLLER_ELECTION_ID,
+                 tls: ClientTls | None = None) -> None:
         self.switch, self.timeout, self.election_id = switch, timeout, election_id
-        self.channel = grpc.insecure_channel(address)
+        self.channel = channel(address, tls)
         self._out: queue.Queue = queue.Queue()
         self._arbitration: queue.Queue = queue.Queue()
         self.primary = False
@@ -207,12 +209,13 @@ class Controller:
     def __init__(self, fabric: Fabric, target: str = "soft", timeout: float = DEFAULT_TIMEOUT,
                  thresholds: PortThresholds | None = None,
                  election_id: tuple[int, int] = CONTROLLER_ELECTION_ID,
-                 addresses: dict[str, str] | None = None) -> None:
-        """`addresses` overrides the topology's gRPC address per switch (tests use free ports)."""
+                 addresses: dict[str, str] | None = None, tls: ClientTls | None = None) -> None:
+        """`addresses` overrides the topology's gRPC address per switch (tests use free ports);
+        `tls`: the run's client credentials (a testbed fabric's switches want them)."""
         if timeout <= 0:
             raise InstallError(f"timeout must be positive, got {timeout}")
         self.fabric, self.timeout, self.election_id = fabric, timeout, election_id
-        self.thresholds = thresholds
+        self.thresholds, self.tls = thresholds, tls
         self.blob = device_config(target)
         self.p4info = load_committed()
         self.codec = Codec(P4InfoIndex.build(self.p4info))
@@ -261,7 +264,7 @@ class Controller:
             del self.sessions[switch.name]
             old.close()
         session = SwitchSession(switch, self.addresses[switch.name], self.timeout,
-                                self.election_id)
+                                self.election_id, self.tls)
         self.sessions[switch.name] = session
         return session
 

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import grpc
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from fabric.topology import Fabric, TopologyError
+from p4rt import tls
 from p4rt.p4info import load_committed
 
 SHELL_ELECTION_ID = (0, 1)
@@ -30,19 +32,26 @@ class ShellError(Exception):
 
 
 def shell_args(fabric: Fabric, name: str, address: str | None = None,
-               election_id: tuple[int, int] = SHELL_ELECTION_ID) -> list[str]:
-    """p4runtime-sh command line for switch `name` (no --config: see module docstring)."""
+               election_id: tuple[int, int] = SHELL_ELECTION_ID,
+               tls_dir: Path | None = None) -> list[str]:
+    """p4runtime-sh command line for switch `name` (no --config: see module docstring); with
+    the run's `tls_dir`, over mutual TLS with its client certificate."""
     if name not in fabric.by_name:
         raise TopologyError(f"no switch {name!r} in {fabric}: names are "
                             f"{', '.join(s.name for s in fabric.switches[:4])}, ...")
     switch = fabric.by_name[name]
-    return ["--grpc-addr", address or switch.grpc_address, "--device-id", str(switch.device_id),
+    args = ["--grpc-addr", address or switch.grpc_address, "--device-id", str(switch.device_id),
             "--election-id", f"{election_id[0]},{election_id[1]}"]
+    if tls_dir is not None:
+        args += ["--ssl", "--cacert", str(tls_dir / tls.CA_CERT), "--cert",
+                 str(tls_dir / tls.CLIENT_CERT), "--key", str(tls_dir / tls.CLIENT_KEY)]
+    return args
 
 
-def check_pipeline(address: str, device_id: int, timeout: float = 3.0) -> str:
+def check_pipeline(address: str, device_id: int, timeout: float = 3.0,
+                   client: tls.ClientTls | None = None) -> str:
     """Raise ShellError when the switch is unreachable or unprogrammed; a warning or ''."""
-    channel = grpc.insecure_channel(address)
+    channel = tls.channel(address, client)
     try:
         stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
         req = p4runtime_pb2.GetForwardingPipelineConfigRequest(
@@ -71,12 +80,14 @@ def without_jedi(start: Callable) -> Callable:
     return start_ipython
 
 
-def run(fabric: Fabric, name: str, address: str | None = None) -> int:
-    args = shell_args(fabric, name, address)
+def run(fabric: Fabric, name: str, address: str | None = None,
+        tls_dir: Path | None = None) -> int:
+    args = shell_args(fabric, name, address, tls_dir=tls_dir)
     switch = fabric.by_name[name]
     try:
-        warning = check_pipeline(args[1], switch.device_id)
-    except ShellError as err:
+        client = tls.ClientTls.load(tls_dir) if tls_dir else None
+        warning = check_pipeline(args[1], switch.device_id, client=client)
+    except (ShellError, tls.TlsError) as err:
         print(f"controller shell: {err}", file=sys.stderr)
         return 1
     if warning:

@@ -26,13 +26,27 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
 ARCHIVE="${P4LANG_ARCHIVE:-$repo/../shared/p4lang}"
 PREFIX="${PREFIX:-/opt/p4}"
-SRC="${SRC_DIR:-/tmp/p4lang-src}"
+# Root builds and runs what is here: never a fixed name in a world-writable directory, where
+# another user could plant sources first (checked by private_src before use).
+SRC="${SRC_DIR:-/var/cache/mrc-testbed/p4lang-src}"
 P4C_TAG=v1.2.4.15 PI_TAG=v0.1.1 BMV2_TAG=1.15.1
 method=auto dry=0 check_only=0 stop_ext=0
 # Where the system is described; tests point it at another file to see another system's route.
 OS_RELEASE=${OS_RELEASE:-/etc/os-release}
 
 die() { echo "install-p4lang: $*" >&2; exit 2; }
+
+# The source tree must be ours, closed to others, and reached through no link: else refuse.
+private_src() {
+    local p=$SRC owner mode
+    while [ "$p" != / ]; do
+        [ ! -L "$p" ] || die "refusing $SRC: $p is a symbolic link (set SRC_DIR elsewhere)"
+        p=$(dirname "$p")
+    done
+    owner=$(stat -c %u "$SRC") mode=$(stat -c %a "$SRC")
+    [ "$owner" = "$(id -u)" ] || die "refusing $SRC: it belongs to uid $owner, not $(id -u)"
+    [ $(( 8#$mode & 8#022 )) -eq 0 ] || die "refusing $SRC: mode $mode lets others write"
+}
 say() { echo "install-p4lang: $*"; }
 run() { if [ "$dry" = 1 ]; then echo "would run: $*"; else "$@"; fi; }
 
@@ -156,7 +170,8 @@ install_source() {
         libprotobuf-dev libprotoc-dev protobuf-compiler libgrpc++-dev libgrpc-dev \
         protobuf-compiler-grpc libthrift-dev thrift-compiler libnanomsg-dev libpcap-dev \
         libjudy-dev libreadline-dev libssl-dev zlib1g-dev uthash-dev
-    run mkdir -p "$SRC"
+    run mkdir -p -m 0700 "$SRC"
+    [ "$dry" = 1 ] || private_src
     local gh=https://github.com/p4lang
     if [ ! -d "$SRC/PI" ] || [ ! -d "$SRC/behavioral-model" ] || [ ! -d "$SRC/p4c" ]; then
         external "the sources of PI $PI_TAG, behavioral-model $BMV2_TAG and p4c $P4C_TAG" "$gh"

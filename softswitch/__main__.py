@@ -18,9 +18,11 @@ import socket
 import sys
 from pathlib import Path
 
+import grpc
 from p4.v1 import p4runtime_pb2
 
 from p4rt.p4info import load_text as load_p4info
+from p4rt.tls import TlsError, read_private, server_credentials
 from softswitch.dataplane import Dataplane
 from softswitch.errors import P4RTError
 from softswitch.server import Device, serve
@@ -59,6 +61,18 @@ def parse_loopback(addr: str) -> str:
     return addr
 
 
+def _server_tls(args: argparse.Namespace) -> grpc.ServerCredentials | None:
+    files = (args.grpc_server_cacert, args.grpc_server_cert, args.grpc_server_key)
+    if not args.grpc_server_ssl:
+        if any(files) or args.grpc_server_with_client_auth:
+            raise ConfigError("the --grpc-server-* certificate options need --grpc-server-ssl")
+        return None
+    if not all(files):
+        raise ConfigError("--grpc-server-ssl needs --grpc-server-cacert, --grpc-server-cert "
+                          "and --grpc-server-key")
+    return server_credentials(*files, client_auth=args.grpc_server_with_client_auth)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m softswitch", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -71,6 +85,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", "-L", default="info", choices=sorted(LOG_LEVELS))
     p.add_argument("--no-p4", action="store_true",
                    help="start without a pipeline (the default: it comes over P4Runtime)")
+    p.add_argument("--grpc-server-ssl", action="store_true",
+                   help="serve P4Runtime over TLS (as simple_switch_grpc; needs the next three)")
+    p.add_argument("--grpc-server-cacert", type=Path, help="CA certificate to verify clients")
+    p.add_argument("--grpc-server-cert", type=Path, help="server certificate (PEM)")
+    p.add_argument("--grpc-server-key", type=Path, help="server key (PEM)")
+    p.add_argument("--grpc-server-with-client-auth", action="store_true",
+                   help="require a client certificate signed by --grpc-server-cacert")
+    p.add_argument("--control-token-file", type=Path,
+                   help="refuse runtime control requests that lack this file's token")
     p.add_argument("--p4info", default=None,
                    help="preload this P4Info (text format) instead of waiting for one")
     return p
@@ -85,7 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         address = parse_loopback(args.grpc_server_addr)
         if not 1 <= args.priority_queues <= 8:
             raise ConfigError("--priority-queues must be 1..8")
-    except ConfigError as err:
+        credentials = _server_tls(args)
+        token = read_private(args.control_token_file).decode().strip() \
+            if args.control_token_file else None
+    except (ConfigError, TlsError) as err:
         print(f"softswitch: {err}", file=sys.stderr)
         return 2
     logging.basicConfig(level=LOG_LEVELS[args.log_level],
@@ -95,11 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         dataplane.open_ports()
         if args.thrift_port is not None:
-            dataplane.open_control(args.thrift_port)
+            dataplane.open_control(args.thrift_port, token)
         if args.p4info:
             device.commit(p4runtime_pb2.ForwardingPipelineConfig(
                 p4info=load_p4info(Path(args.p4info))))
-        server = serve(device, address)
+        server = serve(device, address, credentials)
     except (OSError, P4RTError) as err:
         print(f"softswitch: {err}", file=sys.stderr)
         dataplane.close()

@@ -14,6 +14,7 @@ import argparse
 import json
 import socket
 import sys
+from pathlib import Path
 
 TIMEOUT_S = 5.0
 
@@ -45,8 +46,11 @@ def parse_command(words: list[str]) -> dict:
                      "[port [prio]], set_queue_depth <packets> [port [prio]], queues, stats")
 
 
-def request(port: int, req: dict, host: str = "127.0.0.1") -> dict:
-    """Send one request; returns the reply, raising ControlError when ok is false."""
+def request(port: int, req: dict, host: str = "127.0.0.1", token: str | None = None) -> dict:
+    """Send one request (with the run's control token, if the switch wants one); returns the
+    reply, raising ControlError when ok is false."""
+    if token is not None:
+        req = {**req, "token": token}
     try:
         with socket.create_connection((host, port), timeout=TIMEOUT_S) as s:
             s.sendall(json.dumps(req).encode() + b"\n")
@@ -63,7 +67,8 @@ def request(port: int, req: dict, host: str = "127.0.0.1") -> dict:
     except json.JSONDecodeError as err:
         raise ControlError(f"softswitch control port {port}: bad reply {data[:80]!r}") from err
     if not reply.get("ok"):
-        raise ControlError(f"softswitch refused {req}: {reply.get('error')}")
+        shown = {k: v for k, v in req.items() if k != "token"}
+        raise ControlError(f"softswitch refused {shown}: {reply.get('error')}")
     return reply
 
 
@@ -71,11 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m softswitch.cli", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--port", type=int, required=True, help="the switch's --thrift-port")
+    p.add_argument("--token-file", type=Path,
+                   help="the run's control token (a testbed fabric's: /run/mrc-testbed/"
+                        "control.token)")
     p.add_argument("command", nargs="+")
     args = p.parse_args(argv)
     try:
-        reply = request(args.port, parse_command(args.command))
-    except (ValueError, ControlError) as err:
+        token = args.token_file.read_text().strip() if args.token_file else None
+        reply = request(args.port, parse_command(args.command), token=token)
+    except (ValueError, ControlError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(json.dumps(reply, indent=1))

@@ -16,6 +16,7 @@ and counters as queueing and dequeuing it).
 from __future__ import annotations
 
 import errno
+import hmac
 import json
 import logging
 import select
@@ -52,7 +53,8 @@ class Dataplane:
         self.names = dict(ports)
         self.pipeline: Pipeline | None = None
         self.stats = {"rx": 0, "tx": 0, "no_pipeline": 0, "no_port": 0, "tail_drop": 0,
-                      "tx_error": 0, "rx_kernel_drops": 0}
+                      "tx_error": 0, "rx_kernel_drops": 0, "control_refused": 0}
+        self.control_token: str | None = None
         self.epoll = select.epoll()
         self.handlers: dict[int, tuple[socket.socket, Callable[[], None]]] = {}
         self.socks: dict[int, socket.socket] = {}
@@ -90,7 +92,10 @@ class Dataplane:
             self.socks[port] = s
             self.register(s, read)
 
-    def open_control(self, port: int) -> None:
+    def open_control(self, port: int, token: str | None = None) -> None:
+        """The runtime control socket, on loopback only; with `token`, a request that does
+        not carry it is refused (any local user can connect to a loopback port)."""
+        self.control_token = token
         srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         srv.bind(("127.0.0.1", port))
@@ -270,6 +275,11 @@ class Dataplane:
             req = json.loads(line)
             if not isinstance(req, dict):
                 raise ValueError("request must be a JSON object")
+            if self.control_token is not None and not hmac.compare_digest(
+                    str(req.get("token", "")).encode(), self.control_token.encode()):
+                self.stats["control_refused"] += 1
+                return {"ok": False, "error": "refused: this request lacks the run's control "
+                                              "token"}
             cmd = req.get("cmd")
             if cmd in ("set_queue_rate", "set_queue_depth"):
                 return self._set_queue(cmd, req)

@@ -311,8 +311,10 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         return None
 
 
-def serve(device: Device, address: str) -> grpc.Server:
-    """Start the gRPC server on a loopback address (validated by the caller).
+def serve(device: Device, address: str,
+          credentials: grpc.ServerCredentials | None = None) -> grpc.Server:
+    """Start the gRPC server on a loopback address (validated by the caller), over TLS when
+    `credentials` are given (p4rt.tls.server_credentials).
 
     Streams hold a worker thread each for their lifetime, so the pool has room for
     MAX_STREAMS of them plus UNARY_WORKERS that only unary RPCs can use."""
@@ -321,7 +323,8 @@ def serve(device: Device, address: str) -> grpc.Server:
     service = P4RuntimeService(device)
     server.add_generic_rpc_handlers((limits.generic_handler(service, service.count),))
     try:
-        bound = server.add_insecure_port(address)
+        bound = server.add_secure_port(address, credentials) if credentials is not None \
+            else server.add_insecure_port(address)
     except RuntimeError as err:  # grpcio >= 1.5x raises instead of returning 0
         raise OSError(f"cannot bind the P4Runtime server to {address}: is the port in use? "
                       f"({err})") from err

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from p4rt import tls
 from p4rt.names import PRIORITY_QUEUES
 from topologies.p4switch import P4RuntimeSwitch, SwitchProcessError, check_switch_args
 
@@ -30,15 +31,18 @@ Bmv2Error = SwitchProcessError
 
 
 def bmv2_command(device_id: int, ports: dict[int, str], grpc_port: int, thrift_port: int,
-                 priority_queues: int = PRIORITY_QUEUES) -> list[str]:
-    """argv for simple_switch_grpc; ports maps BMv2 port number -> interface name."""
+                 priority_queues: int = PRIORITY_QUEUES, tls_dir: Path | None = None
+                 ) -> list[str]:
+    """argv for simple_switch_grpc; ports maps BMv2 port number -> interface name; with
+    `tls_dir`, P4Runtime over mutual TLS with the run's keys (p4rt.tls)."""
     check_switch_args(device_id, grpc_port, thrift_port, priority_queues)
     cmd = [SWITCH_BINARY, "--device-id", str(device_id), "--thrift-port", str(thrift_port),
            "--log-level", LOG_LEVEL]
     for number, ifname in sorted(ports.items()):
         cmd += ["-i", f"{number}@{ifname}"]
     return cmd + ["--no-p4", "--", "--grpc-server-addr", f"127.0.0.1:{grpc_port}",
-                  "--priority-queues", str(priority_queues)]
+                  "--priority-queues", str(priority_queues),
+                  *(tls.server_flags(tls_dir) if tls_dir else [])]
 
 
 def _has_thrift(python: str) -> bool:
@@ -97,7 +101,8 @@ class Bmv2Switch(P4RuntimeSwitch):
             raise Bmv2Error(f"{SWITCH_BINARY} not on PATH: install BMv2 with "
                             "scripts/install-p4lang.sh")
         return bmv2_command(self.device_id, ports, self.grpc_port, self.thrift_port,
-                            self.priority_queues)
+                            self.priority_queues,
+                            self.credentials.directory if self.credentials else None)
 
     def cli(self, commands: list[str]) -> str:
         """Run runtime CLI commands over Thrift; raises Bmv2Error if any is rejected."""

@@ -17,7 +17,8 @@ what a fabric is built with is topologies.netconfig.NetworkConfig (re-exported h
   transfer does implicitly), for callers that drive agents themselves.
 
 One fabric per machine: switch-side interface names and the switches' loopback ports are
-global, so start() takes an exclusive lock (FABRIC_LOCK, flock) and waits up to
+global, so start() takes an exclusive lock (runstate.LOCK_NAME in the run's private directory,
+topologies.privdir; flock) and waits up to
 NetworkConfig.lock_timeout for another running fabric to stop; stop() releases it. `mn
 --custom topologies/custom.py` takes the same lock. Holding it, start() also waits (same
 timeout) until none of this fabric's switch interfaces exist, for Mininet networks built
@@ -45,6 +46,7 @@ from controller.tables import check_links, link_key
 from fabric.topology import TopologyError
 from host_agent.modes import MRC_MODE, ROCE, AgentMode
 from p4rt.names import PRIORITY_HIGH
+from topologies import credentials, shield
 from topologies.agents import (
     AgentError,
     AgentProcess,
@@ -52,15 +54,18 @@ from topologies.agents import (
     TransferHandle,
     exchange_qps,
 )
+from topologies.credentials import RunCredentials
 from topologies.hostsetup import configure_kernel_ipv6, pace_nics, restore_nic_ipv6
 from topologies.impair import remove_loss
 from topologies.netconfig import NetworkConfig, NetworkError
 from topologies.nicpacing import CONTROL_RATE_FACTOR
 from topologies.p4switch import P4RuntimeSwitch
+from topologies.privdir import PrivateDir, check_workdir
 from topologies.runstate import (
     RunManifest,
     acquire_fabric_lock,
     clean_leftovers,
+    control_ports,
     deferred_signals,
     existing_interface,
     fabric_interfaces,
@@ -85,8 +90,12 @@ class MrcNetwork:
         self.log = log
         self.target = resolve(config.target)
         self._own_workdir = workdir is None
+        # mkdtemp: a fresh 0700 directory, created exclusively; a given one must be ours
         self.workdir = Path(tempfile.mkdtemp(prefix="mrc-net-")) if workdir is None else workdir
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        if workdir is not None:
+            check_workdir(workdir)
+        self._rundir: PrivateDir | None = None
+        self.credentials: RunCredentials | None = None
         self.thresholds = config.port_thresholds
         self.net: Mininet | None = None
         self.controller: Controller | None = None
@@ -125,15 +134,19 @@ class MrcNetwork:
 
     def _start(self) -> None:
         deadline = time.monotonic() + self.config.lock_timeout
-        self._lock_fd = acquire_fabric_lock(self.config.lock_timeout, self.log)
-        clean_leftovers(self.log)  # of a killed run: holding the lock proves it is gone
-        self._manifest = RunManifest(self.workdir, self._own_workdir)
+        self._rundir = PrivateDir()
+        self._lock_fd = acquire_fabric_lock(self.config.lock_timeout, self.log, self._rundir)
+        clean_leftovers(self.log, self._rundir)  # of a killed run: the lock proves it is gone
+        self._manifest = RunManifest(self.workdir, self._own_workdir, self._rundir)
+        self.credentials = credentials.issue(self._rundir)  # this run's keys only
+        self._manifest.add_nft_table(shield.install(control_ports(self.fabric)))
         self._manifest.add_interfaces(fabric_interfaces(self.fabric))
         wait_interfaces_gone(self.fabric, deadline, self.log)
         t0 = time.monotonic()
         self._build()
         t1 = time.monotonic()
-        self.controller = Controller(self.fabric, self.target, thresholds=self.thresholds)
+        self.controller = Controller(self.fabric, self.target, thresholds=self.thresholds,
+                                     tls=self.credentials.client)
         failed = [r for r in self.controller.install_all() if not r.ok]
         if failed:
             raise NetworkError("switch programming failed: "
@@ -167,7 +180,8 @@ class MrcNetwork:
                            autoStaticArp=False, waitConnected=False)
         for sw in self.fabric.switches:
             self.net.addSwitch(sw.name, cls=cls, device_id=sw.device_id,
-                               log_path=str(self.workdir / f"{sw.name}.log"))
+                               log_path=str(self.workdir / f"{sw.name}.log"),
+                               credentials=self.credentials)
         for h in range(self.fabric.hosts):
             self.net.addHost(self.fabric.host_name(h), cls=Host, ip=None)
         for lk in self.fabric.links:
@@ -296,6 +310,9 @@ class MrcNetwork:
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
+        if self._rundir is not None:
+            credentials.withdraw(self._rundir)
+            self._rundir.close()
         if errors:
             self.log("stop: " + "; ".join(errors))
 

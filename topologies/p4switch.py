@@ -4,6 +4,10 @@ A topology must not care whether BMv2 or the software data plane sits behind a s
 node, so both node classes share this base: one process per switch in the root namespace,
 P4Runtime on 127.0.0.1:(GRPC_BASE_PORT + device_id), a runtime control port on
 THRIFT_BASE_PORT + device_id for queue rate/depth, stopped by its own PID.
+
+Given the run's credentials (topologies.credentials), P4Runtime is served over mutual TLS and
+the software switch's runtime port wants the run's token; BMv2's Thrift port cannot be bound
+to loopback or given a secret, so the run shields it (topologies.shield).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from mininet.node import Switch
 
 from fabric.topology import GRPC_BASE_PORT, THRIFT_BASE_PORT
 from p4rt.names import PRIORITY_QUEUES
+from topologies.credentials import RunCredentials
 from topologies.procs import stop_process
 
 MAX_PRIORITY_QUEUES = 8  # standard_metadata.priority is 3 bits
@@ -60,6 +65,8 @@ class P4RuntimeSwitch(Switch):
       thrift_port (int, default THRIFT_BASE_PORT + device_id): runtime control
       priority_queues (int, default p4rt.names.PRIORITY_QUEUES)
       log_path (str | None): file for the switch's stdout/stderr (default: discarded)
+      credentials (RunCredentials | None): the run's keys; None serves plaintext (a switch
+        built by hand for an experiment of one's own)
       start_timeout (float seconds, default 30): how long start() waits for gRPC
     Public interface:
       start(controllers) / stop(deleteIntfs=True)  - Mininet lifecycle; stop kills our PID
@@ -74,7 +81,7 @@ class P4RuntimeSwitch(Switch):
     def __init__(self, name: str, device_id: int, grpc_port: int | None = None,
                  thrift_port: int | None = None, priority_queues: int = PRIORITY_QUEUES,
                  log_path: str | None = None, start_timeout: float = START_TIMEOUT_S,
-                 **params) -> None:
+                 credentials: RunCredentials | None = None, **params) -> None:
         params.setdefault("dpid", f"{device_id:x}")
         super().__init__(name, **params)
         self.device_id = device_id
@@ -83,6 +90,7 @@ class P4RuntimeSwitch(Switch):
         self.priority_queues = priority_queues
         self.log_path = log_path
         self.start_timeout = start_timeout
+        self.credentials = credentials
         self.proc: subprocess.Popen | None = None
         check_switch_args(device_id, self.grpc_port, self.thrift_port, priority_queues)
 

@@ -1,6 +1,10 @@
 """What a running fabric owns, written down so that a killed run can be cleaned up by the next.
 
-The run holding the fabric lock records, in MANIFEST, its PIDs (each with its start time from
+The fabric lock (LOCK_NAME) and the manifest (MANIFEST_NAME) live in the run's private
+directory (topologies.privdir: /run/mrc-testbed, root-only, checked before every use), never
+at a fixed name in a world-writable directory: a file another user planted there would
+otherwise tell root which processes to kill and which interfaces and directories to remove.
+The run holding the fabric lock records, in the manifest, its PIDs (each with its start time from
 /proc, so a recycled PID is never touched), the root-namespace interface names it creates and
 its work directory. A clean stop removes the manifest. The next start takes the lock first;
 holding it proves the recorded owner is gone (flock dies with its holder), so whatever the
@@ -18,8 +22,8 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,10 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from fabric.topology import Fabric
+from topologies import shield
+from topologies.privdir import PrivateDir, UnsafePathError, default_run_dir
 
-FABRIC_LOCK = Path(tempfile.gettempdir()) / "mrc-testbed-fabric.lock"
-MANIFEST = Path(tempfile.gettempdir()) / "mrc-testbed-run.json"
+LOCK_NAME = "fabric.lock"
+MANIFEST_NAME = "run.json"
 KILL_WAIT_S = 5.0
+MAX_MANIFEST_BYTES = 4 << 20
 
 
 class RunStateError(RuntimeError):
@@ -60,11 +67,12 @@ def same_process(pid: int, started: int) -> bool:
 class RunManifest:
     """The manifest of the run in this process; every change is written at once, atomically."""
 
-    def __init__(self, workdir: Path, own_workdir: bool, path: Path = MANIFEST) -> None:
-        self.path = path
+    def __init__(self, workdir: Path, own_workdir: bool, rundir: PrivateDir) -> None:
+        self.rundir = rundir
+        self.path = rundir.path / MANIFEST_NAME
         self.data: dict[str, Any] = {
             "owner": [os.getpid(), start_time(os.getpid())], "workdir": str(workdir),
-            "own_workdir": own_workdir, "pids": [], "interfaces": []}
+            "own_workdir": own_workdir, "pids": [], "interfaces": [], "nft_tables": []}
         self.save()
 
     def add_pid(self, pid: int | None) -> None:
@@ -79,21 +87,24 @@ class RunManifest:
             self.data["interfaces"].extend(new)
             self.save()
 
+    def add_nft_table(self, name: str) -> None:
+        self.data["nft_tables"].append(name)
+        self.save()
+
     def live_pids(self) -> list[int]:
         return [pid for pid, started in self.data["pids"] if same_process(pid, started)]
 
     def sweep(self) -> dict[str, int]:
         """Remove what is still there of this run: SIGKILL its live PIDs, delete its
         interfaces. Returns how many of each it found."""
-        return remove_recorded(self.data["pids"], self.data["interfaces"])
+        return remove_recorded(self.data["pids"], self.data["interfaces"],
+                               self.data["nft_tables"])
 
     def save(self) -> None:
-        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.data))
-        os.replace(tmp, self.path)
+        self.rundir.write_bytes(MANIFEST_NAME, json.dumps(self.data).encode())
 
     def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
+        self.rundir.unlink(MANIFEST_NAME)
 
 
 def kill_all(pids: list[int], started: dict[int, int] | None = None) -> None:
@@ -105,9 +116,11 @@ def kill_all(pids: list[int], started: dict[int, int] | None = None) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def remove_recorded(pids: list[list[int]], interfaces: list[str]) -> dict[str, int]:
+def remove_recorded(pids: list[list[int]], interfaces: list[str],
+                    nft_tables: list[str] = ()) -> dict[str, int]:
     """SIGKILL the recorded processes still running (by PID and start time) and wait for
-    them, then delete the recorded interfaces that exist; returns how many of each."""
+    them, then delete the recorded interfaces that exist and the run's control-port shield
+    (topologies.shield); returns how many processes and interfaces."""
     started = {pid: s for pid, s in pids}
     alive = [pid for pid in started if same_process(pid, started[pid])]
     kill_all(alive, started)
@@ -119,31 +132,55 @@ def remove_recorded(pids: list[list[int]], interfaces: list[str]) -> dict[str, i
         if Path(f"/sys/class/net/{name}").exists():
             subprocess.run(["ip", "link", "del", name], check=False, capture_output=True)
             removed += 1
+    for table in nft_tables:
+        shield.remove(table)
     return {"processes": len(alive), "interfaces": removed}
 
 
-def clean_leftovers(log: Callable[[str], None], path: Path = MANIFEST) -> dict[str, int] | None:
-    """Remove what a dead run recorded; call only while holding the fabric lock."""
+def _read_manifest(rundir: PrivateDir) -> dict[str, Any]:
+    data = json.loads(rundir.read_bytes(MANIFEST_NAME, MAX_MANIFEST_BYTES))
+    owner, owner_started = data["owner"]
+    pids = [[int(p), int(s)] for p, s in data["pids"]]
+    names = [str(n) for n in data["interfaces"]]
+    tables = [str(n) for n in data.get("nft_tables", [])]
+    return {"owner": [int(owner), int(owner_started)], "pids": pids, "interfaces": names,
+            "nft_tables": tables,
+            "workdir": str(data["workdir"]), "own_workdir": data["own_workdir"] is True}
+
+
+def remove_workdir(workdir: Path) -> bool:
+    """Remove a run's own work directory: only a real directory of ours (never a link)."""
     try:
-        data = json.loads(path.read_text())
+        st = os.lstat(workdir)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise UnsafePathError(f"refusing to remove {workdir}: not a directory of uid "
+                              f"{os.geteuid()}")
+    shutil.rmtree(workdir)  # fd-based on Linux: links inside are removed, not followed
+    return True
+
+
+def clean_leftovers(log: Callable[[str], None], rundir: PrivateDir) -> dict[str, int] | None:
+    """Remove what a dead run recorded; call only while holding the fabric lock."""
+    path = rundir.path / MANIFEST_NAME
+    try:
+        data = _read_manifest(rundir)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         log(f"ignoring unreadable run manifest {path}: {exc}")
-        path.unlink(missing_ok=True)
+        rundir.unlink(MANIFEST_NAME)
         return None
     owner, owner_started = data["owner"]
     if owner != os.getpid() and same_process(owner, owner_started):
         log(f"run manifest {path}: its owner PID {owner} still runs; leaving it alone")
         return None
-    found = remove_recorded(data["pids"], data["interfaces"])
-    workdir = Path(data["workdir"])
-    if data["own_workdir"] and workdir.exists():
-        shutil.rmtree(workdir, ignore_errors=True)
-    path.unlink(missing_ok=True)
+    found = remove_recorded(data["pids"], data["interfaces"], data["nft_tables"])
+    removed_dir = data["own_workdir"] and remove_workdir(Path(data["workdir"]))
+    rundir.unlink(MANIFEST_NAME)
     log(f"cleaned up after a run that was killed: {found['processes']} processes, "
-        f"{found['interfaces']} interfaces" + (", its work directory" if data["own_workdir"]
-                                                else ""))
+        f"{found['interfaces']} interfaces" + (", its work directory" if removed_dir else ""))
     return found
 
 
@@ -182,11 +219,19 @@ def deferred_signals(on_repeat: Callable[[], None]) -> Iterator[None]:
         raise KeyboardInterrupt
 
 
-def acquire_fabric_lock(timeout: float, log=print, path: Path = FABRIC_LOCK) -> int:
+def acquire_fabric_lock(timeout: float, log=print, rundir: PrivateDir | None = None) -> int:
     """Block until no other fabric runs on this machine; close the returned fd to release.
-    The holder writes its PID, start time and command into the lock file, so whoever waits
-    is told what it waits for."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    The lock file is in the run's private directory (`rundir`, default privdir's), so no
+    other user can hold it or plant it. The holder writes its PID, start time and command
+    into it, so whoever waits is told what it waits for."""
+    own = rundir is None
+    rundir = PrivateDir() if rundir is None else rundir
+    try:
+        fd = rundir.open(LOCK_NAME, os.O_RDWR, create=True)
+    finally:
+        if own:
+            rundir.close()
+    path = rundir.path / LOCK_NAME
     deadline = time.monotonic() + timeout
     waited = False
     while True:
@@ -194,12 +239,12 @@ def acquire_fabric_lock(timeout: float, log=print, path: Path = FABRIC_LOCK) -> 
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             if time.monotonic() > deadline:
-                holder = lock_holder(path)
+                holder = _holder_text(fd)
                 os.close(fd)
                 raise RunStateError(f"another fabric still runs on this machine after "
                                     f"{timeout:.0f} s: {holder} (lock {path})") from None
             if not waited:
-                log(f"waiting for another fabric on this machine to stop: {lock_holder(path)}")
+                log(f"waiting for another fabric on this machine to stop: {_holder_text(fd)}")
                 waited = True
             time.sleep(0.5)
             continue
@@ -211,15 +256,27 @@ def acquire_fabric_lock(timeout: float, log=print, path: Path = FABRIC_LOCK) -> 
         return fd
 
 
-def lock_holder(path: Path = FABRIC_LOCK) -> str:
-    """Who holds the fabric lock, as its holder recorded it ("holder unknown" if it did not)."""
+def _holder_text(fd: int) -> str:
     try:
-        pid, started, command = path.read_text(errors="replace").rstrip("\n").split("\t", 2)
+        pid, started, command = os.pread(fd, 4096, 0).decode(errors="replace") \
+            .rstrip("\n").split("\t", 2)
     except (OSError, ValueError):
         return "holder unknown"
     if not pid.isdigit() or not Path(f"/proc/{pid}").exists():
         return "holder unknown (it did not record itself)"
     return f"PID {pid} ({command[:120]}), holding it since {started}"
+
+
+def lock_holder(rundir: PrivateDir) -> str:
+    """Who holds the fabric lock, as its holder recorded it ("holder unknown" if it did not)."""
+    try:
+        fd = rundir.open(LOCK_NAME, os.O_RDONLY)
+    except (OSError, UnsafePathError):
+        return "holder unknown"
+    try:
+        return _holder_text(fd)
+    finally:
+        os.close(fd)
 
 
 def wait_interfaces_gone(fabric: Fabric, deadline: float, log=print) -> None:
@@ -247,3 +304,14 @@ def existing_interface(fabric: Fabric) -> str | None:
     """The first interface of `fabric`'s switches that exists in this namespace, if any."""
     return next((n for n in fabric_interfaces(fabric) if Path(f"/sys/class/net/{n}").exists()),
                 None)
+
+
+def control_ports(fabric: Fabric) -> list[int]:
+    """Every switch's runtime (Thrift) and P4Runtime port: what the run's shield covers."""
+    return [port for sw in fabric.switches
+            for port in (sw.thrift_port, int(sw.grpc_address.rsplit(":", 1)[1]))]
+
+
+def manifest_path() -> Path:
+    """Where the running fabric's manifest is (for tests and the soak run, which read it)."""
+    return default_run_dir() / MANIFEST_NAME

@@ -144,4 +144,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # during start-up imports, before anything was started
+        print("interrupted before the fabric started", file=sys.stderr)
+        sys.exit(130)

@@ -20,7 +20,7 @@ import pytest
 from fabric.topology import Fabric
 from tests.e2e.support import skip_reason
 from topologies.network import existing_interface
-from topologies.runstate import MANIFEST, same_process
+from topologies.runstate import manifest_path, same_process
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "topologies" / "two_tier.py"
@@ -76,7 +76,7 @@ class Run:
 
 def recorded() -> dict:
     try:
-        return json.loads(MANIFEST.read_text())
+        return json.loads(manifest_path().read_text())
     except FileNotFoundError:
         return {"pids": [], "interfaces": [], "workdir": "", "own_workdir": False}
 
@@ -86,9 +86,12 @@ def alive(manifest: dict) -> list[int]:
 
 
 def assert_nothing_left(manifest: dict) -> None:
-    assert not MANIFEST.exists(), MANIFEST.read_text()
+    assert not manifest_path().exists(), manifest_path().read_text()
     assert alive(manifest) == []
     assert existing_interface(FABRIC) is None
+    for table in manifest.get("nft_tables", []):  # the run's control-port shield
+        listed = subprocess.run(["nft", "list", "table", "inet", table], capture_output=True)
+        assert listed.returncode != 0, f"shield table {table} left behind"
     if manifest["own_workdir"]:
         assert not Path(manifest["workdir"]).exists()
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from topologies.privdir import PrivateDir
 from topologies.runstate import (
     RunManifest,
     RunStateError,
@@ -35,32 +36,39 @@ def test_start_time_identifies_a_process_not_just_its_pid() -> None:
     assert start_time(2**22 + 7) is None  # above pid_max: no such process
 
 
-def test_manifest_round_trip_and_atomic_save(tmp_path: Path) -> None:
-    path = tmp_path / "run.json"
-    m = RunManifest(tmp_path / "work", True, path=path)
+@pytest.fixture
+def rundir(tmp_path: Path):
+    with PrivateDir(tmp_path / "run") as d:
+        yield d
+
+
+def test_manifest_round_trip_and_atomic_save(tmp_path: Path, rundir: PrivateDir) -> None:
+    path = rundir.path / "run.json"
+    m = RunManifest(tmp_path / "work", True, rundir)
     m.add_pid(os.getpid())
     m.add_interfaces(["s1-eth1", "s1-eth2"])
     m.add_interfaces(["s1-eth1"])
     data = json.loads(path.read_text())
     assert data["pids"] == [[os.getpid(), start_time(os.getpid())]]
     assert data["interfaces"] == ["s1-eth1", "s1-eth2"]
-    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]  # no temp file left
+    assert [p.name for p in rundir.path.iterdir()] == ["run.json"]  # no temp file left
     m.remove()
     assert not path.exists()
 
 
-def _dead_owner(path: Path) -> None:
+def _dead_owner(rundir: PrivateDir) -> None:
     """Make the manifest's owner a process that has exited (as after kill -9)."""
     child = subprocess.Popen(["true"])
     child.wait()
-    data = json.loads(path.read_text())
+    data = json.loads(rundir.read_bytes("run.json"))
     data["owner"] = [child.pid, 1]
-    path.write_text(json.dumps(data))
+    rundir.write_bytes("run.json", json.dumps(data).encode())
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="creates a veth: needs root")
-def test_leftovers_of_a_dead_run_are_removed_exactly(tmp_path: Path) -> None:
-    path = tmp_path / "run.json"
+def test_leftovers_of_a_dead_run_are_removed_exactly(tmp_path: Path,
+                                                     rundir: PrivateDir) -> None:
+    path = rundir.path / "run.json"
     workdir = tmp_path / "work"
     workdir.mkdir()
     leftover = subprocess.Popen(["sleep", "60"])
@@ -69,12 +77,12 @@ def test_leftovers_of_a_dead_run_are_removed_exactly(tmp_path: Path) -> None:
     subprocess.run(["ip", "link", "add", name, "type", "veth", "peer", "name", f"{name}p"],
                    check=True)
     try:
-        m = RunManifest(workdir, True, path=path)
+        m = RunManifest(workdir, True, rundir)
         m.add_pid(leftover.pid)
         m.add_interfaces([name, "mrct-never-made"])
-        _dead_owner(path)
+        _dead_owner(rundir)
         lines: list[str] = []
-        found = clean_leftovers(lines.append, path=path)
+        found = clean_leftovers(lines.append, rundir)
         assert found == {"processes": 1, "interfaces": 1}
         assert leftover.wait(5) == -signal.SIGKILL
         assert bystander.poll() is None  # not recorded: untouched
@@ -82,7 +90,7 @@ def test_leftovers_of_a_dead_run_are_removed_exactly(tmp_path: Path) -> None:
         assert not Path(f"/sys/class/net/{name}p").exists()  # the pair went with it
         assert not workdir.exists() and not path.exists()
         assert "1 processes, 1 interfaces" in lines[0]
-        assert clean_leftovers(lines.append, path=path) is None  # nothing the second time
+        assert clean_leftovers(lines.append, rundir) is None  # nothing the second time
     finally:
         for proc in (leftover, bystander):
             proc.kill()
@@ -90,17 +98,16 @@ def test_leftovers_of_a_dead_run_are_removed_exactly(tmp_path: Path) -> None:
         subprocess.run(["ip", "link", "del", name], check=False, capture_output=True)
 
 
-def test_a_live_owners_manifest_is_left_alone(tmp_path: Path) -> None:
-    path = tmp_path / "run.json"
+def test_a_live_owners_manifest_is_left_alone(tmp_path: Path, rundir: PrivateDir) -> None:
     owner = subprocess.Popen(["sleep", "60"])
     try:
-        RunManifest(tmp_path, False, path=path)
-        data = json.loads(path.read_text())
+        RunManifest(tmp_path, False, rundir)
+        data = json.loads(rundir.read_bytes("run.json"))
         data["owner"] = [owner.pid, start_time(owner.pid)]
-        path.write_text(json.dumps(data))
+        rundir.write_bytes("run.json", json.dumps(data).encode())
         lines: list[str] = []
-        assert clean_leftovers(lines.append, path=path) is None
-        assert path.exists() and "still runs" in lines[0]
+        assert clean_leftovers(lines.append, rundir) is None
+        assert rundir.exists("run.json") and "still runs" in lines[0]
     finally:
         owner.kill()
         owner.wait()
@@ -119,30 +126,30 @@ def test_signals_wait_for_the_block_and_a_second_one_escalates() -> None:
     assert signal.getsignal(signal.SIGINT) is before  # restored
 
 
-def test_the_fabric_lock_names_its_holder_to_whoever_waits(tmp_path: Path) -> None:
-    lock = tmp_path / "fabric.lock"
+def test_the_fabric_lock_names_its_holder_to_whoever_waits(rundir: PrivateDir) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from pathlib import Path; "
+         "from topologies.privdir import PrivateDir; "
          "from topologies.runstate import acquire_fabric_lock; "
-         "acquire_fabric_lock(5, path=Path(sys.argv[1])); print('held', flush=True); "
-         "time.sleep(60)", str(lock)],
+         "acquire_fabric_lock(5, rundir=PrivateDir(Path(sys.argv[1]))); "
+         "print('held', flush=True); time.sleep(60)", str(rundir.path)],
         stdout=subprocess.PIPE, text=True, cwd=REPO)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         said: list[str] = []
         with pytest.raises(RunStateError, match=rf"after 1 s: PID {holder.pid} \(.*-c import sys"):
-            acquire_fabric_lock(0.6, log=said.append, path=lock)
+            acquire_fabric_lock(0.6, log=said.append, rundir=rundir)
         assert said and f"PID {holder.pid}" in said[0]
     finally:
         holder.kill()
         holder.wait()
-    fd = acquire_fabric_lock(1.0, log=said.append, path=lock)
+    fd = acquire_fabric_lock(1.0, log=said.append, rundir=rundir)
     try:
-        assert lock_holder(lock).startswith(f"PID {os.getpid()} (")
+        assert lock_holder(rundir).startswith(f"PID {os.getpid()} (")
     finally:
         os.close(fd)
-    lock.write_text("garbage")
-    assert lock_holder(lock) == "holder unknown"
+    rundir.write_bytes("fabric.lock", b"garbage")
+    assert lock_holder(rundir) == "holder unknown"
 
 
 def test_sigterm_unwinds_like_ctrl_c() -> None:
