@@ -223,7 +223,7 @@ def run(cfg: SoakConfig) -> dict[str, Any]:
         phases = {"mutated": phase_mutated(net, cfg), "flap": phase_flap(net, cfg),
                   "kill-switch": phase_kill_switch(net, cfg),
                   "kill-agent": phase_kill_agent(net, cfg)}
-        owned = json.loads(manifest_path().read_text())  # what the run recorded, for the check below
+        owned = json.loads(manifest_path().read_text())  # what the run recorded, checked below
     leftovers = {"processes": [p for p, started in owned["pids"] if same_process(p, started)],
                  "interfaces": [n for n in owned["interfaces"]
                                 if os.path.exists(f"/sys/class/net/{n}")],

@@ -1,6 +1,10 @@
-"""Runs one exercise's checks inside a grading copy of the project (grader.workspace.grade
-starts it there) and writes the results as JSON: the student's modules are the ones this
-process imports."""
+"""The sandboxed half of grading: runs one exercise's `observe` inside a grading copy of the
+project (grader.workspace starts it there, in grader.sandbox) and writes what it saw as JSON.
+
+This process imports the student's modules, so nothing it writes is believed: it reports raw
+observations (frames, counts, entries, transfer results), never verdicts, and the grader's own
+process judges them (grader.judging). A crash is reported as such, with its traceback.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +13,11 @@ import importlib
 import json
 import os
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from grader import catalog
-from grader.report import Check
 from topologies.runstate import terminate_as_interrupt
 
 
@@ -28,16 +32,14 @@ class Context:
         return os.geteuid() == 0
 
 
-def run(number: int, target: str) -> list[Check]:
+def observe(number: int, target: str) -> dict[str, Any]:
+    """{"observations": ...} from the exercise's `observe`, or {"crash": traceback}."""
     ex = catalog.load(number)
     module = importlib.import_module(f"grader.exercises.ex{number}")
-    ctx = Context(catalog.ROOT, target, ex)
     try:
-        return list(module.grade(ctx))
-    except Exception:  # a student's code may raise anything: report it as the failed check
-        return [Check(f"ex{number}.crash", "the checks ran to the end", 1, False,
-                      observed=traceback.format_exc(limit=8)[-2000:],
-                      hint="the traceback shows where your code raised")]
+        return {"observations": module.observe(Context(catalog.ROOT, target, ex))}
+    except Exception:  # a student's code may raise anything: the judge reports it
+        return {"crash": traceback.format_exc(limit=8)[-2000:]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     terminate_as_interrupt()  # the live stages' networks are stopped on the way out
-    checks = run(args.number, args.target)
-    Path(args.out).write_text(json.dumps([asdict(c) for c in checks], indent=1))
+    report = observe(args.number, args.target)
+    Path(args.out).write_text(json.dumps(report, indent=1, default=str))
     return 0
 
 

@@ -21,15 +21,18 @@ def skipped() -> bool:
     return os.environ.get(SKIP_ENV, "") not in ("", "0")
 
 
-def transfer_check(ctx: Any, check_id: str, points: int, *, hint: str,
-                   nbytes: int = LIVE_BYTES) -> Check:
-    """One MRC write across the spines, verified byte for byte by the receiver."""
-    title = f"a {nbytes // 1024} KiB write crosses a {LIVE_FABRIC['planes']}-plane Mininet " \
-            f"fabric on {ctx.target} and arrives intact"
+def _title(target: str, nbytes: int) -> str:
+    return (f"a {nbytes // 1024} KiB write crosses a {LIVE_FABRIC['planes']}-plane Mininet "
+            f"fabric on {target} and arrives intact")
+
+
+def observe_transfer(ctx: Any, nbytes: int = LIVE_BYTES) -> dict[str, Any]:
+    """In the sandbox: one MRC write across the spines, as the receiver reported it.
+    {"skipped": why} when it cannot run here, else {"ok", "verified", "error"}."""
     if skipped():
-        return not_run(check_id, title, points, f"{SKIP_ENV} is set: the live stage is skipped")
+        return {"skipped": f"{SKIP_ENV} is set: the live stage is skipped"}
     if not ctx.is_root:
-        return not_run(check_id, title, points, "Mininet needs root: sudo ./testbed grade")
+        return {"skipped": "Mininet needs root: sudo ./testbed grade"}
     from fabric.topology import Fabric  # the grading copy's modules, imported late on purpose
     from topologies.network import MrcNetwork, NetworkConfig, NetworkError
 
@@ -40,12 +43,27 @@ def transfer_check(ctx: Any, check_id: str, points: int, *, hint: str,
         net.start()
         result = net.transfer(0, fabric.hosts - 1, nbytes, timeout=60.0)
     except (NetworkError, OSError, RuntimeError) as exc:
-        return Check(check_id, title, points, False, expected="the fabric starts and the "
-                     "write completes", observed=f"{type(exc).__name__}: {exc}", hint=hint)
+        return {"ok": False, "verified": False, "error": f"{type(exc).__name__}: {exc}",
+                "started": False}
     finally:
         net.stop()
-    ok = bool(result.get("ok") and result.get("verified"))
+    return {"ok": result.get("ok") is True, "verified": result.get("verified") is True,
+            "error": str(result.get("error") or ""), "started": True}
+
+
+def judge_transfer(obs: Any, target: str, check_id: str, points: int, *, hint: str,
+                   nbytes: int = LIVE_BYTES) -> Check:
+    """Outside the sandbox: the verdict on observe_transfer's report."""
+    title = _title(target, nbytes)
+    if not isinstance(obs, dict):
+        return Check(check_id, title, points, False, observed="not reported by the sandbox")
+    if "skipped" in obs:
+        return not_run(check_id, title, points, str(obs["skipped"]))
+    if obs.get("started") is False:
+        return Check(check_id, title, points, False, expected="the fabric starts and the "
+                     "write completes", observed=str(obs.get("error", "")), hint=hint)
+    ok = obs.get("ok") is True and obs.get("verified") is True
     observed = "completed and verified" if ok else \
-        f"ok={result.get('ok')} verified={result.get('verified')} error={result.get('error')}"
+        f"ok={obs.get('ok')} verified={obs.get('verified')} error={obs.get('error')}"
     return Check(check_id, title, points, ok, expected="completed and verified",
                  observed=observed, hint=hint)

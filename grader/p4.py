@@ -1,12 +1,16 @@
-"""Grading a student's P4 program, in stages, inside a grading copy of the project:
+"""Grading a student's P4 program, the sandbox's half: what it observes, in stages, inside a
+grading copy of the project (grader.p4_judge turns the report into checks):
 
 1. compile p4src/ with p4c-bm2-ss (the flags of p4src/build.sh), compiler messages mapped to
-   the student's files as `p4src/include/ingress.p4:123: error: ...`, and check the P4Info
-   is the committed one (the controller and the corpus program the tables by those names);
+   the student's files as `p4src/include/ingress.p4:123: error: ...`, and the names in the
+   P4Info it wrote (the judge compares them with the committed P4Info: the controller and the
+   corpus program the tables by those names);
 2. run golden-corpus cases (tests/golden/cases.json) on simple_switch_grpc with the student's
-   JSON (topologies/bmv2_corpus.py), grouped into checks by exercise modules that judge
-   each case's outcome and turn a difference into a hint;
-3. (in the exercise modules) the live transfer, grader.live.transfer_check.
+   JSON (topologies/bmv2_corpus.py): the frames that left and the counters' deltas, raw;
+3. the live transfer, grader.live.observe_transfer.
+
+Each stage runs only when the judge's verdict on the earlier ones (computed here as well, from
+the same data) lets the next run, to save time; the judge decides the gating again itself.
 
 Compiles are cached by the SHA-256 of the P4 sources and the compiler's version, under
 $MRC_P4C_CACHE or ~/.cache/mrc-testbed/p4c/<sha256>/ (mrc.json, mrc.p4info.txtpb): grading
@@ -20,26 +24,34 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import ipaddress
 import os
 import re
 import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from grader.live import transfer_check
-from grader.report import Check, not_run
+from grader.live import observe_transfer
+from grader.p4_judge import (
+    BMV2_TOOLS,
+    COMPILER,
+    MAX_FRAME,
+    MAX_OUTPUTS,
+    Stage,
+    judge_compile,
+    judge_corpus,
+    p4info_names,
+    passed,
+    unavailable,
+)
+from grader.report import Check
 
-COMPILER = "p4c-bm2-ss"
 FLAGS = ("--arch", "v1model", "--std", "p4-16")
 MAIN = "p4src/mrc.p4"
-COMMITTED_P4INFO = "p4src/mrc.p4info.txtpb"
-BMV2_TOOLS = ("simple_switch_grpc", "simple_switch_CLI")
 COMPILE_TIMEOUT_S = 300
 CACHE_ENV = "MRC_P4C_CACHE"
 MAX_ERROR_LINES = 30
@@ -155,299 +167,87 @@ def compile_program(root: Path) -> Compiled:
                     else "", seconds=time.monotonic() - start, cached=cached)
 
 
-def _p4info_names(text: str) -> set[str]:
-    """`kind name` for every table, action, counter, register and field in a P4Info text."""
-    from google.protobuf import text_format
-    from p4.config.v1 import p4info_pb2
-
-    info = text_format.Parse(text, p4info_pb2.P4Info())
-    names = {f"table {t.preamble.name}" for t in info.tables}
-    names |= {f"match field {t.preamble.name}.{m.name} ({m.bitwidth} bits)"
-              for t in info.tables for m in t.match_fields}
-    names |= {f"action {a.preamble.name}({', '.join(p.name for p in a.params)})"
-              for a in info.actions}
-    names |= {f"counter {c.preamble.name}" for c in info.counters}
-    names |= {f"direct counter {c.preamble.name}" for c in info.direct_counters}
-    names |= {f"register {r.preamble.name}" for r in info.registers}
-    names |= {f"action profile {p.preamble.name}" for p in info.action_profiles}
-    return names
-
-
-def compile_stage(ctx: Any, points: tuple[int, int] = (1, 1)) -> tuple[list[Check], bool]:
-    """Checks p4.compile and p4.interface; True when the later stages may run."""
-    title_c = "your P4 program compiles with p4c-bm2-ss (v1model)"
-    title_i = "its P4Info is the committed one (tables, actions, counters unchanged)"
+def observe_compile(root: Path) -> dict[str, Any]:
+    """The compile stage's report: whether p4c is here, what it said, the P4Info's names."""
     if shutil.which(COMPILER) is None:
-        why = (f"{COMPILER} is not on PATH, so your P4 program cannot be compiled or run. P4 "
-               f"exercises are graded on BMv2 (target soft runs the project's Python switch, "
-               f"not your program): install the toolchain with sudo scripts/install-p4lang.sh "
-               f"or use the Vagrant VM")
-        return [Check("p4.compile", title_c, points[0], False, expected="compiled",
-                      observed=f"not run: {why}", hint="install p4c, then grade again"),
-                not_run("p4.interface", title_i, points[1], "the program was not compiled")], \
-            False
-    result = compile_program(ctx.root)
-    if not result.ok:
-        first = next((line for line in result.messages.splitlines() if "error" in line.lower()),
-                     result.messages.splitlines()[0] if result.messages else "")
-        return [Check("p4.compile", title_c, points[0], False, expected="no compiler errors",
-                      observed=result.messages or "p4c failed without a message",
-                      hint=f"fix the first error first: {first.strip()} (the line numbers "
-                           f"are those of your file)"),
-                not_run("p4.interface", title_i, points[1], "the program does not compile")], \
-            False
-    how = "cached compile" if result.cached else f"compiled in {result.seconds:.0f} s"
-    checks = [Check("p4.compile", title_c, points[0], True, observed=how)]
-    mine = _p4info_names(result.p4info.read_text())
-    committed = _p4info_names((ctx.root / COMMITTED_P4INFO).read_text())
-    if mine == committed:
-        checks.append(Check("p4.interface", title_i, points[1], True))
-        return checks, True
-    gone, new = sorted(committed - mine), sorted(mine - committed)
-    removed = [line.strip() for line in result.messages.splitlines()
-               if "removing" in line or "unused instance" in line]
-    observed = "; ".join(filter(None, [
-        f"missing: {', '.join(gone)}" if gone else "",
-        f"not in the committed P4Info: {', '.join(new)}" if new else "",
-        f"p4c said: {' | '.join(removed)}" if removed else ""]))
-    checks.append(Check(
-        "p4.interface", title_i, points[1], False, expected="the P4Info of p4src/mrc.p4info.txtpb",
-        observed=observed,
-        hint="keep the names, keys and parameters of tables, actions and counters as they are "
-             "(the controller and the corpus use them); p4c drops a table or counter your "
-             "program never applies or counts"))
-    return checks, False
+        return {"available": False}
+    result = compile_program(root)
+    names = sorted(p4info_names(result.p4info.read_text())) if result.ok else []
+    return {"available": True, "ok": result.ok, "messages": result.messages,
+            "seconds": round(result.seconds, 1), "cached": result.cached,
+            "p4info_names": names}
+
+
+def compile_stage(ctx: Any) -> tuple[list[Check], bool]:
+    """Checks p4.compile and p4.interface as the judge will see them; True when the later
+    stages may run (the sandbox's own gating)."""
+    return judge_compile(observe_compile(ctx.root))
 
 
 # ---- stage 2: golden-corpus cases on BMv2 -----------------------------------------------------
 
-@dataclass
-class Outcome:
-    """What the student's switch did with one case's frame."""
-    case: Any  # p4rt.corpus.Case (possibly with diagnostic entries added)
-    outputs: list[tuple[int, bytes]] = field(default_factory=list)
-    drop: str | None = None  # the drop reason whose counter rose, if any
-    counters: dict[str, dict[int, int]] = field(default_factory=dict)
-    error: str = ""  # the harness could not run the case
-
-    @property
-    def golden_ok(self) -> bool:
-        from topologies import bmv2_corpus
-
-        if self.error:
-            return False
-        wanted = {name: {i: self.counters.get(name, {}).get(i, 0) for i in idx}
-                  for name, idx in self.case.counters.items()}
-        return bmv2_corpus.check(self.case, bmv2_corpus.Observed(self.outputs, wanted)) == []
-
-    @property
-    def single(self) -> tuple[int, bytes] | None:
-        return self.outputs[0] if len(self.outputs) == 1 else None
+def bmv2_env(ctx: Any) -> dict[str, Any]:
+    """What the judge needs to know about this machine to tell whether BMv2 could run."""
+    return {"missing_tools": [t for t in BMV2_TOOLS if shutil.which(t) is None],
+            "is_root": bool(ctx.is_root)}
 
 
 def bmv2_missing(ctx: Any) -> str:
     """Why the BMv2 stages cannot run here ('' when they can)."""
-    if ctx.target != "bmv2":
-        return ("target soft runs the project's Python software switch, not your P4 program: "
-                "grade P4 exercises with --target bmv2 (or auto where BMv2 is installed)")
-    missing = [t for t in BMV2_TOOLS if shutil.which(t) is None]
-    if missing:
-        return f"{', '.join(missing)} not on PATH: install BMv2 with scripts/install-p4lang.sh"
-    if not ctx.is_root:
-        return "the BMv2 harness creates veth pairs, which needs root: sudo ./testbed grade"
-    return ""
+    return unavailable(ctx.target, bmv2_env(ctx))
 
 
-def load_cases(names: Iterable[str]) -> dict[str, Any]:
-    from p4rt.corpus import load_cases as load
+def _case_report(outputs: Sequence[tuple[int, bytes]],
+                 deltas: dict[str, dict[int, int]]) -> dict[str, Any]:
+    """One case's raw report: the first MAX_OUTPUTS frames (each cut at MAX_FRAME bytes, far
+    above any corpus frame, so a cut one still differs) and every counter delta read."""
+    return {"outputs": [[port, frame[:MAX_FRAME].hex()] for port, frame in outputs[:MAX_OUTPUTS]],
+            "counters": {name: {str(i): d for i, d in by_index.items()}
+                         for name, by_index in deltas.items()},
+            "error": ""}
 
-    wanted = list(names)
-    by_name = {c.name: c for c in load()}
-    missing = [n for n in wanted if n not in by_name]
-    if missing:
-        raise KeyError(f"golden corpus has no case {missing}")
-    return {n: by_name[n] for n in wanted}
 
-
-def run_cases(cases: Sequence[Any], ports: int = 4) -> tuple[list[Outcome], str]:
+def run_cases(cases: Sequence[Any], ports: int = 4) -> dict[str, Any]:
     """Every case on one simple_switch_grpc (ports 1..`ports`) running the copy's compiled
-    program.
-    Returns (outcomes, error): error is set when the switch could not be started or
-    programmed at all (then outcomes is empty)."""
+    program, with every drop reason's counter read as well. Returns the corpus stage's report:
+    {"error": why the switch could not be started or programmed at all (then no cases),
+    "cases": {name: {"outputs", "counters", "error"}}}."""
     from p4rt import names as n
     from topologies import bmv2_corpus
 
-    drops = {i: 0 for i in n.DROP_REASONS.values()}
-    reason_of = {i: name for name, i in n.DROP_REASONS.items()}
     try:
         harness = bmv2_corpus.Bmv2Harness(ports)
         harness.__enter__()
     except Exception as exc:  # noqa: BLE001 - BMv2 rejecting a student's JSON raises anything
-        return [], f"BMv2 did not accept the compiled program: {type(exc).__name__}: {exc}"
-    outcomes = []
+        return {"error": f"BMv2 did not accept the compiled program: {type(exc).__name__}: "
+                         f"{exc}"[:2000], "cases": {}}
+    report: dict[str, Any] = {}
     try:
         for case in cases:
             counters = {k: dict(v) for k, v in case.counters.items()}
-            counters.setdefault(n.DROP_COUNTER, {}).update(
-                {i: 0 for i in drops if i not in counters.get(n.DROP_COUNTER, {})})
+            drops = counters.setdefault(n.DROP_COUNTER, {})
+            drops.update({i: 0 for i in n.DROP_REASONS.values() if i not in drops})
             try:
                 seen = harness.run(replace(case, counters=counters))
             except Exception as exc:  # noqa: BLE001
-                outcomes.append(Outcome(case, error=f"{type(exc).__name__}: {exc}"[:500]))
+                report[case.name] = {"outputs": [], "counters": {},
+                                     "error": f"{type(exc).__name__}: {exc}"[:500]}
                 continue
-            rose = [reason_of[i] for i, d in seen.counter_deltas.get(n.DROP_COUNTER, {}).items()
-                    if d > 0]
-            outcomes.append(Outcome(case, list(seen.outputs), rose[0] if rose else None,
-                                    seen.counter_deltas))
+            report[case.name] = _case_report(seen.outputs, seen.counter_deltas)
     finally:
         harness.close()
-    return outcomes, ""
+    return {"error": "", "cases": report}
 
 
-# ---- judging ----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Miss:
-    """How one case's outcome differs from what the check wants."""
-    expected: str
-    observed: str
-    hint: str
-
-
-Judge = Callable[[Outcome], "Miss | None"]
-
-
-def addr(value: int) -> str:
-    return str(ipaddress.IPv6Address(value))
-
-
-def outer_dst(frame: bytes) -> int:
-    from wire import layout as L
-
-    return int.from_bytes(frame[L.OUTER_DST:L.OUTER_DST + 16], "big")
-
-
-def traffic_class(frame: bytes) -> int:
-    from wire import layout as L
-
-    return (int.from_bytes(frame[L.OUTER:L.OUTER + 4], "big") >> L.TC_SHIFT) & 0xFF
-
-
-def u16(frame: bytes, offset: int) -> int | None:
-    return int.from_bytes(frame[offset:offset + 2], "big") if len(frame) >= offset + 2 else None
-
-
-def describe(o: Outcome) -> str:
-    """What happened to a case's frame, in a student's words."""
-    if o.error:
-        return f"the case could not run: {o.error}"
-    if not o.outputs:
-        return f"dropped ({o.drop})" if o.drop else "vanished (no frame left, no drop counted)"
-    parts = [f"left on port {p} ({len(f)} bytes, DA {addr(outer_dst(f))})" for p, f in o.outputs]
-    return " and ".join(parts)
-
-
-def expected_text(case: Any) -> str:
-    if case.drop_reason:
-        return f"dropped and counted as {case.drop_reason}"
-    ports = sorted({o.port for o in case.outputs})
-    frame = case.outputs[0].frame
-    where = f"port {ports[0]}" if len(ports) == 1 else f"one of ports {ports}"
-    return f"leaves on {where} ({len(frame)} bytes, DA {addr(outer_dst(frame))})"
-
-
-def golden_miss(o: Outcome, hint: str) -> Miss | None:
-    """The case's full golden expectation (ports, frame bytes, counters)."""
-    if o.golden_ok:
-        return None
-    observed = describe(o)
-    if o.outputs and not o.case.drop_reason and all(
-            p in {x.port for x in o.case.outputs} for p, _ in o.outputs):
-        diffs = frame_diff(o.case.outputs[0].frame, o.outputs[0][1])
-        observed += f"; differs from the expected frame in {diffs}" if diffs else ""
-    return Miss(expected_text(o.case), observed, hint)
-
-
-def frame_diff(want: bytes, got: bytes) -> str:
-    """The header fields two frames differ in, named."""
-    from wire import layout as L
-
-    fields = [("destination MAC", L.ETH_DST, 6), ("source MAC", L.ETH_SRC, 6),
-              ("outer traffic class/flow label", L.OUTER, 4),
-              ("outer payload length", L.OUTER_PAYLOAD_LEN, 2),
-              ("outer hop limit", L.OUTER_HOP_LIMIT, 1), ("outer DA", L.OUTER_DST, 16),
-              ("inner payload length", L.INNER_PAYLOAD_LEN, 2),
-              ("UDP length", L.UDP_LENGTH_FIELD, 2)]
-    out = [name for name, off, size in fields if want[off:off + size] != got[off:off + size]]
-    if len(want) != len(got):
-        out.append(f"length ({len(got)} bytes, expected {len(want)})")
-    elif not out and want != got:
-        out.append("the bytes after the headers")
-    return ", ".join(out)
-
-
-def group_check(check_id: str, title: str, points: int, outcomes: Sequence[Outcome],
-                judge: Judge) -> Check:
-    """One check over several cases: passes when `judge` finds no miss; otherwise reports the
-    first failing case in full and names the others."""
-    misses = [(o, m) for o in outcomes if (m := judge(o)) is not None]
-    if not misses:
-        return Check(check_id, title, points, True,
-                     observed=f"{len(outcomes)} corpus case(s) as expected")
-    o, m = misses[0]
-    head = (f"case {o.case.name} ({o.case.description}; switch {o.case.switch}): frame to "
-            f"{addr(outer_dst(o.case.frame)) if len(o.case.frame) >= 54 else '?'} in on port "
-            f"{o.case.ingress_port}: {m.observed}")
-    if len(misses) > 1:
-        head += (f" [{len(misses)} of {len(outcomes)} cases failed: "
-                 f"{', '.join(x.case.name for x, _ in misses)}]")
-    return Check(check_id, title, points, False, expected=f"{o.case.name}: {m.expected}",
-                 observed=head, hint=m.hint)
-
-
-def corpus_stage(ctx: Any, cases: Sequence[Any],
-                 checks: Sequence[tuple[str, str, int, Sequence[str], Judge]],
-                 ports: int = 4) -> list[Check]:
-    """Run `cases` once, then each (id, title, points, case names, judge) as a group check.
-    Not run (each check failed with the reason) when BMv2 or root is missing."""
-    reason = bmv2_missing(ctx)
-    if reason:
-        return [not_run(cid, title, pts, reason) for cid, title, pts, _, _ in checks]
-    outcomes, error = run_cases(cases, ports)
-    if error:
-        first, *rest = checks
-        return [Check(first[0], first[1], first[2], False, expected="BMv2 runs your program",
-                      observed=error, hint="p4c accepted the program but BMv2 did not: the "
-                      "message above says why")] + \
-            [not_run(cid, title, pts, "BMv2 did not run the program")
-             for cid, title, pts, _, _ in rest]
-    by_name = {o.case.name: o for o in outcomes}
-    return [group_check(cid, title, pts, [by_name[n] for n in names], judge)
-            for cid, title, pts, names, judge in checks]
-
-
-def passed(checks: Iterable[Check]) -> bool:
-    return all(c.passed for c in checks)
-
-
-LIVE = ("live.transfer", "the live transfer")
-
-
-def grade_stages(ctx: Any, cases: Sequence[Any],
-                 plan: Sequence[tuple[str, str, int, Sequence[str], Judge]], live_points: int,
-                 live_hint: str, ports: int = 4) -> Iterator[Check]:
-    """A P4 exercise's stages, each gating the next: compile, the corpus checks of `plan` on
-    BMv2, the live transfer."""
-    checks, ok = compile_stage(ctx)
-    yield from checks
-    if not ok:
-        yield from (not_run(cid, title, pts, "the program did not compile")
-                    for cid, title, pts, _, _ in plan)
-        yield not_run(*LIVE, live_points, "the program did not compile")
-        return
-    results = corpus_stage(ctx, cases, plan, ports=ports)
-    yield from results
-    if not passed(results):
-        yield not_run(*LIVE, live_points, "the corpus cases failed")
-        return
-    yield transfer_check(ctx, LIVE[0], live_points, hint=live_hint)
+def observe_stages(ctx: Any, cases: Sequence[Any], plan: Sequence[Stage],
+                   ports: int = 4) -> dict[str, Any]:
+    """A P4 exercise's observations (grader.p4_judge's docstring has their shape), each stage
+    run only when the judge's verdict on the earlier ones would let it."""
+    obs: dict[str, Any] = {"compile": observe_compile(ctx.root), "bmv2": bmv2_env(ctx)}
+    _, ok = judge_compile(obs["compile"])
+    if not ok or unavailable(ctx.target, obs["bmv2"]):
+        return obs
+    obs["corpus"] = run_cases(cases, ports)
+    if passed(judge_corpus(obs["corpus"], cases, plan)):
+        obs["live"] = observe_transfer(ctx)
+    return obs

@@ -5,7 +5,15 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
+
+
+class CheckSpec(NamedTuple):
+    """A check as the trusted grader declares it, before anything ran: the judge reports
+    exactly these, so a submission can neither add checks nor change what one is worth."""
+    id: str
+    title: str
+    points: int
 
 
 @dataclass(frozen=True)
@@ -27,6 +35,11 @@ class Check:
         return cls(id=str(data["id"]), title=str(data["title"]), points=int(data["points"]),
                    passed=bool(data["passed"]), expected=str(data.get("expected", "")),
                    observed=str(data.get("observed", "")), hint=str(data.get("hint", "")))
+
+
+def failed(spec: CheckSpec, observed: str, hint: str = "") -> Check:
+    """`spec` failed for a reason that is not the student's answer (no report, a crash)."""
+    return Check(spec.id, spec.title, spec.points, False, observed=observed, hint=hint)
 
 
 def not_run(id: str, title: str, points: int, reason: str) -> Check:

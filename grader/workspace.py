@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from grader import regions
+from grader import judging, regions
 from grader.catalog import ROOT, WORK, Exercise
-from grader.report import Check, Grade
+from grader.report import Grade
 
 FileSet = dict[str, str]
 # not copied into a grading tree: environments, caches, build outputs, results, students' work
@@ -145,9 +145,10 @@ def project_copy(files: FileSet) -> Iterator[Path]:
 
 
 def grade(ex: Exercise, files: FileSet, name: str, target: str) -> Grade:
-    """Run exercise `ex`'s checks on `files` in a project copy, in a process of their own."""
+    """Observe exercise `ex`'s checks on `files` in a project copy, in a process of their
+    own, then judge what it reported here (grader.judging), never trusting its verdicts."""
     with project_copy(files) as root:
-        out = root.parent / "checks.json"
+        out = root.parent / "observations.json"
         env = dict(os.environ, PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1")
         cmd = [sys.executable, "-m", "grader.inner", str(ex.number), "--target", target,
                "--out", str(out)]
@@ -155,11 +156,12 @@ def grade(ex: Exercise, files: FileSet, name: str, target: str) -> Grade:
             proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True,
                                   timeout=CHECKS_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            return Grade(ex.number, name, target, (), error=(
+            return Grade(ex.number, name, target, judging.judge(ex, None, target, (
                 f"the checks did not finish in {CHECKS_TIMEOUT_S} s: does your code loop "
-                f"forever or wait on something that never comes?"))
-        if not out.exists():
-            return Grade(ex.number, name, target, (), error=(
-                f"the checks crashed (exit {proc.returncode}): {proc.stderr[-1500:]}"))
-        checks = tuple(Check.from_dict(c) for c in json.loads(out.read_text()))
-        return Grade(ex.number, name, target, checks)
+                f"forever or wait on something that never comes?")))
+        try:
+            report = judging.read_report(out)
+        except judging.MalformedReport as exc:
+            why = f"{exc} (exit {proc.returncode}): {proc.stderr[-1500:]}"
+            return Grade(ex.number, name, target, judging.judge(ex, None, target, why))
+        return Grade(ex.number, name, target, judging.judge(ex, report, target))

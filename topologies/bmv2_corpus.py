@@ -31,11 +31,14 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from controller import p4build
 from p4rt import names as n
+from p4rt import tls
 from p4rt.codec import Codec
 from p4rt.corpus import Case
 from p4rt.entities import TableEntry
 from p4rt.p4info import P4InfoIndex
-from topologies.bmv2_switch import runtime_cli
+from topologies import credentials, shield
+from topologies.bmv2_switch import bmv2_command, runtime_cli
+from topologies.privdir import PrivateDir
 from topologies.procs import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,6 +81,7 @@ class Bmv2Harness:
         self.workdir = Path(tempfile.mkdtemp(prefix=f"{self.tag}-"))
         self.grpc_port = _free_port()
         self.thrift_port = _free_port()
+        self.shield: str | None = None  # this harness's nftables table over its two ports
 
     # ---- set-up and tear-down -------------------------------------------------------------
     def __enter__(self) -> Bmv2Harness:
@@ -113,18 +117,19 @@ class Bmv2Harness:
             sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
             sock.bind((self._host(p), 0))
             self.socks[p] = sock
-        cmd = ["simple_switch_grpc", "--device-id", str(DEVICE_ID), "--no-p4",
-               "--thrift-port", str(self.thrift_port)]
-        for p in self.ports:
-            cmd += ["-i", f"{p}@{self._sw(p)}"]
-        cmd += ["--", "--grpc-server-addr", f"127.0.0.1:{self.grpc_port}",
-                "--priority-queues", str(n.PRIORITY_QUEUES)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self._connect(json_path)
+        # the same protection as a fabric's switches: Thrift shielded, P4Runtime over mTLS
+        self.shield = shield.install([self.thrift_port, self.grpc_port])
+        with PrivateDir(self.workdir / "keys") as keys:
+            creds = credentials.issue(keys)
+        self.proc = subprocess.Popen(
+            bmv2_command(DEVICE_ID, {p: self._sw(p) for p in self.ports}, self.grpc_port,
+                         self.thrift_port, n.PRIORITY_QUEUES, creds.directory),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._connect(json_path, creds.client)
 
-    def _connect(self, json_path: Path) -> None:
+    def _connect(self, json_path: Path, client: tls.ClientTls) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.grpc_port}")
+        self.channel = tls.channel(f"127.0.0.1:{self.grpc_port}", client)
         grpc.channel_ready_future(self.channel).result(timeout=max(1.0, deadline -
                                                                    time.monotonic()))
         self.stub = p4runtime_pb2_grpc.P4RuntimeStub(self.channel)
@@ -163,6 +168,9 @@ class Bmv2Harness:
         for link in self.links:
             subprocess.run(["ip", "link", "del", link], check=False, capture_output=True)
         self.links.clear()
+        if self.shield is not None:
+            shield.remove(self.shield)
+            self.shield = None
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     # ---- per case ---------------------------------------------------------------------------

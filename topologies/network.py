@@ -96,6 +96,7 @@ class MrcNetwork:
             check_workdir(workdir)
         self._rundir: PrivateDir | None = None
         self.credentials: RunCredentials | None = None
+        self.shield_table: str | None = None  # topologies.shield: the switches' control ports
         self.thresholds = config.port_thresholds
         self.net: Mininet | None = None
         self.controller: Controller | None = None
@@ -139,7 +140,8 @@ class MrcNetwork:
         clean_leftovers(self.log, self._rundir)  # of a killed run: the lock proves it is gone
         self._manifest = RunManifest(self.workdir, self._own_workdir, self._rundir)
         self.credentials = credentials.issue(self._rundir)  # this run's keys only
-        self._manifest.add_nft_table(shield.install(control_ports(self.fabric)))
+        self.shield_table = shield.install(control_ports(self.fabric))
+        self._manifest.add_nft_table(self.shield_table)
         self._manifest.add_interfaces(fabric_interfaces(self.fabric))
         wait_interfaces_gone(self.fabric, deadline, self.log)
         t0 = time.monotonic()

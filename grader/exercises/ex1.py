@@ -1,7 +1,9 @@
 """Exercise 1, uSID forwarding in P4: the my_usid check, the 16-bit shift, the usid_fwd lookup.
 
 Stages: p4.compile, p4.interface -> the golden corpus's uSID and baseline cases on BMv2
-(usid.my-usid, usid.shift, usid.fwd, p4.corpus) -> live.transfer.
+(usid.my-usid, usid.shift, usid.fwd, p4.corpus) -> live.transfer. `observe` (in the sandbox,
+grader.p4) reports what p4c said and each case's frames and counters, raw; `judge` (in the
+grader, grader.p4_judge) rebuilds every case's outcome from them and the trusted corpus.
 
 Diagnostic entries: every uSID case runs with extra usid_fwd entries ("decoys") whose keys
 are what the common mistakes look up (the DA shifted by 8 or 32 bits, the block shifted too,
@@ -17,8 +19,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from grader import p4
-from grader.p4 import Miss, Outcome, addr, outer_dst
+from grader import p4, p4_judge
+from grader.p4_judge import Miss, Outcome, addr, outer_dst
 from grader.report import Check
 
 BLOCK_BITS = 32
@@ -110,7 +112,7 @@ def _not_mine(base: Any) -> Any:
 
 
 def cases() -> list[Any]:
-    golden = p4.load_cases(SHIFTED + UNKNOWN + BASELINE)
+    golden = p4_judge.load_cases(SHIFTED + UNKNOWN + BASELINE)
     out = [with_decoys(golden[n]) for n in SHIFTED + UNKNOWN]
     out += [golden[n] for n in BASELINE]
     out.append(_not_mine(golden[SHIFTED[0]]))
@@ -163,14 +165,14 @@ def judge_my_usid(o: Outcome) -> Miss | None:
         else:
             hint = ("this is baseline IPv6 traffic (DA fd00:...): my_usid_table misses, and a "
                     "miss must go to routing_v6_table (a miss there drops as NO_ROUTE)")
-        return p4.golden_miss(o, hint)
+        return p4_judge.golden_miss(o, hint)
     mine = own_usid(o.case)
     if o.drop == "NO_ROUTE" or (o.outputs and not o.case.drop_reason and _decoy(o) is None
                                 and o.single is not None
                                 and outer_dst(o.single[1]) == outer_dst(o.case.frame)):
         return Miss(
             f"recognised as this switch's uSID ({_prefix_text(mine)}) and handled by the "
-            f"uSID tables", p4.describe(o),
+            f"uSID tables", p4_judge.describe(o),
             f"DA[127:80] is {_prefix_text(mine)}, which my_usid_table holds, yet the frame "
             f"went the baseline way: put DA[127:80] in local_metadata.usid_prefix, apply "
             f"my_usid_table and act on .hit")
@@ -180,7 +182,7 @@ def judge_my_usid(o: Outcome) -> Miss | None:
 def judge_shift(o: Outcome) -> Miss | None:
     want = outer_dst(o.case.outputs[0].frame)
     if o.single is None:
-        return Miss(f"leaves with DA {addr(want)}", p4.describe(o),
+        return Miss(f"leaves with DA {addr(want)}", p4_judge.describe(o),
                     "no frame left, so its DA could not be checked: a usid_fwd_table miss "
                     "(UNKNOWN_USID) means the key you looked up is not DA[127:80] after a "
                     "16-bit shift" if o.drop == "UNKNOWN_USID" else
@@ -214,25 +216,36 @@ def judge_fwd(o: Outcome) -> Miss | None:
     else:
         hint = ("the next uSID's usid_fwd_table entry gives the port and the next hop's MAC "
                 "(set_next_hop); the rest of the frame must be as the corpus says")
-    return p4.golden_miss(o, hint)
+    return p4_judge.golden_miss(o, hint)
 
 
 def judge_all(o: Outcome) -> Miss | None:
-    return p4.golden_miss(o, "compare the fields named above with docs/wire-format.md §3 and §5")
+    hint = "compare the fields named above with docs/wire-format.md §3 and §5"
+    return p4_judge.golden_miss(o, hint)
 
 
-def grade(ctx: Any) -> Iterator[Check]:
-    plan = [
-        ("usid.my-usid", "frames whose DA[127:80] is this switch's uSID take the uSID path, all "
-         "others the baseline table", 2, SHIFTED + UNKNOWN + BASELINE + [NOT_MINE],
-         judge_my_usid),
-        ("usid.shift", "the uSID shift: block kept, the rest moved left by 16 bits, zero fill",
-         3, SHIFTED, judge_shift),
-        ("usid.fwd", "usid_fwd_table looked up with the shifted DA[127:80]: right port and MAC, "
-         "a miss drops as UNKNOWN_USID", 3, SHIFTED + UNKNOWN, judge_fwd),
-        ("p4.corpus", "every frame byte for byte as the golden corpus says", 1,
-         SHIFTED + UNKNOWN + BASELINE + [NOT_MINE], judge_all),
-    ]
-    yield from p4.grade_stages(ctx, cases(), plan, 2, ports=DECOY_PORT, live_hint=(
-        "the corpus cases passed but a transfer did not: look at the switch logs the error "
-        "names; a table the controller fills may not be applied the way it expects"))
+PLAN: list[p4_judge.Stage] = [
+    ("usid.my-usid", "frames whose DA[127:80] is this switch's uSID take the uSID path, all "
+     "others the baseline table", 2, SHIFTED + UNKNOWN + BASELINE + [NOT_MINE], judge_my_usid),
+    ("usid.shift", "the uSID shift: block kept, the rest moved left by 16 bits, zero fill",
+     3, SHIFTED, judge_shift),
+    ("usid.fwd", "usid_fwd_table looked up with the shifted DA[127:80]: right port and MAC, "
+     "a miss drops as UNKNOWN_USID", 3, SHIFTED + UNKNOWN, judge_fwd),
+    ("p4.corpus", "every frame byte for byte as the golden corpus says", 1,
+     SHIFTED + UNKNOWN + BASELINE + [NOT_MINE], judge_all),
+]
+LIVE_POINTS = 2
+LIVE_HINT = ("the corpus cases passed but a transfer did not: look at the switch logs the error "
+             "names; a table the controller fills may not be applied the way it expects")
+CHECKS = p4_judge.stage_specs(PLAN, LIVE_POINTS)
+
+
+def observe(ctx: Any) -> dict[str, Any]:
+    """In the sandbox: compile the student's program, run the cases (decoys on port
+    DECOY_PORT), then the live transfer, each stage only when the earlier ones passed."""
+    return p4.observe_stages(ctx, cases(), PLAN, ports=DECOY_PORT)
+
+
+def judge(obs: Any, ctx: Any) -> Iterator[Check]:
+    """The verdicts, from the raw report and the trusted golden corpus."""
+    yield from p4_judge.judge_stages(obs, ctx.target, cases(), PLAN, LIVE_POINTS, LIVE_HINT)

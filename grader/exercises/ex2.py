@@ -4,10 +4,11 @@ host-facing ports), send it on the high-priority queue; ECN marking except on ho
 
 Stages: p4.compile, p4.interface -> the golden corpus's trimming, priority and ECN cases on
 BMv2 (trim.cut, trim.lengths, trim.dscp, trim.priority, ecn.mark, ecn.host-port, p4.corpus)
--> live.transfer. Which queue a packet took is seen through the corpus's prelude cases:
-egress records the data queue's depth only from packets leaving the data queue, so a trimmed
-header or SACK sent on the data queue resets the depth and the data frame after it is not
-trimmed.
+-> live.transfer (`observe` reports the raw frames and counters from the sandbox, `judge`
+decides from them and the trusted corpus: grader.p4, grader.p4_judge). Which queue a packet
+took is seen through the corpus's prelude cases: egress records the data queue's depth only
+from packets leaving the data queue, so a trimmed header or SACK sent on the data queue
+resets the depth and the data frame after it is not trimmed.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from grader import p4
-from grader.p4 import Miss, Outcome, traffic_class, u16
+from grader import p4, p4_judge
+from grader.p4_judge import Miss, Outcome, traffic_class, u16
 from grader.report import Check
 
 TRIMMED = ["trim_fabric_port", "trim_exact_threshold", "trim_retransmission",
@@ -64,7 +65,7 @@ def _host_port_ecn_enabled(base: Any) -> Any:
 
 
 def cases() -> list[Any]:
-    golden = p4.load_cases(GOLDEN)
+    golden = p4_judge.load_cases(GOLDEN)
     return list(golden.values()) + [_host_port_ecn_enabled(golden["ecn_not_on_host_port"])]
 
 
@@ -83,7 +84,7 @@ def _out(o: Outcome) -> bytes | None:
 def _no_frame(o: Outcome, expected: str) -> Miss | None:
     if o.single is not None:
         return None
-    return Miss(expected, p4.describe(o), "exactly one frame must leave: compare with the "
+    return Miss(expected, p4_judge.describe(o), "exactly one frame must leave: compare with the "
                 "reference behaviour in docs/wire-format.md §5")
 
 
@@ -179,7 +180,7 @@ def judge_priority(o: Outcome) -> Miss | None:
                 "packets must use PRIORITY_DATA so egress records the depth they leave behind")
     else:
         hint = "compare the fields named above with docs/wire-format.md §5 (Priority)"
-    return Miss(p4.expected_text(o.case), p4.describe(o), hint)
+    return Miss(p4_judge.expected_text(o.case), p4_judge.describe(o), hint)
 
 
 def _ecn_miss(o: Outcome, host: bool) -> Miss | None:
@@ -216,25 +217,35 @@ def judge_ecn_host(o: Outcome) -> Miss | None:
 
 
 def judge_all(o: Outcome) -> Miss | None:
-    return p4.golden_miss(o, "compare the fields named above with docs/wire-format.md §4-5")
+    return p4_judge.golden_miss(o, "compare the fields named above with docs/wire-format.md §4-5")
 
 
-def grade(ctx: Any) -> Iterator[Check]:
-    plan = [
-        ("trim.cut", "trimmable packets are cut to 134 bytes at or above the trim threshold, "
-         "nothing else is", 3, TRIMMED + UNTRIMMED, judge_cut),
-        ("trim.lengths", "a trimmed frame's outer/inner IPv6 payload lengths and UDP length "
-         "are fixed", 2, TRIMMED, judge_lengths),
-        ("trim.dscp", "a trimmed frame gets DSCP TRIMMED, TRIMMED_LASTHOP on host-facing "
-         "ports", 2, TRIMMED, judge_dscp),
-        ("trim.priority", "control and trimmed packets use the high-priority queue, data the "
-         "data queue", 2, PRIORITY, judge_priority),
-        ("ecn.mark", "ECT data packets at or above the ECN threshold are marked CE on fabric "
-         "ports, nothing else", 2, ECN, judge_ecn),
-        ("ecn.host-port", "no ECN marking on host-facing ports", 1, ECN_HOST, judge_ecn_host),
-        ("p4.corpus", "every frame byte for byte as the golden corpus says", 1, ALL,
-         judge_all),
-    ]
-    yield from p4.grade_stages(ctx, cases(), plan, 2, live_hint=(
-        "the corpus cases passed but a transfer did not: look at the switch logs the error "
-        "names"))
+PLAN: list[p4_judge.Stage] = [
+    ("trim.cut", "trimmable packets are cut to 134 bytes at or above the trim threshold, "
+     "nothing else is", 3, TRIMMED + UNTRIMMED, judge_cut),
+    ("trim.lengths", "a trimmed frame's outer/inner IPv6 payload lengths and UDP length "
+     "are fixed", 2, TRIMMED, judge_lengths),
+    ("trim.dscp", "a trimmed frame gets DSCP TRIMMED, TRIMMED_LASTHOP on host-facing "
+     "ports", 2, TRIMMED, judge_dscp),
+    ("trim.priority", "control and trimmed packets use the high-priority queue, data the "
+     "data queue", 2, PRIORITY, judge_priority),
+    ("ecn.mark", "ECT data packets at or above the ECN threshold are marked CE on fabric "
+     "ports, nothing else", 2, ECN, judge_ecn),
+    ("ecn.host-port", "no ECN marking on host-facing ports", 1, ECN_HOST, judge_ecn_host),
+    ("p4.corpus", "every frame byte for byte as the golden corpus says", 1, ALL, judge_all),
+]
+LIVE_POINTS = 2
+LIVE_HINT = ("the corpus cases passed but a transfer did not: look at the switch logs the error "
+             "names")
+CHECKS = p4_judge.stage_specs(PLAN, LIVE_POINTS)
+
+
+def observe(ctx: Any) -> dict[str, Any]:
+    """In the sandbox: compile the student's program, run the cases, then the live transfer,
+    each stage only when the earlier ones passed."""
+    return p4.observe_stages(ctx, cases(), PLAN)
+
+
+def judge(obs: Any, ctx: Any) -> Iterator[Check]:
+    """The verdicts, from the raw report and the trusted golden corpus."""
+    yield from p4_judge.judge_stages(obs, ctx.target, cases(), PLAN, LIVE_POINTS, LIVE_HINT)

@@ -8,17 +8,21 @@ port facing it, to that neighbour's MAC); (2) a reachability walk: every switch 
 student's full tables in the software switch's pipeline (the P4 program in Python) and a data
 frame for every host pair, plane and spine is pushed through it hop by hop along the cables;
 (3) the live Mininet transfer.
+
+The sandbox (ex3_observe.observe) only reports the entities switch_tables returned, in a
+canonical JSON form, or what it raised; `judge` derives the expected entries and runs the walk
+itself, in the trusted process, on the reported tables (never on the student's module).
 """
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from grader.live import transfer_check
-from grader.report import Check, not_run
+from grader.exercises.ex3_observe import crash_text, entities_from_json, usid_fwd_rows
+from grader.live import judge_transfer
+from grader.report import Check, CheckSpec, not_run
 
 # Several shapes, so a solution cannot hard-code one: the live fabric, the default one, one
 # plane with more spines than T0s, and more T0s than spines with three hosts each.
@@ -33,6 +37,19 @@ MAX_HOPS = 6  # a two-tier path crosses at most 3 switches; more is a forwarding
 HOST, UPLINK, DOWNLINK = "host", "uplink", "downlink"
 KIND_TEXT = {HOST: "a T0 towards one of its hosts", UPLINK: "a T0 towards a spine",
              DOWNLINK: "a spine towards a T0"}
+TITLES = {
+    HOST: "every T0 forwards its hosts' uSIDs out of their host ports",
+    UPLINK: "every T0 forwards each spine's uSID out of the uplink facing that spine",
+    DOWNLINK: "every spine forwards each T0's uSID out of the downlink facing that T0",
+}
+ONLY_TITLE = "no usid_fwd entry for a node that is not a neighbour"
+REACH_TITLE = "a frame for every host pair, plane and spine reaches its destination NIC"
+LIVE_TITLE = "a write crosses a Mininet fabric running your tables"
+CHECKS = (*(CheckSpec(f"tables.{kind}", TITLES[kind], 2) for kind in (HOST, UPLINK, DOWNLINK)),
+          CheckSpec("tables.only-neighbours", ONLY_TITLE, 1),
+          CheckSpec("reach.all-paths", REACH_TITLE, 4),
+          CheckSpec("live.transfer", LIVE_TITLE, 4))
+Tables = dict[str, Any]  # ex3_observe.observe_tables' report: untrusted in judge
 
 
 @dataclass(frozen=True)
@@ -83,23 +100,24 @@ def expected_entries(fabric: Any) -> dict[str, dict[int, Entry]]:
     return out
 
 
-def _observed(fabric: Any, switch: Any) -> list[Entry]:
-    """The student's usid_fwd entries of one switch (may raise: the caller reports it)."""
-    from controller.tables import switch_tables
+def _reported(tables: Tables) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The per-fabric entity lists and what switch_tables raised (None: nothing)."""
+    fabrics, raised = tables["fabrics"], tables["raised"]
+    if not isinstance(fabrics, list) or not all(isinstance(f, dict) for f in fabrics):
+        raise TypeError("the reported fabrics are not a list of {switch: entities}")
+    if raised is not None and not isinstance(raised, dict):
+        raise TypeError("'raised' is neither null nor {switch, error}")
+    if raised is None and len(fabrics) < len(FABRICS):
+        raise ValueError(f"{len(fabrics)} fabrics reported, expected {len(FABRICS)}")
+    return fabrics, raised
+
+
+def _usid_fwd(items: Any, switch: str) -> list[Entry]:
+    """A switch's reported usid_fwd entries, keyed by the uSID in their prefix."""
     from fabric.topology import USID_BITS
-    from p4rt import names as N
 
-    out = []
-    for e in switch_tables(fabric, switch).table(N.USID_FWD_TABLE):
-        prefix = dict(e.match)[N.USID_PREFIX].value
-        params = e.action.param_dict if e.action is not None else {}
-        out.append(Entry(prefix & ((1 << USID_BITS) - 1), params.get(N.PARAM_PORT, -1),
-                         params.get(N.PARAM_DMAC, -1)))
-    return out
-
-
-def _crash(exc: BaseException) -> str:
-    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return [Entry(prefix & ((1 << USID_BITS) - 1), port, dmac)
+            for prefix, port, dmac in usid_fwd_rows(entities_from_json(items, switch))]
 
 
 def _describe(u: int) -> str:
@@ -119,43 +137,52 @@ class _Findings:
     crash: str = ""
 
 
-def _compare() -> _Findings:
+def _compare_switch(found: _Findings, where: str, switch: str, got: list[Entry],
+                    want: dict[int, Entry]) -> None:
+    """Adds to `found` what one switch's entries `got` miss, get wrong or hold beyond `want`."""
+    seen: dict[int, Entry] = {}
+    for e in got:
+        if e.usid in seen:
+            found.extras.append(f"{where}: two entries for {_describe(e.usid)} (ports "
+                                f"{seen[e.usid].port} and {e.port})")
+        seen[e.usid] = e
+        if e.usid not in want:
+            found.extras.append(f"{where}: entry for {_describe(e.usid)} -> port "
+                                f"{e.port}, which is not a neighbour of {switch}")
+    for u, w in want.items():
+        found.checked[w.kind] += 1
+        e = seen.get(u)
+        if e is None:
+            found.problems[w.kind].append(
+                f"{where}: no entry for {_describe(u)}; expected port {w.port} "
+                f"(towards {w.neighbour}, dmac {_mac(w.dmac)})")
+        elif e.port != w.port:
+            found.problems[w.kind].append(
+                f"{where}: {_describe(u)} leaves on port {e.port}, expected port "
+                f"{w.port} (the port facing {w.neighbour})")
+        elif e.dmac != w.dmac:
+            got_mac = _mac(e.dmac) if 0 <= e.dmac < 1 << 48 else str(e.dmac)
+            found.problems[w.kind].append(
+                f"{where}: {_describe(u)} gets dmac {got_mac}, expected "
+                f"{_mac(w.dmac)} ({w.neighbour}'s MAC)")
+
+
+def compare(tables: Tables) -> _Findings:
+    """The reported usid_fwd entries against the cables, switch by switch in FABRICS order,
+    up to the switch whose switch_tables raised, if one did."""
     found = _Findings({HOST: [], UPLINK: [], DOWNLINK: []}, [], dict.fromkeys(KIND_TEXT, 0))
-    for fabric in _fabrics():
+    fabrics, raised = _reported(tables)
+    crash = "" if raised is None else \
+        f"switch_tables({str(raised['switch'])[:80]}) raised {str(raised['error'])[:2000]}"
+    for fabric, reported in zip(_fabrics(), fabrics, strict=False):
         want_all = expected_entries(fabric)
         for switch in fabric.switches:
-            where = f"{switch.name} of {_shape(fabric)}"
-            try:
-                got = _observed(fabric, switch)
-            except Exception as exc:  # the student's code: report, do not crash the grader
-                found.crash = f"switch_tables({switch.name}) raised {_crash(exc)}"
-                return found
-            want = want_all[switch.name]
-            seen: dict[int, Entry] = {}
-            for e in got:
-                if e.usid in seen:
-                    found.extras.append(f"{where}: two entries for {_describe(e.usid)} (ports "
-                                        f"{seen[e.usid].port} and {e.port})")
-                seen[e.usid] = e
-                if e.usid not in want:
-                    found.extras.append(f"{where}: entry for {_describe(e.usid)} -> port "
-                                        f"{e.port}, which is not a neighbour of {switch.name}")
-            for u, w in want.items():
-                found.checked[w.kind] += 1
-                e = seen.get(u)
-                if e is None:
-                    found.problems[w.kind].append(
-                        f"{where}: no entry for {_describe(u)}; expected port {w.port} "
-                        f"(towards {w.neighbour}, dmac {_mac(w.dmac)})")
-                elif e.port != w.port:
-                    found.problems[w.kind].append(
-                        f"{where}: {_describe(u)} leaves on port {e.port}, expected port "
-                        f"{w.port} (the port facing {w.neighbour})")
-                elif e.dmac != w.dmac:
-                    got_mac = _mac(e.dmac) if 0 <= e.dmac < 1 << 48 else str(e.dmac)
-                    found.problems[w.kind].append(
-                        f"{where}: {_describe(u)} gets dmac {got_mac}, expected "
-                        f"{_mac(w.dmac)} ({w.neighbour}'s MAC)")
+            if crash and switch.name not in reported:
+                break  # the switch that raised: nothing after it was observed
+            got = _usid_fwd(reported[switch.name], switch.name)
+            _compare_switch(found, f"{switch.name} of {_shape(fabric)}", switch.name, got,
+                            want_all[switch.name])
+    found.crash = crash
     return found
 
 
@@ -167,11 +194,6 @@ HINTS = {
             "fabric.uplink_port(j); loop over every j in range(fabric.t1_per_plane)",
     DOWNLINK: "a spine has one downlink per T0 of its plane: T0 k is fabric.t0(plane, k) behind "
               "fabric.downlink_port(k) (= k + 1); the port depends on the T0, not on the spine",
-}
-TITLES = {
-    HOST: "every T0 forwards its hosts' uSIDs out of their host ports",
-    UPLINK: "every T0 forwards each spine's uSID out of the uplink facing that spine",
-    DOWNLINK: "every spine forwards each T0's uSID out of the downlink facing that T0",
 }
 
 
@@ -190,7 +212,7 @@ def _unit_checks(found: _Findings) -> Iterator[Check]:
             f"{len(bad)} wrong or missing, e.g. {bad[0]}"
         yield Check(cid, title, 2, not bad, expected=expected, observed=observed,
                     hint="" if not bad else HINTS[kind])
-    cid, title = "tables.only-neighbours", "no usid_fwd entry for a node that is not a neighbour"
+    cid, title = "tables.only-neighbours", ONLY_TITLE
     if found.crash:
         yield not_run(cid, title, 1, "switch_tables raised (see above)")
         return
@@ -204,10 +226,24 @@ def _unit_checks(found: _Findings) -> Iterator[Check]:
                 "brings the next hop's uSID up at every switch")
 
 
+def table_checks(tables: Tables) -> list[Check]:
+    """Stage 1's verdicts on the reported tables."""
+    return list(_unit_checks(compare(tables)))
+
+
+def tables_pass(tables: Tables) -> bool:
+    """Stage 1 passed: the sandbox uses it to skip the stages the judge would not run."""
+    return all(c.passed for c in table_checks(tables))
+
+
 # ---- stage 2: the walk through the software pipeline ----------------------------------------
-def _programmed(fabric: Any) -> dict[str, Any]:
-    """A software-switch pipeline per switch, holding the student's complete tables."""
-    from controller.tables import switch_tables
+class _Refused(Exception):
+    """A switch would not take the reported tables: the text says which and why."""
+
+
+def _programmed(fabric: Any, reported: dict[str, Any]) -> dict[str, Any]:
+    """A software-switch pipeline per switch, holding the reported tables (the project's own
+    pipeline, run here: the report's entities are data, checked by the switch as it writes)."""
     from p4rt.codec import Codec
     from softswitch.pipeline import Pipeline
     from softswitch.store import DeviceState
@@ -215,12 +251,16 @@ def _programmed(fabric: Any) -> dict[str, Any]:
     codec = Codec.committed()
     out = {}
     for switch in fabric.switches:
-        tables = switch_tables(fabric, switch)
+        entities = entities_from_json(reported[switch.name], switch.name)  # malformed: raises
         state = DeviceState(codec.index)
-        updates = [codec.update("INSERT", e) for e in tables.entities()]
+        try:  # what the codec refuses, the controller could not have written either
+            updates = [codec.update("INSERT", e) for e in entities]
+        except (ValueError, TypeError, KeyError, OverflowError) as exc:
+            raise _Refused(f"{_shape(fabric)}: {crash_text(exc)}") from None
         errors = [e for e in state.write(updates) if e is not None]
         if errors:
-            raise ValueError(f"{switch.name}: the switch refused the tables: {errors[0]}")
+            refused = ValueError(f"{switch.name}: the switch refused the tables: {errors[0]}")
+            raise _Refused(f"{_shape(fabric)}: {crash_text(refused)}")
         out[switch.name] = Pipeline(state)
     return out
 
@@ -269,17 +309,19 @@ def _walk(fabric: Any, pipes: dict[str, Any], path: Any) -> str:
     return f"{' -> '.join(trail)}: still forwarded after {MAX_HOPS} switches (a loop)"
 
 
-def _reach_check() -> Check:
-    cid = "reach.all-paths"
-    title = "a frame for every host pair, plane and spine reaches its destination NIC"
+def reach_check(tables: Tables) -> Check:
+    """Stage 2's verdict: every path of the larger fabrics walked through the reported
+    tables (the live fabric's paths are covered by the larger shapes)."""
+    cid, title = "reach.all-paths", REACH_TITLE
     failures: list[str] = []
     total = 0
-    for fabric in _fabrics()[1:]:  # the live fabric's paths are covered by the larger shapes
+    fabrics, _raised = _reported(tables)
+    for fabric, reported in list(zip(_fabrics(), fabrics, strict=False))[1:]:
         try:
-            pipes = _programmed(fabric)
-        except Exception as exc:
+            pipes = _programmed(fabric, reported)
+        except _Refused as exc:
             return Check(cid, title, 4, False, expected="the switches accept the tables",
-                         observed=f"{_shape(fabric)}: {_crash(exc)}",
+                         observed=str(exc),
                          hint="each table key may appear once per switch: a duplicate uSID "
                               "entry is refused like on a real switch")
         for src in range(fabric.hosts):
@@ -304,23 +346,28 @@ def _reach_check() -> Check:
                  "wrong neighbour; UNKNOWN_USID means its usid_fwd table lacks the next uSID")
 
 
-def grade(ctx: Any) -> Iterator[Check]:
-    found = _compare()
-    units = list(_unit_checks(found))
+def observe(ctx: Any) -> dict[str, Any]:
+    """In the sandbox: the student's tables and, when they pass here, the live transfer."""
+    from grader.exercises import ex3_observe
+
+    return ex3_observe.observe(ctx)
+
+
+def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
+    """Every check, from the reported tables alone; later stages are not run when an
+    earlier one fails."""
+    tables = obs["tables"]
+    units = table_checks(tables)
     yield from units
-    stage1 = all(c.passed for c in units)
-    if not stage1:
-        yield not_run("reach.all-paths", "a frame for every host pair, plane and spine reaches "
-                      "its destination NIC", 4, "fix the table checks above first")
-        yield not_run("live.transfer", "a write crosses a Mininet fabric running your tables",
-                      4, "fix the table checks above first")
+    if not all(c.passed for c in units):
+        yield not_run("reach.all-paths", REACH_TITLE, 4, "fix the table checks above first")
+        yield not_run("live.transfer", LIVE_TITLE, 4, "fix the table checks above first")
         return
-    reach = _reach_check()
+    reach = reach_check(tables)
     yield reach
     if not reach.passed:
-        yield not_run("live.transfer", "a write crosses a Mininet fabric running your tables",
-                      4, "fix the reachability check first")
+        yield not_run("live.transfer", LIVE_TITLE, 4, "fix the reachability check first")
         return
-    yield transfer_check(ctx, "live.transfer", 4,
+    yield judge_transfer(obs.get("live"), ctx.target, "live.transfer", 4,
                          hint="the tables pass the checks above, so look at the controller's "
                               "log in the report: did every switch accept its entries?")

@@ -12,6 +12,10 @@ only Q2 and Q4, a little) so answers cannot be passed around.
 
 Checks: measure.form (the file and its answers are usable), then one check per question.
 A question left unanswered fails its own check too, with the command that answers it.
+
+No student code runs here: `observe` (in the sandbox) reports the raw text of answers.json
+and nothing else, and `judge` (in the grader's own process) parses and validates it, runs
+`measure` on the fabric it names with the instructor's own simulator, and compares.
 """
 
 from __future__ import annotations
@@ -19,13 +23,16 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
+import reprlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from grader.report import Check, not_run
+from grader.report import Check, CheckSpec, not_run
 
 ANSWERS = "answers.json"
+MAX_ANSWERS_BYTES = 64 << 10  # the template is ~0.5 KiB: far more is not an answers file
 SIZE = 4_000_000  # bytes per scenario: about a second of wall time each
 SCENARIOS = ("clean", "link-failure", "plane-failure")
 SEED_RANGE = (1, 999_999)
@@ -54,8 +61,9 @@ class Setup:
 
 @functools.lru_cache(maxsize=4)
 def measure(setup: Setup) -> Runs:
-    """The lab's three runs, as the student makes them (imported late: the grading copy's sim).
-    Cached: callers must not change the result."""
+    """The lab's three runs, as the student makes them (imported late: `judge` calls it in
+    the grader's own process, so it is the instructor's sim). Cached: callers must not change
+    the result."""
     from sim.harness import SimSettings
     from sim.scenarios import run_scenario
 
@@ -216,7 +224,18 @@ QUESTIONS = (
 
 
 def _number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    """A finite JSON number that fits a float (the comparisons convert to float)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:  # an integer beyond any float: 1 followed by 400 zeros
+        return False
+
+
+_SHOWN = reprlib.Repr()  # an unusable answer as observed: bounded in length and depth
+_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlist, _SHOWN.maxdict = 120, 120, 8, 8
+_SHOWN.maxlevel = 3
 
 
 def _problem(q: Question, answer: Any) -> str:
@@ -226,9 +245,9 @@ def _problem(q: Question, answer: Any) -> str:
     if q.length:
         if not isinstance(answer, list) or len(answer) != q.length or \
                 not all(_number(a) for a in answer):
-            return f"not a list of {q.length} numbers: {answer!r}"
+            return f"not a list of {q.length} numbers: {_SHOWN.repr(answer)}"
     elif not _number(answer):
-        return f"not a number: {answer!r}"
+        return f"not a number: {_SHOWN.repr(answer)}"
     return ""
 
 
@@ -249,35 +268,88 @@ def solution(_ex: Any) -> dict[str, str]:
     return {ANSWERS: json.dumps(data, indent=2) + "\n"}
 
 
-def _load(ctx: Any) -> tuple[dict[str, Any] | None, Setup | None, str]:
+def observe(ctx: Any) -> dict[str, Any]:
+    """The submitted answers.json as raw text, and nothing else. A lab runs no student code,
+    so there is nothing to watch: the judge parses and validates the text and measures the
+    fabric itself, in the trusted process, and a forged report can hand in nothing but
+    answers, as the student could. Capped at MAX_ANSWERS_BYTES: a bigger or unreadable file
+    is reported by its size or its error instead of its text."""
     path = ctx.root / ANSWERS
     try:
-        data = json.loads(path.read_text())
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(MAX_ANSWERS_BYTES + 1)
     except OSError as exc:
-        return None, None, f"cannot read {ANSWERS}: {exc.strerror}"
-    except ValueError as exc:
+        return {"text": None, "size": None, "unreadable": exc.strerror or str(exc)}
+    if len(data) > MAX_ANSWERS_BYTES:
+        return {"text": None, "size": max(size, len(data)), "unreadable": None}
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return {"text": None, "size": len(data), "unreadable": f"not UTF-8 text ({exc})"}
+    return {"text": text, "size": len(data), "unreadable": None}
+
+
+def _submitted(obs: dict[str, Any]) -> tuple[str | None, str]:
+    """The answers file's text from the (untrusted) observations, or why there is none.
+    Wrong types raise TypeError/ValueError: the report is malformed, not the answers (a
+    text that is not UTF-8, which observe never reports, raises UnicodeEncodeError)."""
+    text = obs["text"]
+    if isinstance(text, str):
+        size = len(text.encode("utf-8"))  # the cap again: the report is not trusted to obey it
+        return (None, _too_big(size)) if size > MAX_ANSWERS_BYTES else (text, "")
+    if text is not None:
+        raise TypeError(f'"text" is a {type(text).__name__}, not a string or null')
+    unreadable, size = obs.get("unreadable"), obs.get("size")
+    if isinstance(unreadable, str):
+        return None, f"cannot read {ANSWERS}: {unreadable[:300]}"
+    if _number(size) and size > MAX_ANSWERS_BYTES:
+        return None, _too_big(int(size))
+    raise ValueError(f"the report holds neither the text of {ANSWERS} nor why it has none")
+
+
+def _too_big(size: int) -> str:
+    return (f"{ANSWERS} is {size} bytes, over the {MAX_ANSWERS_BYTES >> 10} KiB the grader "
+            f"reads (it holds a seed, a delay and six answers)")
+
+
+def _parse(text: str) -> tuple[dict[str, Any] | None, Setup | None, str]:
+    """answers.json's content and the fabric it names, or why they are unusable."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         return None, None, f"{ANSWERS} is not valid JSON: {exc}"
     if not isinstance(data, dict) or not isinstance(data.get("answers"), dict):
         return None, None, f'{ANSWERS} has no "answers" object'
     seed = data.get("seed")
     lo, hi = SEED_RANGE
     if not (isinstance(seed, int) and not isinstance(seed, bool) and lo <= seed <= hi):
-        return None, None, f'"seed" is {seed!r}, not an integer in {lo}..{hi}'
+        return None, None, f'"seed" is {_SHOWN.repr(seed)}, not an integer in {lo}..{hi}'
     delay = data.get("delay_us", SOLUTION_DELAY_US)
     lo, hi = DELAY_RANGE_US
     if not (_number(delay) and lo <= delay <= hi):
-        return None, None, f'"delay_us" is {delay!r}, not a number of microseconds in {lo}..{hi}'
+        return None, None, (f'"delay_us" is {_SHOWN.repr(delay)}, not a number of '
+                            f"microseconds in {lo}..{hi}")
     return data, Setup(seed, float(delay)), ""
 
 
-def grade(ctx: Any) -> Iterator[Check]:
-    form_title = f"{ANSWERS} names the fabric and holds a usable answer to every question"
+FORM_TITLE = f"{ANSWERS} names the fabric and holds a usable answer to every question"
+CHECKS = (CheckSpec("measure.form", FORM_TITLE, 1),
+          *(CheckSpec(q.check_id, q.title, q.points) for q in QUESTIONS))
+
+
+def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
+    """Every check from the submitted text alone: parsed and validated here, and compared
+    with the grader's own measurement of the fabric it names (`measure`, in this process)."""
     keys = ", ".join(q.key for q in QUESTIONS)
     expected_form = (f'{{"seed": N, "delay_us": D, "answers": {{{keys}}}}} with numbers '
                      f"(plane_share: 4 numbers)")
-    data, setup, error = _load(ctx)
+    text, error = _submitted(obs)
+    data, setup = None, None
+    if text is not None:
+        data, setup, error = _parse(text)
     if data is None or setup is None:
-        yield Check("measure.form", form_title, 1, False, expected=expected_form,
+        yield Check("measure.form", FORM_TITLE, 1, False, expected=expected_form,
                     observed=error, hint="compare it with the template: ./testbed exercise 7 "
                     "--force writes a fresh one (over your answers: copy them first)")
         for q in QUESTIONS:
@@ -286,7 +358,7 @@ def grade(ctx: Any) -> Iterator[Check]:
     answers = data["answers"]
     problems = {q.key: _problem(q, answers.get(q.key)) for q in QUESTIONS}
     bad = {k: p for k, p in problems.items() if p}
-    yield Check("measure.form", form_title, 1, not bad, expected=expected_form,
+    yield Check("measure.form", FORM_TITLE, 1, not bad, expected=expected_form,
                 observed="; ".join(f"{k}: {p}" for k, p in bad.items()) or "all answered",
                 hint="" if not bad else f"run the three scenarios with {setup} "
                 f"(README, Steps) and fill in every answer")

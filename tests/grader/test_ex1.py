@@ -9,6 +9,7 @@ marks (with Mininet, the live stage too).
 
 from __future__ import annotations
 
+import copy
 import os
 import stat
 from pathlib import Path
@@ -16,8 +17,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from grader import catalog, p4, regions, workspace
+from grader import catalog, judging, p4, p4_judge, regions, workspace
 from grader.exercises import ex1
+from grader.report import Check
 from tests.grader import p4_support as S
 from tests.support import require_bmv2
 
@@ -46,17 +48,18 @@ def test_file_sets_cut_only_exercise_1() -> None:
 
 
 def test_shift_model_is_the_corpus_shift() -> None:
-    cases = p4.load_cases(ex1.SHIFTED)
+    cases = p4_judge.load_cases(ex1.SHIFTED)
     for case in cases.values():
-        assert ex1.shift(p4.outer_dst(case.frame)) == p4.outer_dst(case.outputs[0].frame)
+        want = p4_judge.outer_dst(case.outputs[0].frame)
+        assert ex1.shift(p4_judge.outer_dst(case.frame)) == want
 
 
 def test_decoys_leave_the_golden_expectation_alone() -> None:
     """Decoy entries never match the key a correct program looks up, use a port no case
     uses, and each common mistake is told apart by its DA."""
-    golden = p4.load_cases(ex1.SHIFTED + ex1.UNKNOWN)
+    golden = p4_judge.load_cases(ex1.SHIFTED + ex1.UNKNOWN)
     for case in ex1.cases():
-        da = p4.outer_dst(case.frame)
+        da = p4_judge.outer_dst(case.frame)
         added = case.entities[len(golden[case.name].entities):] if case.name in golden else ()
         assert all(e.match_dict["usid_prefix"].value != ex1.prefix(ex1.shift(da))
                    for e in added)
@@ -67,7 +70,7 @@ def test_decoys_leave_the_golden_expectation_alone() -> None:
             assert len(seen) == len(ex1.MISTAKES) and ex1.shift(da) not in seen
 
 
-def _left(case, port: int, da: int, dmac: int | None = None) -> p4.Outcome:
+def _left(case, port: int, da: int, dmac: int | None = None) -> p4_judge.Outcome:
     """An outcome as a switch would give it: the case's expected frame with another DA (and
     destination MAC), on `port`."""
     from wire import layout as L
@@ -76,16 +79,16 @@ def _left(case, port: int, da: int, dmac: int | None = None) -> p4.Outcome:
     frame[L.OUTER_DST:L.OUTER_DST + 16] = da.to_bytes(16, "big")
     if dmac is not None:
         frame[L.ETH_DST:L.ETH_DST + 6] = dmac.to_bytes(6, "big")
-    return p4.Outcome(case, [(port, bytes(frame))])
+    return p4_judge.Outcome(case, [(port, bytes(frame))])
 
 
 def test_the_judges_name_the_mistake() -> None:
     """Without a switch: outcomes shaped like those of the wrong solutions get their hints."""
     case = next(c for c in ex1.cases() if c.name == "usid_shift_t0_up")
-    da = p4.outer_dst(case.frame)
+    da = p4_judge.outer_dst(case.frame)
     index = [m for m, _, _ in ex1.MISTAKES].index("shift8")
     by8 = _left(case, ex1.DECOY_PORT, ex1.shift(da, 8), ex1.DECOY_MAC + index)
-    check = p4.group_check("usid.shift", "t", 1, [by8], ex1.judge_shift)
+    check = p4_judge.group_check("usid.shift", "t", 1, [by8], ex1.judge_shift)
     assert not check.passed and "the shift moved 8 bits, not 16" in check.hint
     assert f"left on port {ex1.DECOY_PORT}" in check.observed and "expected" not in check.hint
     assert "fcbb:bbbb:100:200:101:e02::" in check.observed
@@ -94,9 +97,9 @@ def test_the_judges_name_the_mistake() -> None:
     stale = _left(case, ex1.DECOY_PORT, ex1.shift(da), ex1.DECOY_MAC + index)
     assert ex1.judge_shift(stale) is None
     assert "before the shift" in ex1.judge_fwd(stale).hint
-    routed = p4.Outcome(case, [], drop="NO_ROUTE")
+    routed = p4_judge.Outcome(case, [], drop="NO_ROUTE")
     assert "my_usid_table" in ex1.judge_my_usid(routed).hint
-    right = p4.Outcome(case, [(case.outputs[0].port, case.outputs[0].frame)], counters={})
+    right = p4_judge.Outcome(case, [(case.outputs[0].port, case.outputs[0].frame)], counters={})
     assert all(j(right) is None for j in (ex1.judge_my_usid, ex1.judge_shift, ex1.judge_fwd))
 
 
@@ -160,6 +163,59 @@ def test_without_p4c_the_compile_check_says_what_to_install(monkeypatch) -> None
 def test_target_soft_cannot_run_a_p4_program() -> None:
     reason = p4.bmv2_missing(SimpleNamespace(target="soft", is_root=True))
     assert "target soft" in reason and "--target bmv2" in reason
+
+
+def _judged(obs: dict, target: str = "bmv2") -> dict[str, Check]:
+    return {c.id: c for c in judging.judge(EX, {"observations": obs}, target)}
+
+
+def test_the_judge_decides_from_raw_observations() -> None:
+    """A correct switch's report gets full marks; the judge gates the stages itself, reads the
+    committed P4Info from the trusted project and believes no claim the frames do not back."""
+    good = S.correct_observations(ex1.cases())
+    assert all(c.passed for c in _judged(good).values())
+    soft = _judged(good, "soft")  # BMv2 data in the report do not make target soft run it
+    assert soft["usid.shift"].observed.startswith(S.NOT_RUN + " target soft")
+    assert soft["live.transfer"].observed == "not run: the corpus cases failed"
+    dropped = copy.deepcopy(good)
+    dropped["corpus"]["cases"]["usid_shift_t0_up"] = {
+        "outputs": [], "counters": {"IngressPipeImpl.drop_counter": {"3": 1}}, "error": ""}
+    checks = _judged(dropped)
+    assert not checks["usid.my-usid"].passed and "dropped (NO_ROUTE)" in \
+        checks["usid.my-usid"].observed
+    assert checks["live.transfer"].observed.startswith(S.NOT_RUN)
+    renamed = copy.deepcopy(good)
+    renamed["compile"]["p4info_names"][0] += "x"
+    checks = _judged(renamed)
+    assert not checks["p4.interface"].passed and "missing: " in checks["p4.interface"].observed
+    assert checks["usid.shift"].observed == "not run: the program did not compile"
+    unreported = copy.deepcopy(good)
+    del unreported["live"]
+    assert "not reported" in _judged(unreported)["live.transfer"].observed
+    no_p4c = _judged({"compile": {"available": False}, "bmv2": {}})
+    assert "install-p4lang.sh" in no_p4c["p4.compile"].observed
+
+
+def test_a_malformed_or_oversized_report_fails_every_check() -> None:
+    good = S.correct_observations(ex1.cases())
+    case = "usid_shift_t0_up"
+    frame = good["corpus"]["cases"][case]["outputs"][0]
+    for name, change in [
+            ("no corpus", lambda o: o.pop("corpus")),
+            ("a case left out", lambda o: o["corpus"]["cases"].pop(case)),
+            ("too many frames", lambda o: o["corpus"]["cases"][case].update(
+                outputs=[frame] * (p4_judge.MAX_OUTPUTS + 1))),
+            ("a huge frame", lambda o: o["corpus"]["cases"][case].update(
+                outputs=[[frame[0], "00" * (p4_judge.MAX_FRAME + 1)]])),
+            ("not hex", lambda o: o["corpus"]["cases"][case].update(outputs=[[2, "zz"]])),
+            ("a string count", lambda o: o["corpus"]["cases"][case]["counters"].update(
+                {"IngressPipeImpl.drop_counter": {"0": "1"}})),
+            ("a verdict for a name list", lambda o: o["compile"].update(p4info_names=True))]:
+        obs = copy.deepcopy(good)
+        change(obs)
+        checks = _judged(obs)
+        assert not any(c.passed for c in checks.values()), name
+        assert "malformed" in checks["p4.compile"].observed, name
 
 
 # ---- p4c only ---------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader import catalog, p4, regions, workspace
+from grader import catalog, judging, p4_judge, regions, workspace
 from grader.exercises import ex2
 from p4rt import names as n
 from tests.grader import p4_support as S
@@ -54,7 +54,7 @@ def test_cases_exist_and_the_host_port_variant_enables_ecn() -> None:
 
 
 def test_trimmed_cases_are_cut_to_134_bytes_and_the_others_whole() -> None:
-    for name, case in p4.load_cases(ex2.TRIMMED + ex2.UNTRIMMED).items():
+    for name, case in p4_judge.load_cases(ex2.TRIMMED + ex2.UNTRIMMED).items():
         out = len(case.outputs[0].frame)
         assert (out < len(case.frame)) == (name in ex2.TRIMMED), name
         assert out == 134 or name not in ex2.TRIMMED
@@ -83,25 +83,35 @@ def test_the_judges_name_the_mistake() -> None:
     cases = {c.name: c for c in ex2.cases()}
     trim = cases["trim_fabric_port"]
     want = trim.outputs[0].frame
-    unfixed = _with(want, OUTER_PAYLOAD_LEN=p4.u16(trim.frame, L.OUTER_PAYLOAD_LEN),
-                    UDP_LENGTH_FIELD=p4.u16(trim.frame, L.UDP_LENGTH_FIELD))
-    outcome = p4.Outcome(trim, [(3, unfixed)])
+    unfixed = _with(want, OUTER_PAYLOAD_LEN=p4_judge.u16(trim.frame, L.OUTER_PAYLOAD_LEN),
+                    UDP_LENGTH_FIELD=p4_judge.u16(trim.frame, L.UDP_LENGTH_FIELD))
+    outcome = p4_judge.Outcome(trim, [(3, unfixed)])
     assert ex2.judge_cut(outcome) is None and ex2.judge_dscp(outcome) is None
     miss = ex2.judge_lengths(outcome)
     assert "hdr.outer_ipv6.payload_len = TRIMMED_OUTER_PAYLOAD_LEN" in miss.hint
     assert "hdr.udp.len = TRIMMED_UDP_LEN" in miss.hint and "inner" not in miss.hint
     host = cases[ex2.HOST_ECN_ON]
-    marked = _with(host.outputs[0].frame, tc=p4.traffic_class(host.outputs[0].frame) | 3)
-    miss = ex2.judge_ecn_host(p4.Outcome(host, [(host.outputs[0].port, marked)]))
+    marked = _with(host.outputs[0].frame, tc=p4_judge.traffic_class(host.outputs[0].frame) | 3)
+    miss = ex2.judge_ecn_host(p4_judge.Outcome(host, [(host.outputs[0].port, marked)]))
     assert miss is not None and "host-facing" in miss.hint and "CE" in miss.observed
     last = cases["trim_last_hop"]
-    fabric_dscp = _with(last.outputs[0].frame,
-                        tc=(L.DSCP_TRIMMED << 2) | (p4.traffic_class(last.outputs[0].frame) & 3))
-    miss = ex2.judge_dscp(p4.Outcome(last, [(last.outputs[0].port, fabric_dscp)]))
+    ecn = p4_judge.traffic_class(last.outputs[0].frame) & 3
+    fabric_dscp = _with(last.outputs[0].frame, tc=(L.DSCP_TRIMMED << 2) | ecn)
+    miss = ex2.judge_dscp(p4_judge.Outcome(last, [(last.outputs[0].port, fabric_dscp)]))
     assert "DSCP_TRIMMED_LASTHOP" in miss.hint and miss.observed == "DSCP 12"
     after = cases["trim_after_trimmed_departure"]
-    whole = p4.Outcome(after, [(after.outputs[0].port, after.frame[:])])
+    whole = p4_judge.Outcome(after, [(after.outputs[0].port, after.frame[:])])
     assert "PRIORITY_HIGH" in ex2.judge_priority(whole).hint
+
+
+def test_the_judge_gives_full_marks_to_a_correct_switchs_report() -> None:
+    obs = S.correct_observations(ex2.cases())
+    checks = judging.judge(EX, {"observations": obs}, "bmv2")
+    assert [c.id for c in checks] == [s.id for s in ex2.CHECKS] and all(c.passed for c in checks)
+    obs["corpus"]["cases"]["trim_fabric_port"]["outputs"] = [
+        [3, p4_judge.load_cases(["trim_fabric_port"])["trim_fabric_port"].frame.hex()]]
+    cut = next(c for c in judging.judge(EX, {"observations": obs}, "bmv2") if c.id == "trim.cut")
+    assert not cut.passed and "trim_fabric_port" in cut.expected
 
 
 @pytest.mark.slow

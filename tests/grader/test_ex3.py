@@ -50,7 +50,7 @@ def test_reachability_walk_names_the_switch_that_drops(monkeypatch):
     import dataclasses
 
     from controller import tables
-    from grader.exercises import ex3
+    from grader.exercises import ex3, ex3_observe
     from p4rt import names as N
 
     real = tables.switch_tables
@@ -65,7 +65,7 @@ def test_reachability_walk_names_the_switch_that_drops(monkeypatch):
         return dataclasses.replace(t, entries=keep)
 
     monkeypatch.setattr(tables, "switch_tables", one_entry_short)
-    check = ex3._reach_check()
+    check = ex3.reach_check(ex3_observe.observe_tables())
     assert not check.passed
     assert "dropped at p1l0 (UNKNOWN_USID)" in check.observed
     assert "plane 1 spine 1" in check.observed

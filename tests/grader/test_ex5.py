@@ -39,8 +39,8 @@ def test_the_required_fixtures_exist():
 
 def test_simulator_figures_of_the_reference():
     """The simulator stage on the project's own code: the bounds leave room on both sides."""
-    from grader.exercises import ex5
-    r = ex5.simulate()
+    from grader.exercises import ex5, ex5_observe
+    r = ex5.sim_figures(ex5_observe.simulate())
     assert r["ok"] and len(r["dead"]) > 0
     assert set(r["retired"]) == r["dead"] and set(r["back"]) == r["dead"]
     assert r["data_after_rtts"] < ex5.RETIRE_BOUND_RTTS / 2

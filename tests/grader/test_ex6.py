@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader import catalog, workspace
+from grader import catalog, judging, workspace
 from tests.e2e.support import skip_reason
 from tests.grader.support import assert_useful
 
@@ -42,9 +42,56 @@ def test_simulator_figures_of_the_reference():
     from grader.exercises import ex6
     r = ex6.simulate()
     m = r["marks"]
-    assert r["ok"] and "down_at" in m and "up_at" in m
+    assert r["finished"] and r["verified"] and "down_at" in m and "up_at" in m
     assert (m["down_at"] - r["t_fail"]) / r["rtt"] < ex6.NOTIFY_BOUND_RTTS / 2
     assert m["at_heal"] == m["quiet_from"] and r["final"] > m["at_heal"]
+
+
+def _judged(obs: dict) -> dict:
+    return {c.id: c for c in judging.judge(EX, {"observations": obs}, "soft")}
+
+
+def test_the_judge_decides_from_raw_data_only():
+    """The sandbox's data of the reference passes; each lie a forger would have to tell
+    fails its check; a report of the wrong shape fails every check, never crashes."""
+    from grader.exercises import ex6
+    units = ex6.units()
+    for scenario in units.values():
+        assert "raised" not in scenario, scenario
+    assert all(c.passed for c in ex6.unit_checks(units))
+    obs = {"units": units, "sim": {"raised": "RuntimeError: boom"}}
+    got = _judged(obs)
+    assert all(got[i].passed for i in ("ex6.local", "ex6.notify", "ex6.peer-down",
+                                       "ex6.retry", "ex6.peer-up"))
+    assert got["ex6.sim.transfer"].observed == "RuntimeError: boom"
+    assert got["ex6.sim.quiet"].observed.startswith("not run: the simulation did not run")
+    assert got["live.transfer"].observed.startswith("not run: fix the simulator checks")
+    bad = {**units, "notify": {"ep_req": [r[:2] + [0b1111] for r in units["notify"]["ep_req"]]}}
+    assert "port mask {0, 1, 2, 3}" in _judged({"units": bad})["ex6.notify"].observed
+    bad = {**units, "retry": {**units["retry"], "ep_req": []}}
+    assert not _judged({"units": bad})["ex6.retry"].passed
+    for junk in ({}, {"units": []}, {"units": {**units, "local": {"events": 3}}},
+                 {"units": {**units, "retry": {"timer": [], "ep_req": []}}},
+                 {"units": units, "sim": {**_REF_SIM, "rtt": 0}}):
+        checks = _judged(junk)
+        assert not any(c.passed for c in checks.values()), junk
+        assert all("malformed" in c.observed for c in checks.values()), junk
+
+
+_REF_SIM = {"finished": True, "verified": True, "end": 0.01, "rtt": 1e-5, "t_fail": 1e-3,
+            "t_heal": 2e-3, "final": 90,
+            "marks": {"down_at": 1.001e-3, "quiet_from": 40, "at_heal": 40, "up_at": 2.1e-3}}
+
+
+def test_simulator_figures_are_judged():
+    from grader.exercises import ex6
+    assert all(c.passed for c in ex6.sim_checks(_REF_SIM))
+    late = {**_REF_SIM, "marks": {**_REF_SIM["marks"], "down_at": 1e-3 + 6e-5}}
+    assert [c.id for c in ex6.sim_checks(late) if not c.passed] == ["ex6.sim.notified"]
+    leak = {**_REF_SIM, "marks": {**_REF_SIM["marks"], "quiet_from": 30}}
+    assert [c.id for c in ex6.sim_checks(leak) if not c.passed] == ["ex6.sim.quiet"]
+    stuck = {**_REF_SIM, "finished": False}
+    assert ex6.sim_checks(stuck)[0].observed == "not finished after 10.00 ms"
 
 
 @pytest.mark.slow

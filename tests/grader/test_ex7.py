@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from grader import catalog, workspace
+from grader import catalog, judging, workspace
 from grader.exercises import ex7
 
 EX = catalog.load(7)
@@ -72,10 +72,52 @@ def test_answers_are_bound_to_their_fabric(change: dict[str, Any], fail: set[str
 
 
 def _grade_here(tmp_path: Path, data: object) -> dict[str, Any]:
-    """The checks in this process (the project's own sim), keyed by id."""
+    """The checks in this process (the project's own sim), keyed by id: observed, passed
+    through JSON as the sandbox's report is, then judged."""
     (tmp_path / ex7.ANSWERS).write_text(data if isinstance(data, str) else json.dumps(data))
     ctx = SimpleNamespace(root=tmp_path, target="soft", exercise=EX, is_root=False)
-    return {c.id: c for c in ex7.grade(ctx)}
+    report = {"observations": json.loads(json.dumps(ex7.observe(ctx)))}
+    return {c.id: c for c in judging.judge(EX, report, "soft")}
+
+
+def test_observe_reports_the_raw_text_only(tmp_path: Path) -> None:
+    """No student code runs: the sandbox hands over the file's text, never a verdict."""
+    text = workspace.solution(EX)[ex7.ANSWERS]
+    (tmp_path / ex7.ANSWERS).write_text(text)
+    ctx = SimpleNamespace(root=tmp_path, target="soft", exercise=EX, is_root=False)
+    assert ex7.observe(ctx) == {"text": text, "size": len(text.encode()), "unreadable": None}
+    (tmp_path / ex7.ANSWERS).write_text(" " * (ex7.MAX_ANSWERS_BYTES + 1))
+    assert ex7.observe(ctx)["text"] is None
+    (tmp_path / ex7.ANSWERS).unlink()
+    assert ex7.observe(ctx)["unreadable"]
+
+
+def test_files_too_big_or_missing_fail_the_form(tmp_path: Path) -> None:
+    checks = _grade_here(tmp_path, "{}" + " " * ex7.MAX_ANSWERS_BYTES)
+    assert "KiB" in checks["measure.form"].observed
+    assert all(c.observed.startswith("not run") for i, c in checks.items() if i != "measure.form")
+    report = {"observations": {"text": None, "size": None, "unreadable": "No such file"}}
+    form = judging.judge(EX, report, "soft")[0]
+    assert not form.passed and form.observed == f"cannot read {ex7.ANSWERS}: No such file"
+
+
+@pytest.mark.parametrize("obs", [
+    {"text": 5}, {"text": None}, {}, [], "x",
+    {"text": "{}" + " " * (2 * ex7.MAX_ANSWERS_BYTES)},
+])
+def test_a_forged_or_malformed_report_gets_no_points(obs: Any) -> None:
+    """The judge believes nothing but the text, and re-applies the size cap itself."""
+    checks = judging.judge(EX, {"observations": obs}, "soft")
+    assert len(checks) == len(ex7.CHECKS) and not any(c.passed for c in checks)
+
+
+def test_hostile_answers_fail_the_form_without_crashing_the_judge(tmp_path: Path) -> None:
+    for text in ("[" * 60_000 + "]" * 60_000,
+                 '{"seed": 1, "answers": {"base_rtt_us": 1' + "0" * 400 + "}}",
+                 '{"seed": 1, "answers": {"retired_evs": ' + "[" * 500 + "]" * 500 + "}}"):
+        checks = _grade_here(tmp_path, text)
+        assert not checks["measure.form"].passed
+        assert len(checks["measure.form"].observed) < 2000
 
 
 def test_unusable_file_stops_before_measuring(tmp_path: Path) -> None:

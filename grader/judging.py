@@ -1,0 +1,93 @@
+"""The trusted half of grading: turns what the sandbox reported into checks and points.
+
+It runs in the grader's own process, from the project the instructor checked out, and never
+imports a student's module. The report is untrusted input: it is read with a size limit, and a
+report that is missing, not JSON, or not shaped as the exercise's judge expects fails every
+check with the reason. Points come from the exercise's `CHECKS`, never from the report, and
+a check the judge does not reach fails as "not reported".
+
+An exercise module (grader/exercises/exN.py) provides:
+  CHECKS: tuple[CheckSpec, ...]            every check, in report order
+  observe(ctx: inner.Context) -> dict     in the sandbox: raw, JSON-serialisable data
+  judge(obs: dict, ctx: JudgeContext) -> Iterable[Check]   here: the verdicts
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from grader.catalog import Exercise
+from grader.report import Check, CheckSpec, failed
+
+MAX_REPORT_BYTES = 8 << 20  # far above any exercise's observations (the P4 ones: ~200 KB)
+
+
+class MalformedReport(ValueError):
+    """The sandbox's report is not what the exercise's observe writes: the message says where."""
+
+
+@dataclass(frozen=True)
+class JudgeContext:
+    target: str
+    exercise: Exercise
+
+
+def module(ex: Exercise) -> ModuleType:
+    return importlib.import_module(f"grader.exercises.ex{ex.number}")
+
+
+def specs(ex: Exercise) -> tuple[CheckSpec, ...]:
+    return tuple(module(ex).CHECKS)
+
+
+def read_report(path: Path) -> dict[str, Any]:
+    """The sandbox's JSON report, refusing what is missing, too big or not an object."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_REPORT_BYTES + 1)
+    except OSError as exc:
+        raise MalformedReport(f"no report from the sandbox ({exc.strerror})") from None
+    if len(data) > MAX_REPORT_BYTES:
+        raise MalformedReport(f"the report is over {MAX_REPORT_BYTES >> 20} MiB")
+    try:
+        report = json.loads(data)
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past the parser
+        raise MalformedReport(f"the report is not JSON ({type(exc).__name__})") from None
+    if not isinstance(report, dict) or not ({"observations", "crash"} & set(report)):
+        raise MalformedReport("the report holds neither observations nor a crash")
+    return report
+
+
+def judge(ex: Exercise, report: dict[str, Any] | None, target: str,
+          problem: str = "") -> tuple[Check, ...]:
+    """Every check of `ex`, judged from `report` (None: `problem` says why there is none)."""
+    declared = specs(ex)
+    if report is None:
+        return tuple(failed(s, f"not graded: {problem}") for s in declared)
+    if "crash" in report:
+        trace = str(report["crash"])[-2000:]
+        return tuple(failed(s, f"the checks crashed:\n{trace}",
+                            "the traceback shows where your code raised") for s in declared)
+    try:
+        got = {c.id: c for c in module(ex).judge(report["observations"],
+                                                 JudgeContext(target, ex))}
+    except (MalformedReport, KeyError, IndexError, TypeError, ValueError, AttributeError,
+            OverflowError, RecursionError) as exc:
+        why = f"the sandbox's report is malformed ({type(exc).__name__}: {exc})"
+        return tuple(failed(s, why) for s in declared)
+    unknown = set(got) - {s.id for s in declared}
+    if unknown:
+        raise RuntimeError(f"exercise {ex.number}'s judge reports undeclared checks {unknown}")
+    return tuple(_trusted(s, got.get(s.id)) for s in declared)
+
+
+def _trusted(spec: CheckSpec, check: Check | None) -> Check:
+    if check is None:
+        return failed(spec, "not reported: the sandbox's report did not reach this check")
+    return Check(spec.id, check.title or spec.title, spec.points, check.passed, check.expected,
+                 check.observed, check.hint)

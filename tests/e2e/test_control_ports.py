@@ -1,0 +1,119 @@
+"""The switches obey only their run's controller, on both targets: from another network
+namespace (another host) and as an unprivileged local user, reaching Thrift, P4Runtime or the
+software switch's runtime port of a running fabric changes nothing. Root without the run's
+keys gets no further (P4Runtime wants the run's client certificate, the runtime port its
+token). Before (bcb78cb) BMv2's Thrift port answered on every address and both ports on
+loopback answered every local user."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import grpc
+import pytest
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+from fabric.topology import Fabric
+from p4rt import tls
+from softswitch.cli import ControlError, request
+from tests.e2e.support import skip_reason
+from tests.support import require_bmv2
+from topologies import shield
+from topologies.network import MrcNetwork, NetworkConfig
+
+FABRIC = Fabric(2, 2, 2, 1)
+NOBODY = 65534
+PROBE = ("import socket, sys\ns = socket.socket(socket.AF_INET6 if ':' in sys.argv[1] "
+         "else socket.AF_INET)\ns.settimeout(1.5)\nprint(s.connect_ex((sys.argv[1], "
+         "int(sys.argv[2]))))")
+pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.timeout(600),
+              pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]
+
+
+def connects(prefix: list[str], address: str, port: int) -> bool:
+    """Whether a TCP connection from `prefix` (a namespace, a user) to address:port opens."""
+    out = subprocess.run([*prefix, "/usr/bin/python3", "-c", PROBE, address, str(port)],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip() == "0"
+
+
+@pytest.fixture
+def other_host():
+    """A network namespace linked to the root namespace by a veth: another host."""
+    tag = f"mrcp{os.getpid() % 100000}"
+    ns, near, far = tag, f"{tag}a", f"{tag}b"
+    steps = [["ip", "netns", "add", ns],
+             ["ip", "link", "add", near, "type", "veth", "peer", "name", far],
+             ["ip", "link", "set", far, "netns", ns],
+             ["ip", "addr", "add", "10.213.7.1/30", "dev", near], ["ip", "link", "set", near, "up"],
+             ["ip", "-n", ns, "addr", "add", "10.213.7.2/30", "dev", far],
+             ["ip", "-n", ns, "link", "set", far, "up"]]
+    try:
+        for step in steps:
+            subprocess.run(step, check=True, capture_output=True)
+        yield ["ip", "netns", "exec", ns], "10.213.7.1"
+    finally:
+        subprocess.run(["ip", "link", "del", near], capture_output=True, check=False)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+
+
+@pytest.fixture(params=["soft", pytest.param("bmv2", marks=pytest.mark.bmv2)])
+def fabric(request):
+    if request.param == "bmv2":
+        require_bmv2()
+    with MrcNetwork(NetworkConfig(fabric=FABRIC, target=request.param),
+                    log=lambda *_: None) as net:
+        net.start()
+        yield net
+
+
+def untouched(net: MrcNetwork) -> None:
+    assert [net.controller.verify(sw.name) for sw in FABRIC.switches] == \
+        [""] * len(FABRIC.switches)
+
+
+def test_nothing_outside_reaches_a_control_port(fabric: MrcNetwork, other_host) -> None:
+    ns, address = other_host
+    sw = FABRIC.switches[0]
+    grpc_port = int(sw.grpc_address.rsplit(":", 1)[1])
+    assert connects([], "127.0.0.1", sw.thrift_port)  # root on this machine: yes
+    before = shield.dropped(fabric.shield_table)
+    for port in (sw.thrift_port, grpc_port):
+        assert not connects(ns, address, port), f"port {port} reachable from another host"
+        assert not connects(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
+                             "--clear-groups"], "127.0.0.1", port), \
+            f"port {port} reachable by a local user"
+    assert shield.dropped(fabric.shield_table) > before  # dropped by the shield, not by chance
+    unreadable = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
+                                 "--clear-groups", "cat",
+                                 str(fabric.credentials.directory / tls.CLIENT_KEY)],
+                                capture_output=True, text=True)
+    assert unreadable.returncode != 0 and "Permission denied" in unreadable.stderr
+    untouched(fabric)
+
+
+def test_root_without_the_runs_keys_gets_nowhere(fabric: MrcNetwork) -> None:
+    sw = FABRIC.switches[0]
+    for creds in (None, tls.ClientTls(fabric.credentials.client.ca, b"", b"")):
+        channel = tls.channel(sw.grpc_address, creds) if creds is None else \
+            grpc.secure_channel(sw.grpc_address, grpc.ssl_channel_credentials(creds.ca))
+        stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Capabilities(p4runtime_pb2.CapabilitiesRequest(), timeout=3)
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        channel.close()
+    if fabric.target == "soft":
+        token = fabric.credentials.control_token
+        before = request(sw.thrift_port, {"cmd": "queues"}, token=token)["queues"]
+        for wrong in (None, "0" * 64):
+            with pytest.raises(ControlError, match="control token"):
+                request(sw.thrift_port, {"cmd": "set_queue_rate", "rate": 1}, token=wrong)
+        assert request(sw.thrift_port, {"cmd": "queues"}, token=token)["queues"] == before
+    untouched(fabric)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))
