@@ -2,8 +2,9 @@
 
     sudo .venv/bin/python /usr/bin/mn --custom topologies/custom.py \\
         --topo mrc,4,2,2,2 --switch mrcsoft --controller none
-    # then, from another shell, program it:
-    sudo .venv/bin/python -m controller install --planes 4 --t0 2 --t1 2 --hosts-per-t0 2
+    # then, from another shell, program it with the run's keys:
+    sudo .venv/bin/python -m controller install --planes 4 --t0 2 --t1 2 --hosts-per-t0 2 \
+        --tls-dir /run/mrc-testbed
 
 Run mn with the project's virtualenv python (the switch needs grpc).
 `--topo mrc,P,T0,T1,H` takes planes, T0 and T1 switches per plane and hosts per T0
@@ -17,13 +18,18 @@ names) it runs its own cleanup, which kills every Mininet process on the machine
 names, other users' fabrics included. two_tier.py and MrcNetwork never do that. To avoid
 the collision, building the topology takes the machine-wide fabric lock of
 topologies.network (waiting while another fabric runs, then for its interfaces to go away)
-and holds it until mn exits.
+and holds it until mn exits. Like MrcNetwork, it issues the run's keys into the private run
+directory (P4Runtime over mutual TLS, the software switch's control token) and shields the
+switches' control ports (topologies.shield); both go when mn exits, or with the next run's
+cleanup (the run manifest) if mn is killed.
 """
 
 from __future__ import annotations
 
+import atexit
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 # mn exec()s this file without __file__; the code object still knows its path.
@@ -34,8 +40,11 @@ if str(_REPO) not in sys.path:
 from mininet.topo import Topo  # noqa: E402
 
 from fabric.topology import Fabric  # noqa: E402
+from topologies import credentials, shield  # noqa: E402
 from topologies.bmv2_switch import Bmv2Switch  # noqa: E402
 from topologies.network import acquire_fabric_lock, wait_interfaces_gone  # noqa: E402
+from topologies.privdir import PrivateDir  # noqa: E402
+from topologies.runstate import RunManifest, clean_leftovers, control_ports  # noqa: E402
 from topologies.softswitch_node import SoftSwitch  # noqa: E402
 
 LOCK_TIMEOUT = 600.0  # seconds mn waits for another fabric on this machine
@@ -51,13 +60,35 @@ class MrcTopo(Topo):
             deadline = time.monotonic() + LOCK_TIMEOUT
             _lock_fds.append(acquire_fabric_lock(LOCK_TIMEOUT))
             wait_interfaces_gone(fabric, deadline)
+            _protect(fabric)
         for sw in fabric.switches:
-            self.addSwitch(sw.name, device_id=sw.device_id)
+            self.addSwitch(sw.name, device_id=sw.device_id, credentials=_run[0])
         for h in range(fabric.hosts):
             self.addHost(fabric.host_name(h), ip=None)
         for lk in fabric.links:
             self.addLink(lk.a, lk.b, port1=lk.a_port, port2=lk.b_port,
                          addr1=_mac(fabric, lk.a, lk.a_port), addr2=_mac(fabric, lk.b, lk.b_port))
+
+
+_run: list = []  # [RunCredentials, RunManifest, PrivateDir] of this mn process
+
+
+def _protect(fabric: Fabric) -> Callable[[], None]:
+    """The run's keys and shield, recorded in the run manifest, removed when mn exits."""
+    rundir = PrivateDir()
+    clean_leftovers(print, rundir)
+    manifest = RunManifest(Path("/nonexistent"), False, rundir)  # mn owns no work directory
+    creds = credentials.issue(rundir)
+    manifest.add_nft_table(shield.install(control_ports(fabric)))
+    _run.extend([creds, manifest, rundir])
+
+    def release() -> None:
+        manifest.sweep()
+        manifest.remove()
+        credentials.withdraw(rundir)
+        rundir.close()
+    atexit.register(release)
+    return release
 
 
 def _mac(fabric: Fabric, node: str, port: int) -> str:
