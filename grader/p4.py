@@ -49,6 +49,7 @@ from grader.p4_judge import (
     unavailable,
 )
 from grader.report import Check
+from topologies.privdir import check_workdir
 
 FLAGS = ("--arch", "v1model", "--std", "p4-16")
 MAIN = "p4src/mrc.p4"
@@ -132,7 +133,8 @@ def compile_program(root: Path) -> Compiled:
     start = time.monotonic()
     key = source_key(root)
     cache = cache_root()
-    cache.mkdir(parents=True, exist_ok=True)
+    cache.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    check_workdir(cache)  # its programs are run as grades: nobody else may have written them
     entry = cache / key
     cached = True
     with open(cache / f".{key}.lock", "w") as lock:

@@ -168,3 +168,18 @@ def test_a_work_directory_of_another_user_is_refused(shared_tmp: Path) -> None:
         check_workdir(work)
     check_workdir(shared_tmp / "mine")  # a new one is made 0700
     assert (shared_tmp / "mine").stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.skipif(shutil.which("p4c-bm2-ss") is None, reason="needs p4c")
+def test_a_p4_compile_cache_another_user_could_write_is_refused(shared_tmp: Path,
+                                                                monkeypatch) -> None:
+    """The grader runs the cached mrc.json on BMv2 as the program it grades: a cache folder
+    another user made (and could fill with any program) is refused, not read."""
+    from grader import p4
+
+    cache = shared_tmp / "p4c"
+    assert as_nobody(f"mkdir -m 777 {cache}").returncode == 0
+    monkeypatch.setenv(p4.CACHE_ENV, str(cache))
+    with pytest.raises(UnsafePathError, match=str(cache)):
+        p4.compile_program(Path(__file__).resolve().parents[2])
+    assert list(cache.iterdir()) == []
