@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -45,13 +44,9 @@ def specs(ex: Exercise) -> tuple[CheckSpec, ...]:
     return tuple(module(ex).CHECKS)
 
 
-def read_report(path: Path) -> dict[str, Any]:
-    """The sandbox's JSON report, refusing what is missing, too big or not an object."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_REPORT_BYTES + 1)
-    except OSError as exc:
-        raise MalformedReport(f"no report from the sandbox ({exc.strerror})") from None
+def parse_report(data: bytes) -> dict[str, Any]:
+    """The sandbox's JSON report (read with a size limit by the caller), refusing what is
+    too big, not JSON or not an object."""
     if len(data) > MAX_REPORT_BYTES:
         raise MalformedReport(f"the report is over {MAX_REPORT_BYTES >> 20} MiB")
     try:

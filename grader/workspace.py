@@ -2,9 +2,12 @@
 a submission is graded in.
 
 A file set maps project-relative paths to their text. Grading lays one over a fresh copy of
-the project's sources (never over the project itself) and runs the checks there with
-`python -m grader.inner`, so the student's code is what the pipeline, the controller or the
-agents import, and a crash, an endless loop or a stray write stays inside the copy.
+the project's sources (never over the project itself) and runs `python -m grader.inner` there
+inside grader.sandbox: as an unprivileged uid in namespaces of its own, the copy read-only, a
+results folder its only writable host path, with limits on time, memory, processes, file size
+and output. Its report holds observations only; grader.judging decides the grade here, in a
+process that never runs the student's code. Where no sandbox can be had, grading refuses
+unless the caller trusts the submissions (`--trust-submissions`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from grader import judging, regions
+from grader import judging, regions, sandbox
 from grader.catalog import ROOT, WORK, Exercise
 from grader.report import Grade
 
@@ -131,37 +134,78 @@ def submissions(ex: Exercise, folder: Path) -> list[Path]:
     return subs
 
 
+REPORT = "observations.json"
+
+
 @contextmanager
 def project_copy(files: FileSet) -> Iterator[Path]:
-    """A temporary copy of the project's sources with `files` laid over; removed on exit."""
+    """A temporary copy of the project's sources with `files` laid over; removed on exit.
+    Its folder is 0710 with the sandbox's group: the sandbox uid may enter it, no other user
+    (a submission is the student's own work), and its copy/ and results/ sit side by side."""
     tmp = Path(tempfile.mkdtemp(prefix="mrc-grade-"))
     try:
+        if os.geteuid() == 0:
+            os.chown(tmp, 0, sandbox.SANDBOX_GID)
+            tmp.chmod(0o710)
         root = tmp / "project"
         shutil.copytree(ROOT, root, ignore=lambda _d, names: [n for n in names if n in _SKIP])
         write(files, root)
+        (tmp / "results").mkdir(mode=0o700)
         yield root
     finally:
         shutil.rmtree(tmp, ignore_errors=False)
 
 
-def grade(ex: Exercise, files: FileSet, name: str, target: str) -> Grade:
-    """Observe exercise `ex`'s checks on `files` in a project copy, in a process of their
-    own, then judge what it reported here (grader.judging), never trusting its verdicts."""
+def _passed_env(root: Path) -> dict[str, str]:
+    """What the inner process gets from ours: its import path and the MRC_* switches."""
+    mine = {k: v for k, v in os.environ.items() if k.startswith("MRC_")}
+    return {**mine, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def _run_trusted(argv: list[str], root: Path) -> tuple[int, bool, str]:
+    """Without a sandbox (--trust-submissions): a plain process of ours."""
+    env = {**os.environ, **_passed_env(root)}
+    try:
+        proc = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True,
+                              timeout=CHECKS_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return -1, True, ""
+    return proc.returncode, False, proc.stderr
+
+
+def _run_contained(argv: list[str], root: Path) -> tuple[int, bool, str]:
+    result = sandbox.run(argv, copy=root, results=root.parent / "results",
+                         venv=Path(sys.prefix), env=_passed_env(root),
+                         limits=sandbox.Limits(wall_s=CHECKS_TIMEOUT_S),
+                         live=os.geteuid() == 0)  # root stages run as root of a user namespace
+    stderr = result.stderr + (f"\n[stopped by the sandbox's {result.limit} limit]"
+                              if result.limit else "")
+    return result.returncode, result.timed_out, stderr
+
+
+def grade(ex: Exercise, files: FileSet, name: str, target: str,
+          trust: bool = False) -> Grade:
+    """Observe exercise `ex`'s checks on `files` in a project copy, contained in
+    grader.sandbox (or, with `trust`, in a plain process), then judge what it reported here
+    (grader.judging), never trusting its verdicts."""
+    why = "" if trust else sandbox.available(live=os.geteuid() == 0)
+    if why:
+        return Grade(ex.number, name, target, (), error=(
+            f"cannot contain the submission's code on this machine: {why}. Grading runs a "
+            f"student's code; grade with --trust-submissions only code you trust"))
     with project_copy(files) as root:
-        out = root.parent / "observations.json"
-        env = dict(os.environ, PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1")
-        cmd = [sys.executable, "-m", "grader.inner", str(ex.number), "--target", target,
-               "--out", str(out)]
-        try:
-            proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True,
-                                  timeout=CHECKS_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
+        argv = [sys.executable, "-m", "grader.inner", str(ex.number), "--target", target,
+                "--out", str(root.parent / "results" / REPORT)]
+        code, timed_out, stderr = (_run_trusted if trust else _run_contained)(argv, root)
+        if timed_out:
             return Grade(ex.number, name, target, judging.judge(ex, None, target, (
                 f"the checks did not finish in {CHECKS_TIMEOUT_S} s: does your code loop "
                 f"forever or wait on something that never comes?")))
         try:
-            report = judging.read_report(out)
-        except judging.MalformedReport as exc:
-            why = f"{exc} (exit {proc.returncode}): {proc.stderr[-1500:]}"
+            data = sandbox.read_result(root.parent / "results", REPORT,
+                                       judging.MAX_REPORT_BYTES)
+            report = judging.parse_report(data)
+        except (OSError, sandbox.SandboxError, judging.MalformedReport) as exc:
+            why = f"no usable report ({exc}; exit {code}): {stderr[-1500:]}"
             return Grade(ex.number, name, target, judging.judge(ex, None, target, why))
         return Grade(ex.number, name, target, judging.judge(ex, report, target))

@@ -1,0 +1,230 @@
+"""Hostile submissions, one per attack, are contained and earn nothing they did not earn.
+
+Each fixture is exercise 4's reference solution with its `spray` region (EvSet.choose, run
+by the grader's first check) replaced by an attack that ends, if it ever does, by raising
+as the skeleton does. The honest baseline is the same submission with the skeleton's stub:
+a hostile one may score no more than it. Before (bcb78cb) every attack below ran as root in
+the process that wrote the grade."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from grader import catalog, sandbox, workspace
+from grader.report import Grade
+
+EX = catalog.load(4)
+TIMEOUT_S = 15  # the sandbox's wall time here (grading allows 900 s)
+RAISE = 'raise NotImplementedError("TODO exercise 4: spray over the usable EVs")\n'
+ATTACKS = {
+    "write-outside": """
+import os
+for path in os.environ["MRC_HOSTILE_PATHS"].split(":"):
+    try:
+        with open(path, "w") as f:
+            f.write("pwned")
+    except OSError as exc:
+        print("write refused:", exc)
+""",
+    "kill-outside": """
+import os, signal
+for pid in (int(os.environ["MRC_HOSTILE_PID"]), 1, os.getppid()):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError as exc:
+        print("kill refused:", exc)
+os.kill(-1, signal.SIGKILL)
+""",
+    "fork-bomb": """
+import os, time
+while True:
+    try:
+        os.fork()
+    except OSError:
+        time.sleep(0.001)
+""",
+    "memory-hog": """
+import mmap
+hoard = []
+while True:  # address space first: a hog that touched its pages would stop at the same limit
+    hoard.append(mmap.mmap(-1, 1 << 30))
+""",
+    "endless-output": """
+import sys
+while True:
+    sys.stdout.write("x" * 65536)
+    sys.stderr.write("y" * 65536)
+""",
+    "network-out": """
+import os, socket
+for host in ("127.0.0.1", os.environ["MRC_HOSTILE_HOST"]):
+    try:
+        with socket.create_connection((host, int(os.environ["MRC_HOSTILE_PORT"])), 2) as s:
+            s.sendall(b"pwned")
+    except OSError as exc:
+        print("connect refused:", exc)
+""",
+    "read-other-submission": """
+import os
+try:
+    stolen = open(os.environ["MRC_HOSTILE_READ"]).read()
+except OSError as exc:
+    stolen = f"nothing ({exc})"
+raise NotImplementedError(f"TODO exercise 4: {stolen}")
+""",
+    "rewrite-result": """
+import atexit, json, sys
+out = sys.argv[sys.argv.index("--out") + 1]
+def forge():
+    checks = [{"id": s.id, "title": s.title, "points": s.points, "passed": True}
+              for s in __import__("grader.exercises.ex4", fromlist=["CHECKS"]).CHECKS]
+    with open(out, "w") as f:
+        json.dump({"observations": checks, "checks": checks}, f)
+atexit.register(forge)
+""",
+}
+
+pytestmark = [pytest.mark.root,
+              pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox drops root: root"),
+              pytest.mark.skipif(bool(sandbox.available(True)),
+                                 reason=sandbox.available(True) or "")]
+
+
+def submission(body: str) -> workspace.FileSet:
+    return workspace._cut(EX, {"spray": body})
+
+
+@pytest.fixture(scope="module")
+def baseline() -> Grade:
+    g = workspace.grade(EX, submission(EX.stub("spray")), "baseline", "soft")
+    assert not g.error and 0 < g.score < g.total, g.checks  # the sack checks earn points
+    return g
+
+
+@pytest.fixture
+def hostile(monkeypatch, no_live):
+    monkeypatch.setattr(workspace, "CHECKS_TIMEOUT_S", TIMEOUT_S)
+
+    def grade(name: str) -> tuple[Grade, float]:
+        start = time.monotonic()
+        g = workspace.grade(EX, submission(ATTACKS[name] + RAISE), name, "soft")
+        return g, time.monotonic() - start
+    return grade
+
+
+def sandbox_processes() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+            and _uid(p) == sandbox.SANDBOX_UID]
+
+
+def _uid(proc: Path) -> int | None:
+    try:
+        return proc.stat().st_uid
+    except OSError:
+        return None
+
+
+def earned_nothing(g: Grade, baseline: Grade) -> None:
+    assert g.score <= baseline.score, [c for c in g.checks if c.passed]
+    assert not any(c.passed for c in g.checks if c.id.startswith("spray.")), g.checks
+    assert sandbox_processes() == []
+
+
+def test_writes_outside_the_copy_land_nowhere(hostile, baseline, monkeypatch, tmp_path):
+    targets = [tmp_path / "pwned", catalog.ROOT / "PWNED", Path("/root/PWNED"),
+               catalog.ROOT / "host_agent" / "core" / "evs.py"]
+    before = targets[3].read_bytes()
+    monkeypatch.setenv("MRC_HOSTILE_PATHS", ":".join(map(str, targets)))
+    g, _ = hostile("write-outside")
+    assert not any(p.exists() for p in targets[:3]) and targets[3].read_bytes() == before
+    earned_nothing(g, baseline)
+
+
+def test_a_process_outside_cannot_be_killed(hostile, baseline, monkeypatch):
+    sentinel = subprocess.Popen(["sleep", "300"])
+    try:
+        monkeypatch.setenv("MRC_HOSTILE_PID", str(sentinel.pid))
+        g, _ = hostile("kill-outside")
+        assert sentinel.poll() is None
+        earned_nothing(g, baseline)
+    finally:
+        sentinel.kill()
+        sentinel.wait()
+
+
+def test_a_fork_bomb_ends_at_the_time_limit(hostile, baseline):
+    g, seconds = hostile("fork-bomb")
+    assert seconds < TIMEOUT_S + 30
+    assert subprocess.run(["true"]).returncode == 0  # the host still forks
+    assert all("did not finish" in c.observed for c in g.checks)
+    earned_nothing(g, baseline)
+
+
+def test_a_memory_hog_is_stopped(hostile, baseline):
+    g, _ = hostile("memory-hog")
+    spread = next(c for c in g.checks if c.id == "spray.spread")
+    assert "Cannot allocate memory" in spread.observed, spread
+    earned_nothing(g, baseline)
+
+
+def test_endless_output_is_cut_and_the_run_ends(hostile, baseline):
+    g, seconds = hostile("endless-output")
+    assert seconds < TIMEOUT_S + 30
+    assert sum(len(c.observed) for c in g.checks) < 100_000
+    earned_nothing(g, baseline)
+
+
+def test_no_connection_leaves_the_sandbox(hostile, baseline, monkeypatch):
+    listener = socket.create_server(("0.0.0.0", 0))
+    accepted: list[bytes] = []
+
+    def accept() -> None:
+        listener.settimeout(TIMEOUT_S + 30)
+        try:
+            conn, _ = listener.accept()
+            accepted.append(conn.recv(64))
+            conn.close()
+        except OSError:
+            return  # closed by the test: nothing came
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    route = subprocess.run(["ip", "-4", "route", "get", "1.1.1.1"], capture_output=True,
+                           text=True).stdout.split()
+    host = route[route.index("src") + 1] if "src" in route else "127.0.0.1"
+    monkeypatch.setenv("MRC_HOSTILE_HOST", host)
+    monkeypatch.setenv("MRC_HOSTILE_PORT", str(listener.getsockname()[1]))
+    try:
+        g, _ = hostile("network-out")
+    finally:
+        listener.close()
+        thread.join(5)
+    assert accepted == []
+    earned_nothing(g, baseline)
+
+
+def test_another_students_submission_cannot_be_read(hostile, baseline, monkeypatch, tmp_path):
+    other = tmp_path / "submissions" / "bob" / "host_agent" / "core" / "evs.py"
+    other.parent.mkdir(parents=True)
+    secret = "bob-secret-0x5eed"
+    other.write_text(f"# {secret}\n")
+    other.chmod(0o644)
+    monkeypatch.setenv("MRC_HOSTILE_READ", str(other))
+    g, _ = hostile("read-other-submission")
+    assert not any(secret in f"{c.observed} {c.expected} {c.hint}" for c in g.checks)
+    spread = next(c for c in g.checks if c.id == "spray.spread")
+    assert "nothing (" in spread.observed  # the attack ran and read nothing
+    earned_nothing(g, baseline)
+
+
+def test_a_rewritten_result_earns_nothing(hostile, baseline):
+    g, _ = hostile("rewrite-result")
+    assert all(not c.passed for c in g.checks), g.checks
+    assert any("malformed" in c.observed for c in g.checks)
+    earned_nothing(g, baseline)
