@@ -228,3 +228,15 @@ def test_a_rewritten_result_earns_nothing(hostile, baseline):
     assert all(not c.passed for c in g.checks), g.checks
     assert any("malformed" in c.observed for c in g.checks)
     earned_nothing(g, baseline)
+
+
+def test_without_a_sandbox_grading_refuses_unless_trusted(monkeypatch, no_live):
+    """Where bubblewrap cannot run (no user namespaces, Ubuntu's AppArmor restriction), a
+    submission is not run at all unless the caller says it trusts it."""
+    why = "bwrap cannot create its namespaces here (sysctl user.max_user_namespaces=0)"
+    monkeypatch.setattr(sandbox, "available", lambda live=False: why)
+    refused = workspace.grade(EX, workspace.solution(EX), "solution", "soft")
+    assert refused.error.startswith("cannot contain") and why in refused.error
+    assert refused.checks == () and refused.score == 0
+    trusted = workspace.grade(EX, workspace.solution(EX), "solution", "soft", trust=True)
+    assert not trusted.error and trusted.score == trusted.total - 4  # all but live.transfer
