@@ -148,6 +148,8 @@ install_packages() {
 
 install_source() {
     local mem_gb jobs
+    # an existing tree is checked before anything else (--dry-run too): it is what root builds
+    if [ -e "$SRC" ] || [ -L "$SRC" ]; then private_src; fi
     mem_gb=$(awk '/MemTotal/ {print int($2 / 1048576)}' /proc/meminfo)
     jobs=$(( mem_gb * 10 / 12 )); [ "$jobs" -ge 1 ] || jobs=1
     [ "$jobs" -le "$(nproc)" ] || jobs=$(nproc)

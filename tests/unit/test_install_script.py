@@ -5,7 +5,9 @@ are exercised with --dry-run; the archive route is what CI itself runs (.ci/run)
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -61,3 +63,22 @@ def test_check_passes_with_the_installed_toolchain() -> None:
     result = run("--check")
     assert result.returncode == 0, result.stderr
     assert "ok:" in result.stdout and "1.15" in result.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="plays another user: root")
+def test_a_source_tree_another_user_made_is_refused_before_anything_runs(tmp_path: Path):
+    """The source route builds and runs what is in SRC_DIR as root: a folder another user
+    made (who could have put any code there first) is refused, before apt or git."""
+    shared = Path(tempfile.mkdtemp(prefix="mrc-test-shared-", dir="/tmp"))
+    try:
+        shared.chmod(0o1777)
+        src = shared / "p4lang-src"
+        made = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                               "mkdir", "-m", "777", str(src)], capture_output=True, text=True)
+        assert made.returncode == 0, made.stderr
+        out = run("--dry-run", "--method", "source",
+                  env={"SRC_DIR": str(src), "P4LANG_ARCHIVE": str(tmp_path / "none")})
+        assert out.returncode == 2 and f"refusing {src}" in out.stderr, out.stderr
+        assert "would run" not in out.stdout
+    finally:
+        shutil.rmtree(shared)

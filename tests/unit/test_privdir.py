@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -183,3 +184,15 @@ def test_a_p4_compile_cache_another_user_could_write_is_refused(shared_tmp: Path
     with pytest.raises(UnsafePathError, match=str(cache)):
         p4.compile_program(Path(__file__).resolve().parents[2])
     assert list(cache.iterdir()) == []
+
+
+def test_bench_results_are_not_written_into_another_users_folder(shared_tmp: Path) -> None:
+    """`python -m bench --out DIR` as root: a DIR another user made (or a link they planted
+    on the way) is refused before anything runs, and nothing is written there."""
+    out = shared_tmp / "results"
+    assert as_nobody(f"mkdir -m 777 {out}").returncode == 0
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "bench", "permutation", "--quick", "--out",
+                           str(out)], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and str(out) in done.stderr, done.stderr
+    assert list(out.iterdir()) == []
