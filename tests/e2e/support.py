@@ -105,8 +105,9 @@ def loss_report(net, hosts) -> dict:
             entry["consumed"] = frames[sw.name]["consumed"]
         if net.target == "soft":
             port = sw.thrift_port  # the fabric model's, which the switch nodes are started with
-            stats = request(port, {"cmd": "stats"})["stats"]
-            queues = request(port, {"cmd": "queues"})["queues"]
+            token = net.credentials.control_token  # the run's: the switches refuse others
+            stats = request(port, {"cmd": "stats"}, token=token)["stats"]
+            queues = request(port, {"cmd": "queues"}, token=token)["queues"]
             tail = sum(f["tail_drops"] for fifos in queues.values() for f in fifos)
             if tail or stats["rx_kernel_drops"]:
                 entry.update(queue_tail_drops=tail, rx_kernel_drops=stats["rx_kernel_drops"])
