@@ -369,8 +369,8 @@ def test_prelude_corpus_cases_fail_on_the_old_egress(tmp_path: Path) -> None:
     old = patched_program(tmp_path, OLD_EGRESS, keep=False)
 
     class OldHarness(bmv2_corpus.Bmv2Harness):
-        def _connect(self, json_path: Path) -> None:
-            super()._connect(old)
+        def _connect(self, json_path: Path, client) -> None:
+            super()._connect(old, client)
 
     cases = [c for c in load_cases() if c.prelude]
     assert cases
