@@ -196,7 +196,10 @@ def grade(ex: Exercise, files: FileSet, name: str, target: str,
     with project_copy(files) as root:
         argv = [sys.executable, "-m", "grader.inner", str(ex.number), "--target", target,
                 "--out", str(root.parent / "results" / REPORT)]
-        code, timed_out, stderr = (_run_trusted if trust else _run_contained)(argv, root)
+        try:
+            code, timed_out, stderr = (_run_trusted if trust else _run_contained)(argv, root)
+        except sandbox.SandboxError as exc:  # e.g. a venv the sandbox uid cannot reach
+            return Grade(ex.number, name, target, (), error=f"cannot sandbox: {exc}")
         if timed_out:
             return Grade(ex.number, name, target, judging.judge(ex, None, target, (
                 f"the checks did not finish in {CHECKS_TIMEOUT_S} s: does your code loop "

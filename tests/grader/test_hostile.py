@@ -240,3 +240,14 @@ def test_without_a_sandbox_grading_refuses_unless_trusted(monkeypatch, no_live):
     assert refused.checks == () and refused.score == 0
     trusted = workspace.grade(EX, workspace.solution(EX), "solution", "soft", trust=True)
     assert not trusted.error and trusted.score == trusted.total - 4  # all but live.transfer
+
+
+def test_a_sandbox_that_cannot_start_is_a_clear_error(monkeypatch, tmp_path):
+    """A venv under a folder the sandbox uid cannot search (a checkout in /root) is named,
+    with what to change, instead of a traceback."""
+    hidden = tmp_path / "hidden" / "venv"
+    hidden.mkdir(parents=True)
+    (tmp_path / "hidden").chmod(0o700)
+    monkeypatch.setattr(workspace.sys, "prefix", str(hidden))
+    g = workspace.grade(EX, workspace.solution(EX), "solution", "soft")
+    assert g.error.startswith("cannot sandbox") and "not searchable" in g.error, g.error
