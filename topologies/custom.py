@@ -29,7 +29,6 @@ from __future__ import annotations
 import atexit
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 # mn exec()s this file without __file__; the code object still knows its path.
@@ -40,15 +39,12 @@ if str(_REPO) not in sys.path:
 from mininet.topo import Topo  # noqa: E402
 
 from fabric.topology import Fabric  # noqa: E402
-from topologies import credentials, shield  # noqa: E402
 from topologies.bmv2_switch import Bmv2Switch  # noqa: E402
-from topologies.network import acquire_fabric_lock, wait_interfaces_gone  # noqa: E402
-from topologies.privdir import PrivateDir  # noqa: E402
-from topologies.runstate import RunManifest, clean_leftovers, control_ports  # noqa: E402
+from topologies.network import wait_interfaces_gone  # noqa: E402
+from topologies.runguard import RunGuard  # noqa: E402
 from topologies.softswitch_node import SoftSwitch  # noqa: E402
 
 LOCK_TIMEOUT = 600.0  # seconds mn waits for another fabric on this machine
-_lock_fds: list[int] = []  # held (never closed) for mn's lifetime: the OS releases them at exit
 
 
 class MrcTopo(Topo):
@@ -56,13 +52,12 @@ class MrcTopo(Topo):
 
     def build(self, planes: int = 4, t0: int = 2, t1: int = 2, hosts_per_t0: int = 2) -> None:
         fabric = Fabric(planes, t0, t1, hosts_per_t0)
-        if not _lock_fds:
+        if not _guard:
             deadline = time.monotonic() + LOCK_TIMEOUT
-            _lock_fds.append(acquire_fabric_lock(LOCK_TIMEOUT))
-            wait_interfaces_gone(fabric, deadline)
             _protect(fabric)
+            wait_interfaces_gone(fabric, deadline)
         for sw in fabric.switches:
-            self.addSwitch(sw.name, device_id=sw.device_id, credentials=_run[0])
+            self.addSwitch(sw.name, device_id=sw.device_id, credentials=_guard[0].credentials)
         for h in range(fabric.hosts):
             self.addHost(fabric.host_name(h), ip=None)
         for lk in fabric.links:
@@ -70,25 +65,16 @@ class MrcTopo(Topo):
                          addr1=_mac(fabric, lk.a, lk.a_port), addr2=_mac(fabric, lk.b, lk.b_port))
 
 
-_run: list = []  # [RunCredentials, RunManifest, PrivateDir] of this mn process
+_guard: list[RunGuard] = []  # this mn process's lock, keys and shield, released at exit
 
 
-def _protect(fabric: Fabric) -> Callable[[], None]:
-    """The run's keys and shield, recorded in the run manifest, removed when mn exits."""
-    rundir = PrivateDir()
-    clean_leftovers(print, rundir)
-    manifest = RunManifest(Path("/nonexistent"), False, rundir)  # mn owns no work directory
-    creds = credentials.issue(rundir)
-    manifest.add_nft_table(shield.install(control_ports(fabric)))
-    _run.extend([creds, manifest, rundir])
-
-    def release() -> None:
-        manifest.sweep()
-        manifest.remove()
-        credentials.withdraw(rundir)
-        rundir.close()
-    atexit.register(release)
-    return release
+def _protect(fabric: Fabric) -> RunGuard:
+    """Take the fabric lock, the run's keys and the shield (topologies.runguard), and give
+    them back when mn exits."""
+    guard = RunGuard(fabric, None, False, LOCK_TIMEOUT)
+    _guard.append(guard)
+    atexit.register(guard.release)
+    return guard
 
 
 def _mac(fabric: Fabric, node: str, port: int) -> str:

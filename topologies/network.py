@@ -30,7 +30,6 @@ veth and ends every host shell (and with it the host's namespace). No name-based
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
@@ -46,7 +45,6 @@ from controller.tables import check_links, link_key
 from fabric.topology import TopologyError
 from host_agent.modes import MRC_MODE, ROCE, AgentMode
 from p4rt.names import PRIORITY_HIGH
-from topologies import credentials, shield
 from topologies.agents import (
     AgentError,
     AgentProcess,
@@ -60,12 +58,11 @@ from topologies.impair import remove_loss
 from topologies.netconfig import NetworkConfig, NetworkError
 from topologies.nicpacing import CONTROL_RATE_FACTOR
 from topologies.p4switch import P4RuntimeSwitch
-from topologies.privdir import PrivateDir, check_workdir
+from topologies.privdir import check_workdir
+from topologies.runguard import RunGuard
 from topologies.runstate import (
     RunManifest,
     acquire_fabric_lock,
-    clean_leftovers,
-    control_ports,
     deferred_signals,
     existing_interface,
     fabric_interfaces,
@@ -94,7 +91,7 @@ class MrcNetwork:
         self.workdir = Path(tempfile.mkdtemp(prefix="mrc-net-")) if workdir is None else workdir
         if workdir is not None:
             check_workdir(workdir)
-        self._rundir: PrivateDir | None = None
+        self._guard: RunGuard | None = None
         self.credentials: RunCredentials | None = None
         self.shield_table: str | None = None  # topologies.shield: the switches' control ports
         self.thresholds = config.port_thresholds
@@ -108,7 +105,6 @@ class MrcNetwork:
         self._stopped = False
         self._killed = False  # a second interrupt killed the recorded processes (stop())
         self._in_mininet_stop = False
-        self._lock_fd: int | None = None
         self._manifest: RunManifest | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -135,13 +131,10 @@ class MrcNetwork:
 
     def _start(self) -> None:
         deadline = time.monotonic() + self.config.lock_timeout
-        self._rundir = PrivateDir()
-        self._lock_fd = acquire_fabric_lock(self.config.lock_timeout, self.log, self._rundir)
-        clean_leftovers(self.log, self._rundir)  # of a killed run: the lock proves it is gone
-        self._manifest = RunManifest(self.workdir, self._own_workdir, self._rundir)
-        self.credentials = credentials.issue(self._rundir)  # this run's keys only
-        self.shield_table = shield.install(control_ports(self.fabric))
-        self._manifest.add_nft_table(self.shield_table)
+        self._guard = RunGuard(self.fabric, self.workdir, self._own_workdir,
+                               self.config.lock_timeout, self.log)
+        self._manifest = self._guard.manifest
+        self.credentials, self.shield_table = self._guard.credentials, self._guard.shield_table
         self._manifest.add_interfaces(fabric_interfaces(self.fabric))
         wait_interfaces_gone(self.fabric, deadline, self.log)
         t0 = time.monotonic()
@@ -301,20 +294,13 @@ class MrcNetwork:
                     errors.append(f"Mininet stop: {exc!r}")
                 finally:
                     self._in_mininet_stop = False
-        if self._manifest is not None:
-            swept = self._manifest.sweep()  # what Mininet did not stop: by PID and by name
+        if self._guard is not None:  # what Mininet did not stop, by PID and name; the lock
+            swept = self._guard.release()
             if any(swept.values()) and errors:
                 errors.append(f"removed {swept['processes']} processes and "
                               f"{swept['interfaces']} interfaces it left")
-            self._manifest.remove()  # everything it listed is gone: nothing for the next run
-        if self._own_workdir:
+        elif self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # releases the flock
-            self._lock_fd = None
-        if self._rundir is not None:
-            credentials.withdraw(self._rundir)
-            self._rundir.close()
         if errors:
             self.log("stop: " + "; ".join(errors))
 

@@ -34,6 +34,16 @@ class FakeManifest:
         pass
 
 
+class FakeGuard:
+    """The run's lock, keys and shield (topologies.runguard), reduced to its manifest."""
+
+    def __init__(self, manifest: FakeManifest) -> None:
+        self.manifest = manifest
+
+    def release(self) -> dict[str, int]:
+        return self.manifest.sweep()
+
+
 class HangingMininet:
     """Mininet whose stop() meets a killed shell: it waits until something interrupts it."""
 
@@ -64,6 +74,7 @@ def _network(tmp_path: Path, logs: list[str]) -> tuple[MrcNetwork, FakeManifest]
     net = MrcNetwork(NetworkConfig(target="soft"), workdir=tmp_path, log=logs.append)
     manifest = FakeManifest()
     net._manifest = manifest  # type: ignore[assignment]
+    net._guard = FakeGuard(manifest)  # type: ignore[assignment]
     return net, manifest
 
 

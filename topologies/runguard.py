@@ -1,0 +1,67 @@
+"""Everything a running fabric holds on this machine, taken and given back as one.
+
+A fabric run (MrcNetwork, or `mn --custom topologies/custom.py`) takes, in this order: the
+run's private directory (topologies.privdir), the fabric lock in it, the cleanup of a killed
+run's leftovers (holding the lock proves that run is gone), a new run manifest, fresh keys
+(topologies.credentials) and the control-port shield (topologies.shield). `release` gives
+all of it back: it sweeps what the manifest still lists (PIDs, interfaces, the shield), removes
+the manifest and the run's own work directory, releases the lock and deletes the keys.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from fabric.topology import Fabric
+from topologies import credentials, shield
+from topologies.credentials import RunCredentials
+from topologies.privdir import PrivateDir
+from topologies.runstate import (
+    RunManifest,
+    acquire_fabric_lock,
+    clean_leftovers,
+    control_ports,
+    remove_workdir,
+)
+
+
+class RunGuard:
+    """The lock, manifest, keys and shield of one fabric run (module docstring)."""
+
+    def __init__(self, fabric: Fabric, workdir: Path | None, own_workdir: bool,
+                 lock_timeout: float, log=print) -> None:
+        self.workdir, self.own_workdir = workdir, own_workdir and workdir is not None
+        self.rundir = PrivateDir()
+        self.lock_fd: int | None = None
+        self.manifest: RunManifest | None = None
+        self.credentials: RunCredentials | None = None
+        self.shield_table: str | None = None
+        try:
+            self.lock_fd = acquire_fabric_lock(lock_timeout, log, self.rundir)
+            clean_leftovers(log, self.rundir)
+            self.manifest = RunManifest(workdir or Path(""), self.own_workdir, self.rundir)
+            self.credentials = credentials.issue(self.rundir)  # this run's keys only
+            self.shield_table = shield.install(control_ports(fabric))
+            self.manifest.add_nft_table(self.shield_table)
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> dict[str, int]:
+        """Give everything back (safe to call twice); returns what the sweep found."""
+        swept = {"processes": 0, "interfaces": 0}
+        if self.manifest is not None:
+            swept = self.manifest.sweep()  # what the run did not stop: by PID and by name
+            self.manifest.remove()
+            self.manifest = None
+        if self.own_workdir and self.workdir is not None:
+            remove_workdir(self.workdir)
+            self.own_workdir = False
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)  # releases the flock
+            self.lock_fd = None
+        if self.rundir.fd >= 0:
+            credentials.withdraw(self.rundir)
+            self.rundir.close()
+        return swept
