@@ -156,9 +156,14 @@ def project_copy(files: FileSet) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=False)
 
 
+# host paths that mean nothing in the sandbox (it has its own /run and cache, both private)
+_HOST_PATHS = {"MRC_RUN_DIR", "MRC_P4C_CACHE"}
+
+
 def _passed_env(root: Path) -> dict[str, str]:
     """What the inner process gets from ours: its import path and the MRC_* switches."""
-    mine = {k: v for k, v in os.environ.items() if k.startswith("MRC_")}
+    mine = {k: v for k, v in os.environ.items()
+            if k.startswith("MRC_") and k not in _HOST_PATHS}
     return {**mine, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
