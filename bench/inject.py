@@ -18,6 +18,7 @@ import socket
 import sys
 
 import wire
+from fabric.options import add_fabric_args, fabric_from_args
 from fabric.topology import Fabric
 from host_agent.hostconfig import qpn_for
 from wire.layout import ETH_LEN, ETH_TYPE
@@ -71,13 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plane", type=int, default=0)
     p.add_argument("--qpn", type=lambda v: int(v, 0), default=None,
                    help="dst's QPN for src (an exchanged one); default 0x100 + src")
-    p.add_argument("--planes", type=int, default=4)
-    p.add_argument("--t0", type=int, default=2)
-    p.add_argument("--t1", type=int, default=2)
-    p.add_argument("--hosts-per-t0", type=int, default=2)
+    add_fabric_args(p)
     args = p.parse_args(argv)
-    fabric = Fabric(planes=args.planes, t0_per_plane=args.t0, t1_per_plane=args.t1,
-                    hosts_per_t0=args.hosts_per_t0)
+    fabric = fabric_from_args(args)
     rng = random.Random(args.seed)
     sent = errors = 0
     with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as sock:

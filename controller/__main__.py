@@ -26,15 +26,13 @@ if __name__ == "__main__":  # before grpc is imported: re-run with .venv if it i
 from controller import convergence, install, shell  # noqa: E402
 from controller.tables import PortThresholds, fabric_tables  # noqa: E402
 from fabric import hostpaths  # noqa: E402
-from fabric.topology import Fabric, TopologyError  # noqa: E402
+from fabric.options import add_fabric_args, fabric_from_args  # noqa: E402
+from fabric.topology import TopologyError  # noqa: E402
 from p4rt.tls import ClientTls, TlsError  # noqa: E402
 
 
 def fabric_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--planes", type=int, default=4)
-    p.add_argument("--t0", type=int, default=2, help="T0 (leaf) switches per plane")
-    p.add_argument("--t1", type=int, default=2, help="T1 (spine) switches per plane")
-    p.add_argument("--hosts-per-t0", type=int, default=2)
+    add_fabric_args(p)
     p.add_argument("--ecn-threshold", type=int, default=PortThresholds.ecn,
                    help="packets queued before CE marking (default %(default)s)")
     p.add_argument("--trim-threshold", type=int, default=PortThresholds.trim,
@@ -128,7 +126,7 @@ def serve(ctl: install.Controller, delay: float) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        fabric = Fabric(args.planes, args.t0, args.t1, args.hosts_per_t0)
+        fabric = fabric_from_args(args)
         thresholds = PortThresholds(ecn=args.ecn_threshold, trim=args.trim_threshold)
         if args.command == "paths":
             data = hostpaths.export(fabric, args.src)

@@ -35,7 +35,8 @@ import sys
 from typing import Any
 
 from fabric import hostpaths
-from fabric.topology import Fabric, TopologyError
+from fabric.options import add_fabric_args, fabric_from_args
+from fabric.topology import TopologyError
 from host_agent.commands import Commands
 from host_agent.control import ControlServer, RequestError
 from host_agent.core import Endpoint, EndpointConfig, EvConfig, RecoveryMode
@@ -118,16 +119,12 @@ class Agent:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    defaults = Fabric()
     p = argparse.ArgumentParser(prog="python -m host_agent.agent", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", type=int, required=True, help="this host's global index")
     p.add_argument("--paths", help="path-set JSON (fabric.hostpaths.export); "
                    "overrides the fabric parameters")
-    p.add_argument("--planes", type=int, default=defaults.planes)
-    p.add_argument("--t0", type=int, default=defaults.t0_per_plane, help="T0 switches per plane")
-    p.add_argument("--t1", type=int, default=defaults.t1_per_plane, help="T1 switches per plane")
-    p.add_argument("--hosts-per-t0", type=int, default=defaults.hosts_per_t0)
+    add_fabric_args(p)
     p.add_argument("--socket", required=True, help="control socket path")
     p.add_argument("--log", help="log file (default: stderr)")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING"))
@@ -162,7 +159,7 @@ def load_host_config(args: argparse.Namespace) -> HostConfig:
         with open(args.paths, encoding="utf-8") as f:
             fabric, paths = hostpaths.load(f.read())
     else:
-        fabric = Fabric(args.planes, args.t0, args.t1, args.hosts_per_t0)
+        fabric = fabric_from_args(args)
         paths = list(hostpaths.all_host_paths(fabric, args.host))
     if not 0 <= args.host < fabric.hosts:
         raise HostConfigError(f"--host {args.host}: the fabric has hosts 0..{fabric.hosts - 1}")

@@ -50,6 +50,7 @@ def _bootstrap() -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from controller.tables import DEFAULT_ECN_THRESHOLD, DEFAULT_TRIM_THRESHOLD
+    from fabric.options import add_fabric_args
     from topologies.netconfig import (
         BMV2_PORT_RATE_PPS,
         DEFAULT_PORT_RATE_PPS,
@@ -59,10 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="two_tier.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--planes", type=int, default=4)
-    p.add_argument("--t0", type=int, default=2, help="T0 (leaf) switches per plane")
-    p.add_argument("--t1", type=int, default=2, help="T1 (spine) switches per plane")
-    p.add_argument("--hosts-per-t0", type=int, default=2)
+    add_fabric_args(p)
     p.add_argument("--rate", type=int, default=None,
                    help="egress rate of every switch port and host NIC, packets/s (default "
                    f"{DEFAULT_PORT_RATE_PPS} on the software switch, {BMV2_PORT_RATE_PPS} on "
@@ -93,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     _bootstrap()
     from mininet.log import setLogLevel
 
+    from fabric.options import fabric_from_args
     from fabric.topology import Fabric, TopologyError
     from topologies.cli_commands import MrcCLI
     from topologies.demo import format_report, run_demo
@@ -109,7 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     setLogLevel("warning")
     log = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
     try:
-        fabric = Fabric(1 if args.baseline else args.planes, args.t0, args.t1, args.hosts_per_t0)
+        fabric = fabric_from_args(args)
+        if args.baseline:  # the conventional network: one plane of the same shape
+            fabric = Fabric(1, fabric.t0_per_plane, fabric.t1_per_plane, fabric.hosts_per_t0)
         config = NetworkConfig(fabric=fabric, target=args.target,
                                port_rate_pps=TARGET_RATE if args.rate is None
                                else args.rate or None, queue_depth=args.queue_depth,

@@ -1,0 +1,59 @@
+"""One way to name a fabric on every command line: `--fabric NAME` or the four sizes.
+
+    --fabric paths-128                 a preset (PRESETS)
+    --fabric paths-128 --t1 8          a preset with one size changed
+    --planes 4 --t0 2 --t1 8           sizes; the ones not given come from the default preset
+
+Entry points call `add_fabric_args(parser)` and `fabric_from_args(args)` instead of declaring
+their own sizes and defaults. A fabric the addressing cannot hold (planes, switch indices,
+interface names: fabric.topology.Fabric's checks) is refused by `fabric_from_args` with
+Fabric's reason.
+
+Paths per host pair on different T0s are planes x T1 (one route per spine per plane): the
+presets are named for that figure, or for the number of hosts.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from fabric.topology import Fabric, TopologyError
+
+# name -> (planes, T0 per plane, T1 per plane, hosts per T0)
+PRESETS: dict[str, tuple[int, int, int, int]] = {
+    "default": (4, 2, 2, 2),     # 16 switches, 4 hosts, 8 paths per host pair
+    "paths-32": (4, 2, 8, 2),    # 40 switches, 32 paths
+    "paths-128": (8, 2, 16, 2),  # 144 switches, 128 paths
+    "paths-256": (8, 2, 32, 2),  # 272 switches, the paper's 256 paths
+    "hosts-16": (8, 8, 8, 2),    # 128 switches, 16 hosts, 64 paths
+}
+SIZES = (("planes", "planes"), ("t0", "T0 (leaf) switches per plane"),
+         ("t1", "T1 (spine) switches per plane"), ("hosts_per_t0", "hosts per T0 switch"))
+
+
+def add_fabric_args(p: argparse.ArgumentParser, default: str = "default") -> None:
+    """--fabric NAME and --planes/--t0/--t1/--hosts-per-t0 (each overriding the preset's)."""
+    names = ", ".join(f"{n} {'x'.join(map(str, s))}" for n, s in PRESETS.items())
+    p.add_argument("--fabric", default=default, choices=sorted(PRESETS), metavar="NAME",
+                   help=f"a named fabric, planes x T0 x T1 x hosts per T0 ({names}); "
+                        f"default %(default)s")
+    for dest, what in SIZES:
+        p.add_argument(f"--{dest.replace('_', '-')}", dest=dest, type=int, default=None,
+                       help=f"{what} (default: the --fabric preset's)")
+
+
+def fabric_from_args(args: argparse.Namespace) -> Fabric:
+    """The fabric the options name; TopologyError (with Fabric's reason) if it cannot be."""
+    sizes = [given if (given := getattr(args, dest)) is not None else preset
+             for (dest, _), preset in zip(SIZES, PRESETS[args.fabric], strict=True)]
+    try:
+        return Fabric(*sizes)
+    except TopologyError as exc:
+        raise TopologyError(f"fabric {'x'.join(map(str, sizes))} "
+                            f"(--fabric {args.fabric} and the sizes given): {exc}") from None
+
+
+def preset(name: str) -> Fabric:
+    if name not in PRESETS:
+        raise TopologyError(f"no fabric preset {name!r}: use one of {', '.join(PRESETS)}")
+    return Fabric(*PRESETS[name])
