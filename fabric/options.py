@@ -51,9 +51,3 @@ def fabric_from_args(args: argparse.Namespace) -> Fabric:
     except TopologyError as exc:
         raise TopologyError(f"fabric {'x'.join(map(str, sizes))} "
                             f"(--fabric {args.fabric} and the sizes given): {exc}") from None
-
-
-def preset(name: str) -> Fabric:
-    if name not in PRESETS:
-        raise TopologyError(f"no fabric preset {name!r}: use one of {', '.join(PRESETS)}")
-    return Fabric(*PRESETS[name])

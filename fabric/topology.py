@@ -81,8 +81,12 @@ class Switch:
         return f"02:00:00:{self.plane:02x}:{self.role:02x}:{self.index:02x}"
 
     @property
+    def grpc_port(self) -> int:
+        return GRPC_BASE_PORT + self.device_id
+
+    @property
     def grpc_address(self) -> str:
-        return f"127.0.0.1:{GRPC_BASE_PORT + self.device_id}"
+        return f"127.0.0.1:{self.grpc_port}"
 
     @property
     def thrift_port(self) -> int:

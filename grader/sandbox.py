@@ -65,7 +65,7 @@ from pathlib import Path
 BWRAP, SETPRIV, PRLIMIT = "/usr/bin/bwrap", "/usr/bin/setpriv", "/usr/bin/prlimit"
 SANDBOX_UID = SANDBOX_GID = 64_321  # dedicated: see the module docstring
 SCRATCH = ("p4src/build",)  # folders of the copy the command may write into (tmpfs)
-HOME = "/tmp/home"
+HOME = "/tmp/home"  # inside the sandbox, on its private /tmp tmpfs: never the host's /tmp
 DEFAULT_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                "HOME": HOME, "XDG_CACHE_HOME": f"{HOME}/.cache", "TMPDIR": "/tmp",
                "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}

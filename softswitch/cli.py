@@ -16,6 +16,8 @@ import socket
 import sys
 from pathlib import Path
 
+from p4rt.tls import TlsError, read_private
+
 TIMEOUT_S = 5.0
 
 
@@ -82,9 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("command", nargs="+")
     args = p.parse_args(argv)
     try:
-        token = args.token_file.read_text().strip() if args.token_file else None
+        token = read_private(args.token_file).decode().strip() if args.token_file else None
         reply = request(args.port, parse_command(args.command), token=token)
-    except (ValueError, ControlError, OSError) as err:
+    except (ValueError, ControlError, TlsError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(json.dumps(reply, indent=1))

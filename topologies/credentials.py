@@ -37,12 +37,6 @@ class RunCredentials:
     def token_file(self) -> Path:
         return self.directory / CONTROL_TOKEN
 
-    @classmethod
-    def load(cls, rundir: PrivateDir) -> RunCredentials:
-        """The current run's credentials (for `python -m controller` or the CLI beside it)."""
-        return cls(rundir.path, tls.ClientTls.load(rundir.path),
-                   rundir.read_bytes(CONTROL_TOKEN).decode().strip())
-
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,

@@ -91,9 +91,7 @@ class MrcNetwork:
         self.workdir = Path(tempfile.mkdtemp(prefix="mrc-net-")) if workdir is None else workdir
         if workdir is not None:
             check_workdir(workdir)
-        self._guard: RunGuard | None = None
-        self.credentials: RunCredentials | None = None
-        self.shield_table: str | None = None  # topologies.shield: the switches' control ports
+        self._guard: RunGuard | None = None  # the run's lock, manifest, keys and shield
         self.thresholds = config.port_thresholds
         self.net: Mininet | None = None
         self.controller: Controller | None = None
@@ -105,7 +103,19 @@ class MrcNetwork:
         self._stopped = False
         self._killed = False  # a second interrupt killed the recorded processes (stop())
         self._in_mininet_stop = False
-        self._manifest: RunManifest | None = None
+
+    @property
+    def credentials(self) -> RunCredentials | None:
+        return self._guard.credentials if self._guard else None
+
+    @property
+    def shield_table(self) -> str | None:
+        """topologies.shield's table over the switches' control ports."""
+        return self._guard.shield_table if self._guard else None
+
+    @property
+    def _manifest(self) -> RunManifest | None:
+        return self._guard.manifest if self._guard else None
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -133,8 +143,6 @@ class MrcNetwork:
         deadline = time.monotonic() + self.config.lock_timeout
         self._guard = RunGuard(self.fabric, self.workdir, self._own_workdir,
                                self.config.lock_timeout, self.log)
-        self._manifest = self._guard.manifest
-        self.credentials, self.shield_table = self._guard.credentials, self._guard.shield_table
         self._manifest.add_interfaces(fabric_interfaces(self.fabric))
         wait_interfaces_gone(self.fabric, deadline, self.log)
         t0 = time.monotonic()

@@ -55,7 +55,7 @@ class RunGuard:
             swept = self.manifest.sweep()  # what the run did not stop: by PID and by name
             self.manifest.remove()
             self.manifest = None
-        if self.own_workdir and self.workdir is not None:
+        if self.own_workdir:
             remove_workdir(self.workdir)
             self.own_workdir = False
         if self.lock_fd is not None:

@@ -26,7 +26,7 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +117,7 @@ def kill_all(pids: list[int], started: dict[int, int] | None = None) -> None:
 
 
 def remove_recorded(pids: list[list[int]], interfaces: list[str],
-                    nft_tables: list[str] = ()) -> dict[str, int]:
+                    nft_tables: Sequence[str] = ()) -> dict[str, int]:
     """SIGKILL the recorded processes still running (by PID and start time) and wait for
     them, then delete the recorded interfaces that exist and the run's control-port shield
     (topologies.shield); returns how many processes and interfaces."""
@@ -308,8 +308,7 @@ def existing_interface(fabric: Fabric) -> str | None:
 
 def control_ports(fabric: Fabric) -> list[int]:
     """Every switch's runtime (Thrift) and P4Runtime port: what the run's shield covers."""
-    return [port for sw in fabric.switches
-            for port in (sw.thrift_port, int(sw.grpc_address.rsplit(":", 1)[1]))]
+    return [port for sw in fabric.switches for port in (sw.thrift_port, sw.grpc_port)]
 
 
 def manifest_path() -> Path:

@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from controller.__main__ import main as controller_main
-from fabric.options import PRESETS, add_fabric_args, fabric_from_args, preset
+from fabric.options import PRESETS, add_fabric_args, fabric_from_args
 from fabric.topology import TopologyError
 from host_agent.agent import parse_args as agent_args
 
@@ -23,7 +23,7 @@ def parse(*argv: str) -> argparse.Namespace:
     ("default", 16, 4, 8), ("paths-32", 40, 4, 32), ("paths-128", 144, 4, 128),
     ("paths-256", 272, 4, 256), ("hosts-16", 128, 16, 64)])
 def test_presets_are_the_fabrics_they_are_named_for(name, switches, hosts, paths) -> None:
-    f = preset(name)
+    f = fabric_from_args(parse("--fabric", name))
     assert (len(f.switches), f.hosts) == (switches, hosts)
     assert len(f.all_paths(0, f.hosts - 1)) == paths  # hosts on different T0s
 

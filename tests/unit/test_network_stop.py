@@ -73,7 +73,6 @@ class InterruptedAgent:
 def _network(tmp_path: Path, logs: list[str]) -> tuple[MrcNetwork, FakeManifest]:
     net = MrcNetwork(NetworkConfig(target="soft"), workdir=tmp_path, log=logs.append)
     manifest = FakeManifest()
-    net._manifest = manifest  # type: ignore[assignment]
     net._guard = FakeGuard(manifest)  # type: ignore[assignment]
     return net, manifest
 
