@@ -1,11 +1,19 @@
-"""`python -m softswitch`: a software switch started like simple_switch_grpc.
+"""`python -m softswitch`: software switches started like simple_switch_grpc.
 
     python -m softswitch -i 1@veth1 -i 2@veth2 --device-id 1 \\
         --grpc-server-addr 127.0.0.1:20001 --thrift-port 9091 --priority-queues 2 --no-p4
+    python -m softswitch --switch 1:20001:9091:1@s1-eth1,2@s1-eth2 \\
+        --switch 2:20002:9092:1@s2-eth1 --priority-queues 2
 
 The pipeline arrives over P4Runtime (SetForwardingPipelineConfig). `--thrift-port`
 names the loopback TCP port of the runtime control socket (JSON lines, see
 softswitch/cli.py), the counterpart of BMv2's Thrift runtime CLI.
+
+With `--switch DEVICE_ID:GRPC_PORT:CONTROL_PORT:PORT@IFNAME,...` (repeated) one process serves
+many switches: each keeps its own P4Runtime server on 127.0.0.1:GRPC_PORT (its own device id,
+arbitration and limits), its own control port, ports, queues and tables; one event loop moves
+every switch's frames. A switch's `detach` control command removes it from the process (the
+testbed's reboot of one switch); the process ends when it serves none.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import logging
 import signal
 import socket
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -25,6 +34,7 @@ from p4rt.p4info import load_text as load_p4info
 from p4rt.tls import TlsError, read_private, server_credentials
 from softswitch.dataplane import Dataplane
 from softswitch.errors import P4RTError
+from softswitch.loop import EventLoop
 from softswitch.server import Device, serve
 
 LOG_LEVELS = {"trace": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO,
@@ -34,6 +44,15 @@ LOG_LEVELS = {"trace": logging.DEBUG, "debug": logging.DEBUG, "info": logging.IN
 
 class ConfigError(ValueError):
     """Bad command line; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class SwitchSpec:
+    """One switch of the process: device id, P4Runtime address, control port, ports."""
+    device_id: int
+    address: str
+    control_port: int | None
+    ports: dict[int, str]
 
 
 def parse_interface(text: str) -> tuple[int, str]:
@@ -73,6 +92,92 @@ def _server_tls(args: argparse.Namespace) -> grpc.ServerCredentials | None:
     return server_credentials(*files, client_auth=args.grpc_server_with_client_auth)
 
 
+def parse_switch(text: str) -> SwitchSpec:
+    """DEVICE_ID:GRPC_PORT:CONTROL_PORT:PORT@IFNAME[,PORT@IFNAME...] -> SwitchSpec."""
+    parts = text.split(":", 3)
+    if len(parts) != 4 or not all(p.isdigit() for p in parts[:3]):
+        raise ConfigError(f"--switch {text!r} must look like DEVICE_ID:GRPC_PORT:CONTROL_PORT:"
+                          "PORT@IFNAME,..., e.g. 1:50001:9091:1@s1-eth1,2@s1-eth2")
+    device_id, grpc_port, control_port = (int(p) for p in parts[:3])
+    interfaces = [i for i in parts[3].split(",") if i]
+    return _spec(device_id, f"127.0.0.1:{grpc_port}", control_port, interfaces)
+
+
+def _spec(device_id: int, address: str, control_port: int | None,
+          interfaces: list[str]) -> SwitchSpec:
+    ports = dict(parse_interface(i) for i in interfaces)
+    if len(ports) != len(interfaces):
+        raise ConfigError(f"switch {device_id}: the same port number is given twice")
+    if control_port is not None and not 1 <= control_port <= 65535:
+        raise ConfigError(f"switch {device_id}: control port {control_port} not in 1..65535")
+    return SwitchSpec(device_id, parse_loopback(address), control_port, ports)
+
+
+def _specs(args: argparse.Namespace) -> list[SwitchSpec]:
+    if not args.switch:
+        return [_spec(args.device_id, args.grpc_server_addr, args.thrift_port, args.interface)]
+    if args.interface or args.thrift_port is not None:
+        raise ConfigError("give either --switch (many switches) or -i/--device-id/"
+                          "--grpc-server-addr/--thrift-port (one), not both")
+    specs = [parse_switch(text) for text in args.switch]
+    seen: dict[str, list] = {
+        "device id": [s.device_id for s in specs], "P4Runtime address": [s.address for s in specs],
+        "control port": [s.control_port for s in specs],
+        "interface": [i for s in specs for i in s.ports.values()]}
+    for label, values in seen.items():
+        if len(set(values)) != len(values):
+            dup = next(v for v in values if values.count(v) > 1)
+            raise ConfigError(f"--switch: {label} {dup} is given twice")
+    return specs
+
+
+class Process:
+    """The switches this process serves, their P4Runtime servers and the one loop."""
+
+    def __init__(self, priorities: int, credentials: grpc.ServerCredentials | None,
+                 token: str | None, p4info: Path | None) -> None:
+        self.loop = EventLoop()
+        self.priorities, self.credentials, self.token = priorities, credentials, token
+        self.p4info = p4info
+        self.served: dict[int, tuple[Dataplane, grpc.Server]] = {}
+
+    def add(self, spec: SwitchSpec) -> None:
+        dataplane = Dataplane(spec.ports, self.priorities, self.loop)
+        device = Device(spec.device_id, dataplane.set_state, stats=dataplane.stats)
+        try:
+            dataplane.open_ports()
+            if spec.control_port is not None:
+                dataplane.open_control(spec.control_port, self.token)
+            if self.p4info:
+                device.commit(p4runtime_pb2.ForwardingPipelineConfig(
+                    p4info=load_p4info(self.p4info)))
+            server = serve(device, spec.address, self.credentials)
+        except BaseException:
+            dataplane.close()
+            raise
+        self.served[spec.device_id] = (dataplane, server)
+        dataplane.on_detach = lambda: self.detach(spec.device_id)
+        logging.getLogger("softswitch").info("switch %d: ports %s, P4Runtime on %s",
+                                             spec.device_id, spec.ports, spec.address)
+
+    def detach(self, device_id: int) -> None:
+        """Stop serving one switch (its sockets closed, its P4Runtime server stopped)."""
+        dataplane, server = self.served.pop(device_id)
+        server.stop(grace=0)
+        dataplane.close()
+        if not self.served:
+            self.loop.stopping = True
+
+    def close(self) -> None:
+        events = [server.stop(grace=0.5) for _, server in self.served.values()]
+        for event in events:
+            event.wait()
+        for dataplane, _ in self.served.values():
+            dataplane.close()
+        self.served.clear()
+        self.loop.close()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m softswitch", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -94,7 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="require a client certificate signed by --grpc-server-cacert")
     p.add_argument("--control-token-file", type=Path,
                    help="refuse runtime control requests that lack this file's token")
-    p.add_argument("--p4info", default=None,
+    p.add_argument("--switch", action="append", default=[],
+                   metavar="DEVICE_ID:GRPC_PORT:CONTROL_PORT:PORT@IFNAME,...",
+                   help="serve this switch in this process (repeat for many)")
+    p.add_argument("--p4info", type=Path, default=None,
                    help="preload this P4Info (text format) instead of waiting for one")
     return p
 
@@ -102,10 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        ports = dict(parse_interface(i) for i in args.interface)
-        if len(ports) != len(args.interface):
-            raise ConfigError("the same port number is given twice in -i")
-        address = parse_loopback(args.grpc_server_addr)
+        specs = _specs(args)
         if not 1 <= args.priority_queues <= 8:
             raise ConfigError("--priority-queues must be 1..8")
         credentials = _server_tls(args)
@@ -114,28 +219,24 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, TlsError) as err:
         print(f"softswitch: {err}", file=sys.stderr)
         return 2
+    ids = [s.device_id for s in specs]
+    label = ",".join(map(str, ids)) if len(ids) <= 4 else f"{ids[0]}..{ids[-1]}"
     logging.basicConfig(level=LOG_LEVELS[args.log_level],
-                        format=f"softswitch[{args.device_id}] %(levelname)s %(name)s: %(message)s")
-    dataplane = Dataplane(ports, args.priority_queues)
-    device = Device(args.device_id, dataplane.set_state, stats=dataplane.stats)
+                        format=f"softswitch[{label}] %(levelname)s %(name)s: %(message)s")
+    process = Process(args.priority_queues, credentials, token, args.p4info)
     try:
-        dataplane.open_ports()
-        if args.thrift_port is not None:
-            dataplane.open_control(args.thrift_port, token)
-        if args.p4info:
-            device.commit(p4runtime_pb2.ForwardingPipelineConfig(
-                p4info=load_p4info(Path(args.p4info))))
-        server = serve(device, address, credentials)
+        for spec in specs:
+            process.add(spec)
     except (OSError, P4RTError) as err:
         print(f"softswitch: {err}", file=sys.stderr)
-        dataplane.close()
+        process.close()
         return 1
     wake_r, wake_w = socket.socketpair()
     wake_r.setblocking(False)
     wake_w.setblocking(False)
 
     def stop() -> None:
-        dataplane.stopping = True
+        process.loop.stopping = True
         while True:
             try:
                 if not wake_r.recv(64):
@@ -143,16 +244,14 @@ def main(argv: list[str] | None = None) -> int:
             except BlockingIOError:
                 return
 
-    dataplane.add_wakeup(wake_r, stop)
+    process.loop.register(wake_r, stop)
     signal.set_wakeup_fd(wake_w.fileno())
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
-    logging.getLogger("softswitch").info("ports %s, P4Runtime on %s", ports, address)
     try:
-        dataplane.run()
+        process.loop.run()
     finally:
-        server.stop(grace=0.5).wait()
-        dataplane.close()
+        process.close()
         wake_w.close()
     return 0
 

@@ -25,6 +25,7 @@ import struct
 import time
 from collections.abc import Callable
 
+from softswitch.loop import EventLoop
 from softswitch.pipeline import Pipeline
 from softswitch.queues import PortQueues, QueueConfigError, check_setting
 from softswitch.store import DeviceState
@@ -45,9 +46,13 @@ TX_QUIET = (errno.ENOBUFS, errno.EAGAIN, errno.EMSGSIZE)  # counted, not logged
 
 
 class Dataplane:
-    """Ports, queues and the current pipeline of one switch process."""
+    """Ports, queues and the current pipeline of one switch; `loop` is the process's event
+    loop, shared by every switch the process serves (its own when not given)."""
 
-    def __init__(self, ports: dict[int, str], priorities: int) -> None:
+    def __init__(self, ports: dict[int, str], priorities: int,
+                 loop: EventLoop | None = None) -> None:
+        self.loop = loop if loop is not None else EventLoop()
+        self._owns_loop = loop is None
         self.priorities = priorities
         self.queues = {p: PortQueues(priorities) for p in ports}
         self.names = dict(ports)
@@ -55,24 +60,32 @@ class Dataplane:
         self.stats = {"rx": 0, "tx": 0, "no_pipeline": 0, "no_port": 0, "tail_drop": 0,
                       "tx_error": 0, "rx_kernel_drops": 0, "control_refused": 0}
         self.control_token: str | None = None
-        self.epoll = select.epoll()
-        self.handlers: dict[int, tuple[socket.socket, Callable[[], None]]] = {}
+        self._registered: dict[int, socket.socket] = {}
         self.socks: dict[int, socket.socket] = {}
         self.backlog: dict[int, PortQueues] = {}  # ports with queued packets
         self._rx = bytearray(MAX_FRAME)
         self._pending: list[select.epoll] = []  # per port: is another frame waiting?
         self._control_buffers: dict[socket.socket, bytes] = {}
-        self.stopping = False
+        self.on_detach: Callable[[], None] | None = None  # set by a process of many switches
+        self._detaching = False
+
+    @property
+    def stopping(self) -> bool:
+        return self.loop.stopping
+
+    @stopping.setter
+    def stopping(self, value: bool) -> None:
+        self.loop.stopping = value
 
     # ---- setup ---------------------------------------------------------------------
 
     def register(self, sock: socket.socket, handler: Callable[[], None]) -> None:
-        self.epoll.register(sock.fileno(), select.EPOLLIN)
-        self.handlers[sock.fileno()] = (sock, handler)
+        self.loop.register(sock, handler)
+        self._registered[sock.fileno()] = sock
 
     def unregister(self, sock: socket.socket) -> None:
-        self.epoll.unregister(sock.fileno())
-        del self.handlers[sock.fileno()]
+        self.loop.unregister(sock)
+        del self._registered[sock.fileno()]
 
     def open_ports(self) -> None:
         for port, ifname in self.names.items():
@@ -113,29 +126,29 @@ class Dataplane:
     # ---- event loop ----------------------------------------------------------------
 
     def run(self) -> None:
-        poll, handlers, backlog = self.epoll.poll, self.handlers, self.backlog
-        while not self.stopping:
-            timeout = self._timeout() if backlog else -1
-            for fd, _ in poll(timeout):
-                entry = handlers.get(fd)
-                if entry is not None:  # not closed by an earlier handler of this round
-                    entry[1]()
-            if backlog:
-                self._drain_all()
+        """Serve until `stopping` (the loop's; a process of many switches runs the loop)."""
+        self.loop.run()
 
     def close(self) -> None:
-        for sock, _ in list(self.handlers.values()):
+        """Close this switch's sockets (and the loop, if it is this switch's own)."""
+        for sock in list(self._registered.values()):
             self.unregister(sock)
             sock.close()
         for pending in self._pending:
             pending.close()
-        self.epoll.close()
+        self._pending.clear()
+        self.loop.mark_idle(self)
+        if self._owns_loop:
+            self.loop.close()
 
-    def _timeout(self) -> float:
+    # ---- the loop's view of this switch's queues (softswitch.loop.Paced) -----------
+
+    def next_departure(self) -> float | None:
         times = [t for q in self.backlog.values() for t in (q.ready_at(),) if t is not None]
-        if not times:
-            return -1
-        return max(0.0, min(times) - time.monotonic())
+        return min(times) if times else None
+
+    def has_backlog(self) -> bool:
+        return bool(self.backlog)
 
     def _reader(self, port: int, sock: socket.socket) -> Callable[[], None]:
         buf, recv_into, stats, ingress = self._rx, sock.recv_into, self.stats, self._ingress
@@ -227,11 +240,11 @@ class Dataplane:
             self._send(port, frame)
         if q.occupancy:
             self.backlog[port] = q
+            self.loop.mark_busy(self)
         else:
             self.backlog.pop(port, None)
 
-    def _drain_all(self) -> None:
-        now = time.monotonic()
+    def drain_all(self, now: float) -> None:
         for port, q in list(self.backlog.items()):
             self._drain(port, q, now)
 
@@ -268,6 +281,8 @@ class Dataplane:
             except OSError as err:
                 log.info("control client went away: %s", err)
         conn.close()
+        if self._detaching and self.on_detach is not None:
+            self.on_detach()
 
     def control(self, line: bytes) -> dict:
         """Execute one runtime command (the equivalent of BMv2's runtime CLI)."""
@@ -285,12 +300,17 @@ class Dataplane:
                 return self._set_queue(cmd, req)
             if cmd == "queues":
                 return {"ok": True, "queues": {str(p): q.stats() for p, q in self.queues.items()}}
+            if cmd == "detach":
+                if self.on_detach is None:
+                    raise ValueError("detach: this switch is not served by a softswitch process")
+                self._detaching = True
+                return {"ok": True}
             if cmd == "stats":
                 self._read_kernel_drops()
                 drops = self.pipeline.drop_stats() if self.pipeline else {}
                 return {"ok": True, "stats": dict(self.stats), "pipeline": drops}
             raise ValueError(f"unknown command {cmd!r} (set_queue_rate, set_queue_depth, "
-                             "queues, stats)")
+                             "queues, stats, detach)")
         except (ValueError, TypeError, QueueConfigError) as err:
             return {"ok": False, "error": str(err)}
 

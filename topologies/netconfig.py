@@ -21,6 +21,7 @@ switch's CPU per frame, and at the software switch's 500 packets/s they starved 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from controller.convergence import DEFAULT_DELAY
@@ -94,6 +95,9 @@ class NetworkConfig:
     pace_nics: bool = True  # host NICs send at port_rate_pps (topologies.nicpacing)
     lock_timeout: float = 600.0  # seconds to wait for another fabric on this machine to stop
     rx_hold_ms: float = DEFAULT_RX_HOLD_MS  # agents' interrupt moderation (host_agent.loop)
+    # software switches: how many processes serve them (planes split among them); None: one
+    # per CPU. BMv2 always runs one process per switch.
+    switch_processes: int | None = None
 
     def __post_init__(self) -> None:
         if self.port_rate_pps == TARGET_RATE:
@@ -117,7 +121,16 @@ class NetworkConfig:
         if self.base_rtt is not None and self.base_rtt <= 0:
             raise NetworkError(f"base_rtt must be a positive number of seconds, got "
                                f"{self.base_rtt}")
+        if self.switch_processes is not None and self.switch_processes < 1:
+            raise NetworkError(f"switch_processes must be >= 1 (or None: one per CPU), got "
+                               f"{self.switch_processes}")
         _ = self.port_thresholds  # raises TopologyError for thresholds out of range
+
+    @property
+    def soft_processes(self) -> int:
+        """Software-switch processes to run: never more than switches."""
+        wanted = self.switch_processes or os.cpu_count() or 1
+        return max(1, min(wanted, len(self.fabric.switches)))
 
     @property
     def port_thresholds(self) -> PortThresholds:

@@ -69,6 +69,7 @@ from topologies.runstate import (
     kill_all,
     wait_interfaces_gone,
 )
+from topologies.softswitch_node import SoftSwitch, SoftSwitchProcess
 from topologies.targets import resolve, switch_class
 
 # Drops every frame sent (limit 0 also disables the empty-queue bypass); see _set_link.
@@ -181,10 +182,12 @@ class MrcNetwork:
         cls = switch_class(self.target)
         self.net = Mininet(topo=None, controller=None, build=False, autoSetMacs=False,
                            autoStaticArp=False, waitConnected=False)
+        groups = self._switch_processes() if cls is SoftSwitch else {}
         for sw in self.fabric.switches:
+            extra = {"switch_process": groups[sw.plane]} if groups else {}
             self.net.addSwitch(sw.name, cls=cls, device_id=sw.device_id,
                                log_path=str(self.workdir / f"{sw.name}.log"),
-                               credentials=self.credentials)
+                               credentials=self.credentials, **extra)
         for h in range(self.fabric.hosts):
             self.net.addHost(self.fabric.host_name(h), cls=Host, ip=None)
         for lk in self.fabric.links:
@@ -196,6 +199,14 @@ class MrcNetwork:
         if self.config.pace_nics and self.config.port_rate_pps is not None:
             for h in range(self.fabric.hosts):
                 pace_nics(self._host_node(h), self.fabric, h, self.config.port_rate_pps)
+
+    def _switch_processes(self) -> dict[int, SoftSwitchProcess]:
+        """Plane -> the software-switch process serving it: planes dealt round-robin to
+        config.soft_processes processes, so a packet's hops inside a plane stay in one."""
+        count = min(self.config.soft_processes, self.fabric.planes)
+        procs = [SoftSwitchProcess(f"{i}", str(self.workdir / f"softswitch-{i}.log"),
+                                   self.credentials) for i in range(count)]
+        return {plane: procs[plane % count] for plane in range(self.fabric.planes)}
 
     def record_pids(self) -> None:
         """Record every process this run owns (for a second Ctrl-C and for the next start);
@@ -432,9 +443,8 @@ class MrcNetwork:
                                f"{self.fabric.switches[0].name}")
         node = self._need_net()[name]
         start = time.monotonic()
-        node.stop(deleteIntfs=False)
+        node.reboot()
         self.link_log.append({"time": start, "event": "reboot", "a": name, "b": ""})
-        node.start([])
         self.record_pids()
         assert self.controller is not None
         result = self.controller.install(name)

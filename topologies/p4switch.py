@@ -56,6 +56,36 @@ def silence_kernel_ipv6(ifname: str) -> None:
                                  f"({path}): {exc}") from exc
 
 
+def launch(cmd: list[str], log_path: str | None, env: dict[str, str] | None) -> subprocess.Popen:
+    """Start a switch process, its output appended to `log_path` (or discarded)."""
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    try:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    finally:
+        if log_path:
+            out.close()
+
+
+def await_grpc(proc: subprocess.Popen, nodes: list[P4RuntimeSwitch], timeout: float,
+               what: str) -> None:
+    """Wait until every node's P4Runtime port accepts connections; raise if `proc` exits or
+    the time runs out (the caller stops the process)."""
+    deadline = time.monotonic() + timeout
+    waiting = list(nodes)
+    while waiting:
+        waiting = [n for n in waiting if not n.grpc_listening()]
+        if not waiting:
+            return
+        if proc.poll() is not None:
+            raise SwitchProcessError(
+                f"{waiting[0].name}: {what} exited with {proc.returncode} "
+                f"(log: {waiting[0].log_path or 'not kept; pass log_path'})")
+        if time.monotonic() > deadline:
+            raise SwitchProcessError(f"{waiting[0].name}: no gRPC on "
+                                     f"{waiting[0].grpc_address} after {timeout:.0f} s")
+        time.sleep(0.1)
+
+
 class P4RuntimeSwitch(Switch):
     """Base Mininet node: subclasses say how to build the command line and talk to the CLI.
 
@@ -70,6 +100,7 @@ class P4RuntimeSwitch(Switch):
       start_timeout (float seconds, default 30): how long start() waits for gRPC
     Public interface:
       start(controllers) / stop(deleteIntfs=True)  - Mininet lifecycle; stop kills our PID
+      reboot() - a fresh process with empty tables on the same ports
       grpc_address -> "127.0.0.1:<port>"; switch_pid -> int | None (Mininet's own `pid`
       is the node's shell)
       set_queue_rate(pps, port=None), set_queue_depth(packets, port=None)
@@ -119,32 +150,24 @@ class P4RuntimeSwitch(Switch):
         ports = self._data_ports()
         for ifname in ports.values():
             silence_kernel_ipv6(ifname)
-        cmd = self.command(ports)
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        self.proc = launch(self.command(ports), self.log_path, self.process_env())
         try:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                         env=self.process_env())
-        finally:
-            if self.log_path:
-                out.close()
-        deadline = time.monotonic() + self.start_timeout
-        while not self._grpc_listening():
-            if self.proc.poll() is not None:
-                code = self.proc.returncode
-                self.proc = None
-                raise SwitchProcessError(
-                    f"{self.name}: {self.process_name} exited with {code} "
-                    f"(log: {self.log_path or 'not kept; pass log_path'})")
-            if time.monotonic() > deadline:
-                self.stop(deleteIntfs=False)
-                raise SwitchProcessError(f"{self.name}: no gRPC on {self.grpc_address} after "
-                                         f"{self.start_timeout:.0f} s")
-            time.sleep(0.1)
+            await_grpc(self.proc, [self], self.start_timeout, self.process_name)
+        except SwitchProcessError:
+            stop_process(self.proc, STOP_TIMEOUT_S)
+            self.proc = None
+            raise
 
-    def _grpc_listening(self) -> bool:
+    def grpc_listening(self) -> bool:
         with socket.socket() as s:
             s.settimeout(0.2)
             return s.connect_ex(("127.0.0.1", self.grpc_port)) == 0
+
+    def reboot(self) -> None:
+        """A fresh switch process with empty tables, on the same ports (the caller programs
+        it again)."""
+        self.stop(deleteIntfs=False)
+        self.start([])
 
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 (Mininet's signature)
         """Terminate our own process (by PID), then let Mininet remove the interfaces."""

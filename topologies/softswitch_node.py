@@ -5,19 +5,36 @@ are topologies.p4switch.P4RuntimeSwitch), so a topology does not care which one 
 P4Runtime on 127.0.0.1:(GRPC_BASE_PORT + device_id), runtime control (set_queue_rate /
 set_queue_depth) on THRIFT_BASE_PORT + device_id, which here is the softswitch's JSON
 control socket instead of Thrift.
+
+Given a SoftSwitchProcess, a node does not start a process of its own: the group's one
+`python -m softswitch --switch ...` serves all its members once the last has started, and
+stopping any member stops that process (docs/decisions.md, "Many software switches per
+process"). Rebooting a member detaches it and starts a process of its own.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from p4rt import tls
 from p4rt.names import PRIORITY_QUEUES
 from softswitch.cli import ControlError, parse_command, request
 from topologies.credentials import RunCredentials
-from topologies.p4switch import P4RuntimeSwitch, SwitchProcessError, check_switch_args
+from topologies.p4switch import (
+    START_TIMEOUT_S,
+    STOP_TIMEOUT_S,
+    P4RuntimeSwitch,
+    SwitchProcessError,
+    await_grpc,
+    check_switch_args,
+    launch,
+    silence_kernel_ipv6,
+)
+from topologies.procs import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,16 +53,123 @@ def softswitch_command(device_id: int, ports: dict[int, str], grpc_port: int, th
         cmd += ["-i", f"{number}@{ifname}"]
     cmd += ["--no-p4", "--grpc-server-addr", f"127.0.0.1:{grpc_port}",
             "--priority-queues", str(priority_queues), "--log-level", log_level]
-    if credentials is not None:
-        cmd += [*tls.server_flags(credentials.directory),
-                "--control-token-file", str(credentials.token_file)]
-    return cmd
+    return cmd + _tls_flags(credentials)
+
+
+def _tls_flags(credentials: RunCredentials | None) -> list[str]:
+    if credentials is None:
+        return []
+    return [*tls.server_flags(credentials.directory),
+            "--control-token-file", str(credentials.token_file)]
+
+
+def group_command(members: dict[int, tuple[int, int, dict[int, str]]],
+                  priority_queues: int = PRIORITY_QUEUES, log_level: str = "warn",
+                  credentials: RunCredentials | None = None) -> list[str]:
+    """argv of one process serving many switches: {device_id: (grpc_port, control_port,
+    ports)}."""
+    cmd = [sys.executable, "-m", "softswitch"]
+    for device_id, (grpc_port, control_port, ports) in sorted(members.items()):
+        check_switch_args(device_id, grpc_port, control_port, priority_queues)
+        interfaces = ",".join(f"{n}@{name}" for n, name in sorted(ports.items()))
+        cmd += ["--switch", f"{device_id}:{grpc_port}:{control_port}:{interfaces}"]
+    return [*cmd, "--no-p4", "--priority-queues", str(priority_queues),
+            "--log-level", log_level, *_tls_flags(credentials)]
+
+
+class SoftSwitchProcess:
+    """One software-switch process for several SoftSwitch nodes (pass it as the nodes'
+    `switch_process`): started when the last member starts, stopped with the first."""
+
+    def __init__(self, label: str, log_path: str | None = None,
+                 credentials: RunCredentials | None = None,
+                 start_timeout: float = START_TIMEOUT_S) -> None:
+        self.label, self.log_path, self.credentials = label, log_path, credentials
+        self.start_timeout = start_timeout
+        self.members: list[SoftSwitch] = []
+        self.ready: dict[str, dict[int, str]] = {}
+        self.proc: subprocess.Popen | None = None
+
+    def add(self, node: SoftSwitch) -> None:
+        self.members.append(node)
+
+    def remove(self, node: SoftSwitch) -> None:
+        self.members.remove(node)
+        self.ready.pop(node.name, None)
+
+    def member_started(self, node: SoftSwitch, ports: dict[int, str]) -> None:
+        self.ready[node.name] = ports
+        if self.proc is None and len(self.ready) == len(self.members):
+            self._launch()
+
+    def _launch(self) -> None:
+        first = self.members[0]
+        cmd = group_command({m.device_id: (m.grpc_port, m.thrift_port, self.ready[m.name])
+                             for m in self.members}, first.priority_queues,
+                            "info" if self.log_path else "warn", self.credentials)
+        self.proc = launch(cmd, self.log_path, first.process_env())
+        try:
+            await_grpc(self.proc, self.members, self.start_timeout,
+                       f"softswitch process {self.label}")
+        except SwitchProcessError:
+            self.stop()
+            raise
+        for m in self.members:
+            m.proc = self.proc
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc, STOP_TIMEOUT_S)
+        self.proc = None
+        self.ready.clear()
+        for m in self.members:
+            m.proc = None
 
 
 class SoftSwitch(P4RuntimeSwitch):
-    """A softswitch process as a Mininet switch; kwargs in P4RuntimeSwitch."""
+    """A softswitch process as a Mininet switch; kwargs in P4RuntimeSwitch, plus
+    switch_process (SoftSwitchProcess | None): the process this switch shares."""
 
     process_name = "softswitch"
+
+    def __init__(self, name: str, device_id: int,
+                 switch_process: SoftSwitchProcess | None = None, **params) -> None:
+        super().__init__(name, device_id, **params)
+        self.switch_process = switch_process
+        if switch_process is not None:
+            switch_process.add(self)
+
+    def start(self, controllers) -> None:
+        if self.switch_process is None:
+            super().start(controllers)
+            return
+        ports = self._data_ports()
+        for ifname in ports.values():
+            silence_kernel_ipv6(ifname)
+        self.switch_process.member_started(self, ports)
+
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 (Mininet's signature)
+        if self.switch_process is not None:
+            self.switch_process.stop()
+        super().stop(deleteIntfs)
+
+    def reboot(self) -> None:
+        """A member leaves the shared process (its sockets and P4Runtime server closed there)
+        and starts a process of its own with empty tables; the others forward on."""
+        group = self.switch_process
+        if group is None or group.proc is None:
+            super().reboot()
+            return
+        self.cli(["detach"])
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while self.grpc_listening():
+            if time.monotonic() > deadline:
+                raise SoftSwitchError(f"{self.name}: still served by its process after detach")
+            time.sleep(0.02)
+        group.remove(self)
+        self.switch_process = None
+        self.proc = None
+        super().start([])
 
     def command(self, ports: dict[int, str]) -> list[str]:
         return softswitch_command(self.device_id, ports, self.grpc_port, self.thrift_port,
