@@ -7,7 +7,10 @@ A sender in namespace h1 blasts one uSID-routed MRC data frame as fast as it can
 switch port 1; the switch (programmed over P4Runtime like a T0: shift, forward to port
 2, no trimming) sends it to namespace h2, where a receiver counts delivered frames. The
 rate is taken between the first and last delivered frame. Also reported: the switch
-process's CPU use during the run, CPU time per delivered packet, and its VmRSS. With BMv2
+process's CPU use during the run, CPU time per delivered packet, kpps_per_core (thousands
+of delivered frames per CPU-second of the switch process, 1000 / cpu_us_per_packet: what
+one core would forward for the switch alone, however much of a shared machine the sender
+takes, so less noisy than delivered_pps), and its VmRSS. With BMv2
 installed (`both`, the default then) the targets run alternately, `--repeat` times each,
 side by side in one run; the summary gives each figure's median, min and max and the
 soft/BMv2 ratios of the medians. BMv2 runs the compiled p4src/ (compiled on demand) at the
@@ -157,6 +160,7 @@ def run_target(target: str, lab: VethLab, seconds: float) -> dict:
                 "delivered": got["count"], "lost": max(0, sent["count"] - got["count"]),
                 "delivered_pps": round(got["pps"]), "switch_cpu_cores": round(cpu, 2),
                 "cpu_us_per_packet": round(cpu_per_packet * 1e6, 1) if cpu_per_packet else None,
+                "kpps_per_core": round(1e-3 / cpu_per_packet, 1) if cpu_per_packet else None,
                 "rss_mb_idle": round(rss_idle / 1024, 1), "rss_mb_busy": round(rss_busy / 1024, 1)}
     finally:
         for h in helpers:
@@ -206,7 +210,8 @@ def receiver(seconds: float) -> dict:
     return {"count": count, "pps": pps}
 
 
-FIGURES = ("delivered_pps", "cpu_us_per_packet", "rss_mb_busy", "sent_pps", "lost")
+FIGURES = ("delivered_pps", "cpu_us_per_packet", "kpps_per_core", "rss_mb_busy", "sent_pps",
+           "lost")
 
 
 def summarise(runs: dict[str, list[dict]]) -> dict:
@@ -215,7 +220,7 @@ def summarise(runs: dict[str, list[dict]]) -> dict:
     for target, rows in runs.items():
         out[target] = {}
         for key in FIGURES:
-            values = sorted(r[key] for r in rows if r[key] is not None)
+            values = sorted(r[key] for r in rows if r.get(key) is not None)
             if values:
                 out[target][key] = {"median": statistics.median(values), "min": values[0],
                                     "max": values[-1]}

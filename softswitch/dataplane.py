@@ -43,6 +43,7 @@ TPACKET_STATS = struct.Struct("=II")  # tp_packets, tp_drops (reset by each read
 MAX_FRAME = 65535
 MAX_CONTROL_REQUEST = 4096
 TX_QUIET = (errno.ENOBUFS, errno.EAGAIN, errno.EMSGSIZE)  # counted, not logged
+_monotonic = time.monotonic  # one global load per frame instead of a module attribute too
 
 
 class Dataplane:
@@ -131,15 +132,23 @@ class Dataplane:
 
     def close(self) -> None:
         """Close this switch's sockets (and the loop, if it is this switch's own)."""
-        for sock in list(self._registered.values()):
-            self.unregister(sock)
+        for sock in self.release():
             sock.close()
+        if self._owns_loop:
+            self.loop.close()
+
+    def release(self) -> list[socket.socket]:
+        """Take this switch's sockets off the loop and hand them to the caller to close:
+        closing a packet socket waits for an RCU grace period (about 12 ms), so a process
+        of hundreds of ports closes them side by side (softswitch.__main__)."""
+        socks = list(self._registered.values())
+        for sock in socks:
+            self.unregister(sock)
         for pending in self._pending:
             pending.close()
         self._pending.clear()
         self.loop.mark_idle(self)
-        if self._owns_loop:
-            self.loop.close()
+        return socks
 
     # ---- the loop's view of this switch's queues (softswitch.loop.Paced) -----------
 
@@ -208,15 +217,25 @@ class Dataplane:
         if q is None:
             self.stats["no_port"] += 1
             return
-        now = time.monotonic()
-        if not q.occupancy and q.pass_through(priority, now):
-            pipeline.egress(out_port, priority, 0, 0)
-            self._send(out_port, out)
+        now = _monotonic()
+        if q.occupancy or not q.pass_through(priority, now):
+            if q.enqueue(priority, out, pipeline, now) is None:
+                self.stats["tail_drop"] += 1
+                return
+            self._drain(out_port, q, now)
             return
-        if q.enqueue(priority, out, pipeline, now) is None:
-            self.stats["tail_drop"] += 1
+        # the frame leaves at once: _send, inlined, as this is every frame's path on a
+        # switch whose ports keep up
+        pipeline.egress(out_port, priority, 0, 0)
+        sock = self.socks.get(out_port)
+        if sock is None:
             return
-        self._drain(out_port, q, now)
+        try:
+            sock.send(out)
+        except OSError as err:
+            self._send_failed(out_port, err)
+            return
+        self.stats["tx"] += 1
 
     def _send(self, port: int, frame: bytearray) -> None:
         sock = self.socks.get(port)
@@ -224,11 +243,15 @@ class Dataplane:
             return
         try:
             sock.send(frame)
-            self.stats["tx"] += 1
         except OSError as err:
-            self.stats["tx_error"] += 1
-            if err.errno not in TX_QUIET:
-                log.warning("port %d send error: %s", port, err)
+            self._send_failed(port, err)
+            return
+        self.stats["tx"] += 1
+
+    def _send_failed(self, port: int, err: OSError) -> None:
+        self.stats["tx_error"] += 1
+        if err.errno not in TX_QUIET:
+            log.warning("port %d send error: %s", port, err)
 
     def _drain(self, port: int, q: PortQueues, now: float) -> None:
         while True:

@@ -75,10 +75,24 @@ _USID_MASK = (1 << USID_BITS) - 1
 
 
 ROUTE_CACHE_SIZE = 4096  # decisions kept per pipeline; a full cache starts over (hostile input)
-_USID_KEY = struct.Struct("!Q")  # block + active uSID + next uSID: all the uSID path reads
-assert _USID_KEY.size == USID_MATCH_LEN + USID_LEN
+# The outer destination as two 64-bit halves: the high one (block + active uSID + next uSID)
+# is all the uSID path reads, and keys its cache.
+_DST = struct.Struct("!QQ")
+assert _DST.size == IPV6_ADDR_LEN and USID_MATCH == OUTER_DST
+assert USID_MATCH_LEN + USID_LEN == 8
+# One read of every field the parser extracts from an Ethernet / IPv6 / IPv6 / UDP frame:
+# EtherType; outer word, payload length, next header, hop limit; destination halves; inner
+# version byte and next header; UDP ports; BTH opcode.
+_HEAD = struct.Struct(
+    f"!{ETH_TYPE}xHIHBB{OUTER_DST - OUTER - 8}xQQB{INNER_NEXT_HEADER - INNER - 1}xB"
+    f"{_L4_AFTER_INNER - INNER_NEXT_HEADER - 1}xHH{UDP_LEN - 4}xB")
+assert OUTER == ETH_TYPE + 2 and INNER == _DST_END and _HEAD.size == _L4_AFTER_INNER + UDP_LEN + 1
+_HEAD_MIN = _L4_AFTER_INNER + UDP_LEN + _DATA_HEADERS  # no length check can fail from here
+_SHORT = (-1,) + (0,) * 11  # what a shorter frame "reads": not IPv6, so _parse decides
+# The shift rewrites the uSIDs from the active one on: the next uSID, the low half, zeros.
+_SHIFTED = struct.Struct("!HQH")
+assert _SHIFT_TO + _SHIFTED.size == _DST_END and _SHIFT_FROM == OUTER_DST + 8 - USID_LEN
 _NO_ROUTE = (None, False, None, None)  # my_usid miss: the LPM path, per frame
-_ZERO_USID = bytes(USID_LEN)
 _NO_TRIM = (1 << N.QDEPTH_BITS) - 1
 _MISS = object()
 
@@ -133,9 +147,82 @@ class Pipeline:
         return result[0], result[1], bytes(result[2])
 
     def forward(self, out: bytearray, in_port: int) -> tuple[int, int, bytearray] | None:
-        """ingress() on a frame the caller gives up: rewritten in place and returned."""
+        """ingress() on a frame the caller gives up: rewritten in place and returned.
+
+        A frame long enough for every header the parser may extract, Ethernet, outer and
+        inner IPv6 and UDP (what the data path carries), is parsed with one struct read;
+        any other goes through _parse, the parser step by step. Past the parser both are
+        one path, so they reach the same decisions, counters and drop reasons."""
         n = len(out)
-        # ---- parser (parser.p4); a frame ending inside a header is a parser error
+        eth_type, word, payload_len, next_hdr, hop_limit, key, low, inner, l4_proto, sport, \
+            dport, opcode = _HEAD.unpack_from(out) if n >= _HEAD_MIN else _SHORT
+        if eth_type == ETH_TYPE_IPV6 and next_hdr == IPPROTO_IPV6 and l4_proto == IPPROTO_UDP:
+            reth = dport == ROCE_UDP_PORT and opcode in DATA_OPCODES
+            if word >> 28 != 6 or inner >> 4 != 6 or n < INNER + payload_len:
+                return self._drop(N.DROP_MALFORMED)
+            if hop_limit < MIN_HOP_LIMIT:
+                return self._drop(N.DROP_HOP_LIMIT)
+        else:
+            parsed = self._parse(out, n)
+            if parsed is None:
+                return None
+            word, next_hdr, hop_limit, sport, dport, reth, key, low = parsed
+        generation = self.state.generation
+        if generation != self._generation:
+            self._clear_caches(generation)
+        route = self._routes.get(key)
+        if route is None:
+            route = self._usid_route(key)
+        entry, shift, hop, next_hop = route
+        if entry is not None:
+            entry.packets += 1
+            entry.bytes += n
+            if hop is None:
+                return self._drop(N.DROP_UNKNOWN_USID)
+            if shift:  # the uSIDs after the active one move up by one; zeros come in last
+                _SHIFTED.pack_into(out, _SHIFT_TO, key & _USID_MASK, low, 0)
+            hop.packets += 1
+            hop.bytes += n
+        else:
+            next_hop = self._lpm_route(out, n, word, next_hdr, sport, dport, key << 64 | low)
+            if next_hop is None:
+                return None
+        port, mac_from, mac_to, macs, cfg, configured, host_facing, ecn_enabled, \
+            trim_threshold, ecn_threshold, least = next_hop
+        # ---- forward: next-hop and port MACs, hop limit, port config, trimming / ECN
+        if macs:
+            out[mac_from:mac_to] = macs
+        out[OUTER_HOP_LIMIT] = hop_limit - 1
+        if cfg is not None:
+            cfg.packets += 1
+            cfg.bytes += n
+        tc = (word >> TC_SHIFT) & 0xFF
+        dscp = tc >> 2
+        high = dscp in HIGH_PRIORITY_DSCPS
+        if configured:  # the thresholds apply (below the lower of the two, neither does)
+            depth = self.qdepth[port] if port < len(self.qdepth) else 0
+            if depth >= least:
+                ecn = tc & 3
+                if (depth >= trim_threshold and reth and next_hdr == IPPROTO_IPV6
+                        and dscp in TRIMMABLE_DSCPS and n > TRIMMED_FRAME_LEN):
+                    trim_frame(out)
+                    dscp = DSCP_TRIMMED_LASTHOP if host_facing else DSCP_TRIMMED
+                    self._set_tc(out, word, dscp, ecn)
+                    self.trims[port][0] += 1
+                    high = True
+                elif (depth >= ecn_threshold and not high and ecn_enabled and not host_facing
+                      and ecn in ECT_CODES):
+                    self._set_tc(out, word, dscp, ECN_CE)
+                    self.ecn_marks[port][0] += 1
+        if port == DROP_PORT:
+            return None
+        return port, (_HIGH if high else _DATA), out
+
+    def _parse(self, out: bytearray, n: int) -> tuple | None:
+        """parser.p4 and the first if-chain of ingress.p4, header by header, for the frames
+        forward's single read does not cover: (word, next header, hop limit, ports, RETH
+        present, uSID key, low 64 bits of the destination), or None when dropped (counted).
+        A frame ending inside a header is a parser error."""
         if n < ETH_LEN:
             return self._drop(N.DROP_MALFORMED)
         if out[ETH_TYPE] != _ETH_TYPE_HI or out[ETH_TYPE + 1] != _ETH_TYPE_LO:
@@ -176,71 +263,33 @@ class Pipeline:
             return self._drop(N.DROP_MALFORMED)
         if hop_limit < MIN_HOP_LIMIT:
             return self._drop(N.DROP_HOP_LIMIT)
-        generation = self.state.generation
-        if generation != self._generation:
-            self._routes.clear()
-            self._lpm.clear()
-            self._next_hops.clear()
-            self._generation = generation
-        key = _USID_KEY.unpack_from(out, USID_MATCH)[0]
-        route = self._routes.get(key)
-        if route is None:
-            route = self._usid_route(key)
-        entry, shift, hop, next_hop = route
-        if entry is not None:
-            entry.packets += 1
-            entry.bytes += n
-            if hop is None:
-                return self._drop(N.DROP_UNKNOWN_USID)
-            if shift:
-                out[_SHIFT_TO:_DST_END] = out[_SHIFT_FROM:_DST_END] + _ZERO_USID
-            hop.packets += 1
-            hop.bytes += n
-        else:
-            dst = int.from_bytes(out[OUTER_DST:_DST_END], "big")
-            hop = self._lpm.get(dst)
-            if hop is None:
-                hop = self._lpm_lookup(dst)
-            if hop is _MISS:
-                return self._drop(N.DROP_NO_ROUTE)
-            hop.packets += 1
-            hop.bytes += n
-            action = self._select(hop.action, out, word, next_hdr, sport, dport)
-            if action is None:
-                self.empty_group += 1
-                return None
-            next_hop = self._next_hops.get(action)
-            if next_hop is None:
-                next_hop = self._next_hops[action] = self._next_hop(action)
-        port, mac_from, mac_to, macs, cfg, configured, host_facing, ecn_enabled, \
-            trim_threshold, ecn_threshold = next_hop
-        # ---- forward: next-hop and port MACs, hop limit, port config, trimming / ECN
-        if macs:
-            out[mac_from:mac_to] = macs
-        out[OUTER_HOP_LIMIT] = hop_limit - 1
-        if cfg is not None:
-            cfg.packets += 1
-            cfg.bytes += n
-        tc = (word >> TC_SHIFT) & 0xFF
-        dscp = tc >> 2
-        high = dscp in HIGH_PRIORITY_DSCPS
-        if configured:  # the thresholds apply
-            depth = self.qdepth[port] if port < len(self.qdepth) else 0
-            ecn = tc & 3
-            if (depth >= trim_threshold and reth and next_hdr == IPPROTO_IPV6
-                    and dscp in TRIMMABLE_DSCPS and n > TRIMMED_FRAME_LEN):
-                trim_frame(out)
-                dscp = DSCP_TRIMMED_LASTHOP if host_facing else DSCP_TRIMMED
-                self._set_tc(out, word, dscp, ecn)
-                self.trims[port][0] += 1
-                high = True
-            elif (depth >= ecn_threshold and not high and ecn_enabled and not host_facing
-                  and ecn in ECT_CODES):
-                self._set_tc(out, word, dscp, ECN_CE)
-                self.ecn_marks[port][0] += 1
-        if port == DROP_PORT:
+        return (word, next_hdr, hop_limit, sport, dport, reth) + _DST.unpack_from(out, OUTER_DST)
+
+    def _clear_caches(self, generation: int) -> None:
+        """A Write moved the state's generation: every cached lookup may be stale."""
+        self._routes.clear()
+        self._lpm.clear()
+        self._next_hops.clear()
+        self._generation = generation
+
+    def _lpm_route(self, out: bytearray, n: int, word: int, next_hdr: int, sport: int,
+                   dport: int, dst: int) -> tuple | None:
+        """routing_v6 (not one of my uSIDs): the next hop, or None when dropped (counted)."""
+        hop = self._lpm.get(dst)
+        if hop is None:
+            hop = self._lpm_lookup(dst)
+        if hop is _MISS:
+            return self._drop(N.DROP_NO_ROUTE)
+        hop.packets += 1
+        hop.bytes += n
+        action = self._select(hop.action, out, word, next_hdr, sport, dport)
+        if action is None:
+            self.empty_group += 1
             return None
-        return port, (_HIGH if high else _DATA), out
+        next_hop = self._next_hops.get(action)
+        if next_hop is None:
+            next_hop = self._next_hops[action] = self._next_hop(action)
+        return next_hop
 
     def _usid_route(self, key: int) -> tuple:
         """The cached part of the uSID path for one key (see forward)."""
@@ -280,11 +329,13 @@ class Pipeline:
             dmac = mac.to_bytes(MAC_LEN, "big")
         cfg = self.port_config.exact.get((port,))
         if cfg is None or cfg.action[0] != self.set_port_config:
-            return port, ETH_DST, ETH_DST + len(dmac), dmac, cfg, False, 0, 0, _NO_TRIM, _NO_TRIM
+            return (port, ETH_DST, ETH_DST + len(dmac), dmac, cfg, False, 0, 0, _NO_TRIM,
+                    _NO_TRIM, _NO_TRIM)
         host_facing, ecn_enabled, trim_threshold, ecn_threshold, smac = cfg.action[1]
         macs = dmac + smac.to_bytes(MAC_LEN, "big")  # ETH_SRC follows ETH_DST
         return (port, ETH_SRC + MAC_LEN - len(macs), ETH_SRC + MAC_LEN, macs, cfg, True,
-                host_facing, ecn_enabled, trim_threshold, ecn_threshold)
+                host_facing, ecn_enabled, trim_threshold, ecn_threshold,
+                min(trim_threshold, ecn_threshold))
 
     @staticmethod
     def _set_tc(out: bytearray, word: int, dscp: int, ecn: int) -> None:

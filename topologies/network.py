@@ -45,6 +45,7 @@ from controller.tables import check_links, link_key
 from fabric.topology import TopologyError
 from host_agent.modes import MRC_MODE, ROCE, AgentMode
 from p4rt.names import PRIORITY_HIGH
+from topologies import fabricnet
 from topologies.agents import (
     AgentError,
     AgentProcess,
@@ -69,8 +70,7 @@ from topologies.runstate import (
     kill_all,
     wait_interfaces_gone,
 )
-from topologies.softswitch_node import SoftSwitch, SoftSwitchProcess
-from topologies.targets import resolve, switch_class
+from topologies.targets import resolve
 
 # Drops every frame sent (limit 0 also disables the empty-queue bypass); see _set_link.
 BLACKHOLE_QDISC = "pfifo limit 0"
@@ -179,34 +179,16 @@ class MrcNetwork:
                  f"agents {t3 - t2:.1f} s)")
 
     def _build(self) -> None:
-        cls = switch_class(self.target)
-        self.net = Mininet(topo=None, controller=None, build=False, autoSetMacs=False,
-                           autoStaticArp=False, waitConnected=False)
-        groups = self._switch_processes() if cls is SoftSwitch else {}
-        for sw in self.fabric.switches:
-            extra = {"switch_process": groups[sw.plane]} if groups else {}
-            self.net.addSwitch(sw.name, cls=cls, device_id=sw.device_id,
-                               log_path=str(self.workdir / f"{sw.name}.log"),
-                               credentials=self.credentials, **extra)
-        for h in range(self.fabric.hosts):
-            self.net.addHost(self.fabric.host_name(h), cls=Host, ip=None)
-        for lk in self.fabric.links:
-            self.net.addLink(lk.a, lk.b, port1=lk.a_port, port2=lk.b_port,
-                             addr1=self._mac(lk.a, lk.a_port), addr2=self._mac(lk.b, lk.b_port))
-        self.net.build()
-        self.net.start()  # each switch node silences the kernel's IPv6 on its ports
+        self.net = fabricnet.add_nodes(self.config, self.target, self.workdir,
+                                       self.credentials)
         self.record_pids()
+        try:
+            fabricnet.start(self.net, self.fabric)
+        finally:
+            self.record_pids()
         if self.config.pace_nics and self.config.port_rate_pps is not None:
             for h in range(self.fabric.hosts):
                 pace_nics(self._host_node(h), self.fabric, h, self.config.port_rate_pps)
-
-    def _switch_processes(self) -> dict[int, SoftSwitchProcess]:
-        """Plane -> the software-switch process serving it: planes dealt round-robin to
-        config.soft_processes processes, so a packet's hops inside a plane stay in one."""
-        count = min(self.config.soft_processes, self.fabric.planes)
-        procs = [SoftSwitchProcess(f"{i}", str(self.workdir / f"softswitch-{i}.log"),
-                                   self.credentials) for i in range(count)]
-        return {plane: procs[plane % count] for plane in range(self.fabric.planes)}
 
     def record_pids(self) -> None:
         """Record every process this run owns (for a second Ctrl-C and for the next start);
@@ -230,11 +212,6 @@ class MrcNetwork:
         self._killed = True
         if self._in_mininet_stop:
             raise _MininetAbandoned
-
-    def _mac(self, node: str, port: int) -> str:
-        if node in self.fabric.by_name:
-            return self.fabric.by_name[node].mac
-        return self.fabric.nic(int(node[1:]), port).mac
 
     def _set_queues(self, name: str) -> None:
         """Data queues at the port rate; the high-priority queue CONTROL_RATE_FACTOR faster."""
@@ -305,6 +282,8 @@ class MrcNetwork:
             else:
                 self._in_mininet_stop = True
                 try:
+                    fabricnet.stop_switches(self.net)
+                    fabricnet.remove_links(self.net)
                     self.net.stop()  # switch processes by PID (node.stop), veths, host shells
                 except _MininetAbandoned:
                     errors.append("second interrupt: Mininet stop abandoned, swept by PID and "

@@ -98,24 +98,29 @@ class SoftSwitchProcess:
         self.ready.pop(node.name, None)
 
     def member_started(self, node: SoftSwitch, ports: dict[int, str]) -> None:
+        """Launch the process once every member has its ports (without waiting for it:
+        wait_ready, which Mininet's batchStartup calls, so processes start side by side)."""
         self.ready[node.name] = ports
         if self.proc is None and len(self.ready) == len(self.members):
-            self._launch()
+            first = self.members[0]
+            cmd = group_command({m.device_id: (m.grpc_port, m.thrift_port, self.ready[m.name])
+                                 for m in self.members}, first.priority_queues,
+                                "info" if self.log_path else "warn", self.credentials)
+            self.proc = launch(cmd, self.log_path, first.process_env())
+            for m in self.members:
+                m.proc = self.proc
 
-    def _launch(self) -> None:
-        first = self.members[0]
-        cmd = group_command({m.device_id: (m.grpc_port, m.thrift_port, self.ready[m.name])
-                             for m in self.members}, first.priority_queues,
-                            "info" if self.log_path else "warn", self.credentials)
-        self.proc = launch(cmd, self.log_path, first.process_env())
+    def wait_ready(self) -> None:
+        """Every member's P4Runtime server accepts connections (else stop and raise)."""
+        if self.proc is None:
+            raise SwitchProcessError(f"softswitch process {self.label} was not started: "
+                                     f"{len(self.ready)} of {len(self.members)} members ready")
         try:
             await_grpc(self.proc, self.members, self.start_timeout,
                        f"softswitch process {self.label}")
         except SwitchProcessError:
             self.stop()
             raise
-        for m in self.members:
-            m.proc = self.proc
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -147,6 +152,16 @@ class SoftSwitch(P4RuntimeSwitch):
         for ifname in ports.values():
             silence_kernel_ipv6(ifname)
         self.switch_process.member_started(self, ports)
+
+    @classmethod
+    def batchStartup(cls, switches: tuple[SoftSwitch, ...]) -> tuple[SoftSwitch, ...]:  # noqa: N802
+        """Mininet's hook after every start(): wait for the shared processes, all launched
+        by now, together."""
+        groups = {id(s.switch_process): s.switch_process for s in switches
+                  if s.switch_process is not None}
+        for group in groups.values():
+            group.wait_ready()
+        return switches
 
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 (Mininet's signature)
         if self.switch_process is not None:

@@ -1,0 +1,105 @@
+"""The Mininet objects of a fabric: nodes, batched veths, shared software-switch processes.
+
+MrcNetwork asks for a started Mininet here and gives it back here; what costs time per switch
+and per link at scale is done in bulk: every veth pair in one `ip -batch` (topologies.veths),
+software switches dealt to one process per CPU (topologies.softswitch_node.SoftSwitchProcess),
+switch processes told to stop all at once and then waited for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mininet.net import Mininet
+from mininet.node import Host
+
+from fabric.topology import Fabric
+from topologies.credentials import RunCredentials
+from topologies.netconfig import NetworkConfig
+from topologies.p4switch import STOP_TIMEOUT_S
+from topologies.procs import stop_process
+from topologies.softswitch_node import SoftSwitch, SoftSwitchProcess
+from topologies.targets import switch_class
+from topologies.veths import PrebuiltIntf, PrebuiltLink, VethPair, create_pairs, delete_pairs
+
+
+def node_mac(fabric: Fabric, node: str, port: int) -> str:
+    if node in fabric.by_name:
+        return fabric.by_name[node].mac
+    return fabric.nic(int(node[1:]), port).mac
+
+
+def switch_processes(fabric: Fabric, count: int, workdir: Path,
+                     credentials: RunCredentials | None) -> dict[int, SoftSwitchProcess]:
+    """Plane -> the software-switch process serving it: planes dealt round-robin to `count`
+    processes, so a packet's hops inside a plane stay in one."""
+    count = min(count, fabric.planes)
+    procs = [SoftSwitchProcess(f"{i}", str(workdir / f"softswitch-{i}.log"), credentials)
+             for i in range(count)]
+    return {plane: procs[plane % count] for plane in range(fabric.planes)}
+
+
+def veth_pairs(fabric: Fabric, net: Mininet) -> list[VethPair]:
+    """One pair per fabric link, its switch end first (switches live in the root namespace)."""
+    pairs = []
+    for lk in fabric.links:
+        (sw, sw_port), (other, other_port) = ((lk.a, lk.a_port), (lk.b, lk.b_port)) \
+            if lk.a in fabric.by_name else ((lk.b, lk.b_port), (lk.a, lk.a_port))
+        netns = None if other in fabric.by_name else net[other].pid
+        pairs.append(VethPair(f"{sw}-eth{sw_port}", node_mac(fabric, sw, sw_port),
+                              f"{other}-eth{other_port}", node_mac(fabric, other, other_port),
+                              netns))
+    return pairs
+
+
+def add_nodes(config: NetworkConfig, target: str, workdir: Path,
+              credentials: RunCredentials | None) -> Mininet:
+    """A Mininet with the fabric's switch and host nodes (host shells running, no links)."""
+    fabric = config.fabric
+    cls = switch_class(target)
+    net = Mininet(topo=None, controller=None, build=False, autoSetMacs=False,
+                  autoStaticArp=False, waitConnected=False)
+    groups = switch_processes(fabric, config.soft_processes, workdir, credentials) \
+        if cls is SoftSwitch else {}
+    for sw in fabric.switches:
+        extra = {"switch_process": groups[sw.plane]} if groups else {}
+        net.addSwitch(sw.name, cls=cls, device_id=sw.device_id,
+                      log_path=str(workdir / f"{sw.name}.log"), credentials=credentials,
+                      **extra)
+    for h in range(fabric.hosts):
+        net.addHost(fabric.host_name(h), cls=Host, ip=None)
+    return net
+
+
+def start(net: Mininet, fabric: Fabric) -> None:
+    """Links made and switch processes up (not yet programmed). On failure the caller stops
+    `net` (stop_switches, remove_links, net.stop)."""
+    pairs = veth_pairs(fabric, net)
+    net.pairs = pairs  # type: ignore[attr-defined] (teardown needs them if start fails)
+    create_pairs(pairs, {h.pid: h for h in net.hosts})
+    for lk in fabric.links:
+        net.addLink(lk.a, lk.b, port1=lk.a_port, port2=lk.b_port, cls=PrebuiltLink,
+                    intf=PrebuiltIntf, addr1=node_mac(fabric, lk.a, lk.a_port),
+                    addr2=node_mac(fabric, lk.b, lk.b_port))
+    net.build()
+    net.start()  # each switch node silences the kernel's IPv6 on its ports
+
+
+def stop_switches(net: Mininet) -> None:
+    """Every switch process told to stop at once, then each waited for (by its PID)."""
+    procs = {}
+    for node in net.switches:
+        proc = getattr(node, "proc", None)
+        if proc is not None and proc.poll() is None:
+            procs[proc.pid] = proc
+    for proc in procs.values():
+        proc.terminate()
+    for proc in procs.values():
+        stop_process(proc, STOP_TIMEOUT_S)
+    for node in net.switches:
+        node.stop(deleteIntfs=False)  # reaped above: forgets the process, stops no other
+
+
+def remove_links(net: Mininet) -> None:
+    """The fabric's veths in one batch (Mininet's links then delete nothing themselves)."""
+    delete_pairs(getattr(net, "pairs", []))
