@@ -1,10 +1,11 @@
 """Benchmarks: MRC against RoCE-like QPs, kernel TCP and MPTCP on the emulated fabric.
 
     sudo .venv/bin/python -m bench SCENARIO|all [--quick] [--out DIR] [--target soft|bmv2|auto]
-        [--rate PPS|auto] [--contenders LIST]
+        [--rate PPS|auto] [--contenders LIST] [--fabric NAME] [--planes N --t0 N --t1 N ...]
 
 Scenarios: permutation, link-failure, plane-failure, switch-reboot, flap, incast, allreduce,
-loss, victim, startup.
+loss, victim, startup. Each has a fabric of its own; --fabric (fabric.options, as on every
+entry point) runs them all on the one named, except victim, whose incast names its hosts.
 Writes DIR/results.json (default results/<UTC timestamp>/), DIR/summary.md and PNG plots;
 docs/benchmarks.md explains every figure. Needs root (Mininet). Only one emulated fabric can
 run on a machine at a time (interface names are global); the bench waits for a busy one.
@@ -34,6 +35,8 @@ from tqdm import tqdm  # noqa: E402
 from bench import calibrate, paper, plots, results, scenarios  # noqa: E402
 from bench.runner import CONTENDERS  # noqa: E402
 from bench.scenarios import FULL, QUICK, Context  # noqa: E402
+from fabric.options import add_fabric_args, named_fabric  # noqa: E402
+from fabric.topology import TopologyError  # noqa: E402
 from topologies.netconfig import (  # noqa: E402
     DEFAULT_PORT_RATE_PPS,
     DEFAULT_RX_HOLD_MS,
@@ -61,7 +64,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "with frames they read their NICs again only MS later unless a timer is "
                    "due (host_agent.loop; default %(default)g; 0: off)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
+    add_fabric_args(p, default=None)
     args = p.parse_args(argv)
+    try:
+        args.fabric_model = named_fabric(args)
+    except TopologyError as exc:
+        p.error(str(exc))
     if not 0.0 <= args.rx_hold_ms <= MAX_RX_HOLD_MS:
         p.error(f"--rx-hold-ms {args.rx_hold_ms}: use 0 (off) to {MAX_RX_HOLD_MS:g} ms")
     if args.rate != "auto":
@@ -116,14 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(runs_expected(n, sizes, args.contenders) for n in names)
     calibration = None
     if args.rate == "auto":
-        calibration = calibrate.calibrate(args.target, sizes.perm_fabric, print,
-                                          args.rx_hold_ms)
+        calibration = calibrate.calibrate(args.target, args.fabric_model or sizes.perm_fabric,
+                                          print, args.rx_hold_ms)
         args.rate = calibration["rate_pps"]
     run = {"schema": results.SCHEMA, "command": ["python", "-m", "bench", *(argv or sys.argv[1:])],
            "started": started.isoformat(timespec="seconds"), "quick": args.quick,
            "target": args.target, "contenders": list(args.contenders),
            "environment": results.environment(), "sizes": asdict(sizes), "rate_pps": args.rate,
-           "rx_hold_ms": args.rx_hold_ms,
+           "rx_hold_ms": args.rx_hold_ms, "fabric_option": args.fabric,
            "calibration": calibration, "paper": paper.PAPER, "scenarios": {}}
     with tqdm(total=total, unit="run", disable=args.no_progress, file=sys.stderr) as bar:
         def tick(what: str) -> None:
@@ -136,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             bar.set_description(name)
             ctx = Context(sizes, args.target, log, tick, args.contenders, args.rate,
-                          args.rx_hold_ms)
+                          args.rx_hold_ms, args.fabric_model)
             began, cpu = time.monotonic(), results.cpu_times()
             try:
                 sc = SCENARIOS[name](ctx)

@@ -53,7 +53,7 @@ PAPER = {
 def loss(ctx: Context) -> dict[str, Any]:
     """One flow h0 -> h3 across spines with every switch port dropping 1% (topologies.impair):
     goodput / capacity per contender."""
-    fabric = Fabric(planes=4, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=2)
+    fabric = ctx.fabric_for(Fabric(planes=4, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=2))
     why = loss_unavailable()
     if why:
         return {"skipped": why, "contenders": {}, "figures": {}, "targets": [],
@@ -138,7 +138,7 @@ def _victim_figures(clean: dict[str, Any], mixed: dict[str, Any]) -> dict[str, A
 def startup(ctx: Context) -> dict[str, Any]:
     """Fresh QPs, then every host writes to every other at once (an all-to-all job start):
     frames the switches dropped (not trimmed) while it ran, per QP and per host pair."""
-    fabric = STARTUP_FABRIC
+    fabric = ctx.fabric_for(STARTUP_FABRIC)
     specs = [FlowSpec(a, b, ctx.sizes.startup_bytes) for a in range(fabric.hosts)
              for b in range(fabric.hosts) if a != b]
     with open_fabric(ctx, fabric) as net:

@@ -83,6 +83,11 @@ class Context:
     contenders: tuple[str, ...] = CONTENDERS
     rate: int | None = DEFAULT_PORT_RATE_PPS  # port packets/s (bench --rate, or calibrated)
     rx_hold_ms: float = DEFAULT_RX_HOLD_MS  # the agents' interrupt moderation (--rx-hold-ms)
+    fabric: Fabric | None = None  # --fabric: every scenario's fabric (victim's excepted)
+
+    def fabric_for(self, own: Fabric) -> Fabric:
+        """The fabric a scenario runs on: the one named on the command line, else its own."""
+        return self.fabric or own
 
     def chosen(self, wanted: tuple[str, ...]) -> list[str]:
         """The scenario's contenders the user asked for, in the scenario's order."""
@@ -185,7 +190,7 @@ def completion(result: dict[str, Any], key: str = "max") -> float | None:
 def permutation(ctx: Context) -> dict[str, Any]:
     """Host i -> i + hosts/2 (always another T0, across spines), all at once, `salts` times
     with fresh QPs (new ECMP hashes) per contender; per-flow distributions pooled."""
-    fabric = ctx.sizes.perm_fabric
+    fabric = ctx.fabric_for(ctx.sizes.perm_fabric)
     shift = fabric.hosts // 2
     specs = [FlowSpec(i, (i + shift) % fabric.hosts, ctx.sizes.perm_bytes)
              for i in range(fabric.hosts)]
@@ -262,7 +267,7 @@ def _pool(run: dict[str, Any], per_flow_pps: list[float], specs: list[FlowSpec]
 # ---- failures on one flow ------------------------------------------------------------------
 
 def _failure_scenario(ctx: Context, kind: str) -> dict[str, Any]:
-    fabric = DEFAULT_FABRIC
+    fabric = ctx.fabric_for(DEFAULT_FABRIC)
     src, dst = 0, fabric.hosts - 1  # different T0s
     spec = FlowSpec(src, dst, ctx.sizes.flow_bytes)
     with open_fabric(ctx, fabric) as net:
@@ -391,7 +396,7 @@ def _contender_order(name: str) -> int:
 
 
 def incast(ctx: Context) -> dict[str, Any]:
-    fabric = ctx.sizes.incast_fabric
+    fabric = ctx.fabric_for(ctx.sizes.incast_fabric)
     receiver = 0
     senders = [h for h in range(fabric.hosts) if h != receiver]
     per = max(1, ctx.sizes.incast_bytes // len(senders))
@@ -440,7 +445,7 @@ def _lost(figures: dict[str, Any]) -> int | None:
 # ---- allreduce -----------------------------------------------------------------------------
 
 def allreduce(ctx: Context) -> dict[str, Any]:
-    fabric = DEFAULT_FABRIC
+    fabric = ctx.fabric_for(DEFAULT_FABRIC)
     steps = ctx.sizes.allreduce_steps
     fail_step = steps // 3
     with open_fabric(ctx, fabric) as net:

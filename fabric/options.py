@@ -31,23 +31,35 @@ SIZES = (("planes", "planes"), ("t0", "T0 (leaf) switches per plane"),
          ("t1", "T1 (spine) switches per plane"), ("hosts_per_t0", "hosts per T0 switch"))
 
 
-def add_fabric_args(p: argparse.ArgumentParser, default: str = "default") -> None:
-    """--fabric NAME and --planes/--t0/--t1/--hosts-per-t0 (each overriding the preset's)."""
+def add_fabric_args(p: argparse.ArgumentParser, default: str | None = "default") -> None:
+    """--fabric NAME and --planes/--t0/--t1/--hosts-per-t0 (each overriding the preset's).
+    default=None: an entry point whose commands have fabrics of their own (bench, sim) uses
+    them unless a fabric is named (named_fabric)."""
     names = ", ".join(f"{n} {'x'.join(map(str, s))}" for n, s in PRESETS.items())
     p.add_argument("--fabric", default=default, choices=sorted(PRESETS), metavar="NAME",
                    help=f"a named fabric, planes x T0 x T1 x hosts per T0 ({names}); "
-                        f"default %(default)s")
+                        + ("default %(default)s" if default else "default: each scenario's own"))
     for dest, what in SIZES:
         p.add_argument(f"--{dest.replace('_', '-')}", dest=dest, type=int, default=None,
                        help=f"{what} (default: the --fabric preset's)")
 
 
+def named_fabric(args: argparse.Namespace) -> Fabric | None:
+    """fabric_from_args, or None when neither a preset nor a size was given (on a parser
+    whose --fabric default is None)."""
+    if args.fabric is None and all(getattr(args, dest) is None for dest, _ in SIZES):
+        return None
+    return fabric_from_args(args)
+
+
 def fabric_from_args(args: argparse.Namespace) -> Fabric:
     """The fabric the options name; TopologyError (with Fabric's reason) if it cannot be."""
-    sizes = [given if (given := getattr(args, dest)) is not None else preset
-             for (dest, _), preset in zip(SIZES, PRESETS[args.fabric], strict=True)]
+    given = [getattr(args, dest) for dest, _ in SIZES]
+    preset = PRESETS[args.fabric or "default"]
+    sizes = [g if g is not None else p for g, p in zip(given, preset, strict=True)]
     try:
         return Fabric(*sizes)
     except TopologyError as exc:
         raise TopologyError(f"fabric {'x'.join(map(str, sizes))} "
-                            f"(--fabric {args.fabric} and the sizes given): {exc}") from None
+                            f"(--fabric {args.fabric or 'default'} and the sizes given): "
+                            f"{exc}") from None

@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from fabric.options import add_fabric_args, named_fabric
+from fabric.topology import TopologyError
 from sim.harness import SimSettings
 from sim.network import NetworkConfigError, QueueConfig
 from sim.scenarios import SCENARIOS, ScenarioError, run_scenario
@@ -31,6 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ecn-threshold", type=int, default=defaults.ecn_threshold)
     p.add_argument("--trim-threshold", type=int, default=defaults.trim_threshold)
     p.add_argument("--chunk", type=int, default=SimSettings.chunk, help="bytes per RDMA WRITE")
+    add_fabric_args(p, default=None)
     return p
 
 
@@ -68,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
                                seed=args.seed, chunk=args.chunk)
         if args.chunk < 1:
             raise ScenarioError("--chunk must be at least 1 byte")
-        result = run_scenario(args.scenario, size=args.size, settings=settings)
-    except (ScenarioError, NetworkConfigError) as exc:
+        result = run_scenario(args.scenario, size=args.size, settings=settings,
+                              fabric=named_fabric(args))
+    except (ScenarioError, NetworkConfigError, TopologyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(result) if args.json else _report(result))

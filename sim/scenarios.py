@@ -47,6 +47,18 @@ class Scenario:
     fabric: Fabric
     summary: str
     setup: Callable[[Harness, int], Finisher]
+    min_hosts: int = 2  # on another fabric (--fabric): the hosts its setup names
+    min_hosts_per_t0: int = 1
+
+    def refusal(self, fabric: Fabric) -> str | None:
+        """Why `fabric` cannot run this scenario, or None."""
+        if fabric.t0_per_plane < 2:
+            return f"{self.name} sends across spines: it needs at least 2 T0 switches per plane"
+        if fabric.hosts < self.min_hosts or fabric.hosts_per_t0 < self.min_hosts_per_t0:
+            return (f"{self.name} needs at least {self.min_hosts} hosts and "
+                    f"{self.min_hosts_per_t0} per T0; the fabric has {fabric.hosts} and "
+                    f"{fabric.hosts_per_t0}")
+        return None
 
 
 def _ideal_time(h: Harness) -> float:
@@ -215,23 +227,31 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "the sender's T0 loses its link to one spine on plane 0 mid-transfer", _link_failure),
     Scenario("plane-failure", DEFAULT_FABRIC,
              "the receiver's NIC link on plane 0 dies mid-transfer", _plane_failure),
-    Scenario("incast", INCAST_FABRIC, "8 senders write to one receiver at once", _incast),
+    Scenario("incast", INCAST_FABRIC, "8 senders write to one receiver at once", _incast,
+             min_hosts=9),
     Scenario("ecn", DEFAULT_FABRIC,
-             "background load congests one spine on every plane mid-transfer", _ecn),
+             "background load congests one spine on every plane mid-transfer", _ecn,
+             min_hosts_per_t0=2),
 )}
 
 
 def run_scenario(name: str, *, size: int = 32 * 1024 * 1024, settings: SimSettings | None = None,
-                 config: EndpointConfig | None = None) -> dict[str, Any]:
-    """Run one scenario to completion (or its time limit) and return its JSON-able result."""
+                 config: EndpointConfig | None = None,
+                 fabric: Fabric | None = None) -> dict[str, Any]:
+    """Run one scenario to completion (or its time limit) and return its JSON-able result;
+    `fabric` replaces the scenario's own (fabric.options: --fabric)."""
     scenario = SCENARIOS.get(name)
     if scenario is None:
         raise ScenarioError(f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}")
     if size < 1:
         raise ScenarioError(f"size must be at least 1 byte, got {size}")
     settings = settings or SimSettings()
+    f = fabric or scenario.fabric
+    refusal = scenario.refusal(f)
+    if refusal:
+        raise ScenarioError(refusal)
     wall = time.perf_counter()
-    h = Harness(scenario.fabric, settings, config)
+    h = Harness(f, settings, config)
     finish = scenario.setup(h, size)
     h.base_rtt = h.path_rtt(h.transfers[0].sender, h.transfers[0].receiver)
     h.capacity_log.clear()
@@ -244,7 +264,6 @@ def run_scenario(name: str, *, size: int = 32 * 1024 * 1024, settings: SimSettin
     goodput = total * 8 / duration if finished and duration > 0 else 0.0
     capacity = h.mean_capacity(end)
     ep = h.endpoint_totals()
-    f = scenario.fabric
     result: dict[str, Any] = {
         "scenario": name, "seed": settings.seed,
         "fabric": {"planes": f.planes, "t0_per_plane": f.t0_per_plane,

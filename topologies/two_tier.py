@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -146,7 +147,12 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     try:
-        sys.exit(main())
+        code = main()
     except KeyboardInterrupt:  # during start-up imports, before anything was started
         print("interrupted before the fabric started", file=sys.stderr)
-        sys.exit(130)
+        code = 130
+    # Everything is stopped. A Ctrl-C from here on has nothing to stop; left to Python, one
+    # that lands while the interpreter shuts down (its handlers reset to the default) would
+    # kill it with SIGINT instead of this exit code. An ignored signal is not reset.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)

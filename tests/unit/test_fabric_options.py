@@ -47,3 +47,19 @@ def test_entry_points_share_the_options(capsys) -> None:
     assert '"plane": 3' in capsys.readouterr().out
     args = agent_args(["--host", "0", "--socket", "/unused.sock", "--fabric", "hosts-16"])
     assert args.fabric == "hosts-16" and args.planes is None
+
+
+def test_bench_and_sim_use_their_own_fabrics_unless_one_is_named(capsys) -> None:
+    from bench.__main__ import parse_args as bench_args
+    from sim.__main__ import main as sim_main
+
+    assert bench_args(["permutation"]).fabric_model is None
+    named = bench_args(["permutation", "--fabric", "paths-32"]).fabric_model
+    assert (named.planes, named.t1_per_plane) == (4, 8)
+    assert bench_args(["permutation", "--t1", "4"]).fabric_model.t1_per_plane == 4
+    with pytest.raises(SystemExit):
+        bench_args(["permutation", "--planes", "17"])
+    assert sim_main(["clean", "--fabric", "paths-32", "--size", "200000", "--json"]) == 0
+    assert '"t1_per_plane": 8' in capsys.readouterr().out
+    assert sim_main(["incast", "--fabric", "default"]) == 2  # incast names hosts 1..8
+    assert "needs at least 9 hosts" in capsys.readouterr().err
