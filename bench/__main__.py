@@ -37,6 +37,7 @@ from bench.runner import CONTENDERS  # noqa: E402
 from bench.scenarios import FULL, QUICK, Context  # noqa: E402
 from fabric.options import add_fabric_args, named_fabric  # noqa: E402
 from fabric.topology import TopologyError  # noqa: E402
+from topologies import fidelity  # noqa: E402
 from topologies.netconfig import (  # noqa: E402
     DEFAULT_PORT_RATE_PPS,
     DEFAULT_RX_HOLD_MS,
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             bar.set_description(name)
             ctx = Context(sizes, args.target, log, tick, args.contenders, args.rate,
                           args.rx_hold_ms, args.fabric_model)
-            began, cpu = time.monotonic(), results.cpu_times()
+            began, cpu = time.monotonic(), fidelity.cpu_times()
             try:
                 sc = SCENARIOS[name](ctx)
                 sc.update(ok=_all_ok(sc), error=None if _all_ok(sc) else "a flow failed")
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(traceback.format_exc())
                 sc = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
             sc["wall_s"] = time.monotonic() - began
-            sc["cpu_busy"] = results.cpu_busy(cpu, results.cpu_times())
+            sc["cpu_busy"] = fidelity.cpu_busy(cpu, fidelity.cpu_times())
             run["scenarios"][name] = sc
             results.write(run, out)  # partial results survive a later crash or Ctrl-C
     path = results.write(run, out)

@@ -44,19 +44,6 @@ def environment() -> dict[str, Any]:
             "memory_bytes": mem_kb * 1024, "load_avg": list(os.getloadavg())}
 
 
-def cpu_times() -> tuple[int, int]:
-    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return sum(fields) - idle, sum(fields)
-
-
-def cpu_busy(before: tuple[int, int], after: tuple[int, int]) -> float | None:
-    """Fraction of all CPUs busy between two cpu_times() readings (anyone's processes)."""
-    total = after[1] - before[1]
-    return (after[0] - before[0]) / total if total > 0 else None
-
-
 def write(run: dict[str, Any], out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "results.json"
@@ -189,7 +176,7 @@ def _contender_table(contenders: dict[str, Any]) -> list[str]:
 
 
 def _fidelity(c: dict[str, Any]) -> str:
-    """The monitor's verdicts over a contender's runs (bench.fidelity), worst first."""
+    """The monitor's verdicts over a contender's runs (topologies.fidelity), worst first."""
     found = []
     for part in (c, c.get("clean", {}), c.get("failed", {}), *c.get("salts", [])):
         fid = part.get("fidelity") if isinstance(part, dict) else None

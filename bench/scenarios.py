@@ -13,9 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bench import metrics, results
+from bench import metrics
 from bench.allreduce import run_allreduce
-from bench.fidelity import EMULATION_BOUND, Monitor
 from bench.mrc_flows import FlowSpec
 from bench.runner import (
     CONTENDERS,
@@ -32,7 +31,9 @@ from bench.runner import (
     wait_fabric_quiet,
 )
 from fabric.topology import Fabric
+from topologies import fidelity
 from topologies.demo import routes_through
+from topologies.fidelity import EMULATION_BOUND, Monitor
 from topologies.netconfig import DEFAULT_PORT_RATE_PPS, DEFAULT_RX_HOLD_MS
 from topologies.network import MrcNetwork, NetworkConfig
 
@@ -133,14 +134,14 @@ def run_one(ctx: Context, net: MrcNetwork, name: str, specs: list[FlowSpec], tim
         ctx.tick(f"{name} skipped")
         return {"skipped": skip}
     quiet_after = wait_fabric_quiet(net)  # what the previous contender left has drained
-    cpu = results.cpu_times()
+    cpu = fidelity.cpu_times()
     monitor = Monitor(net)
     monitor.start()
     try:
         flows = run_contender(net, name, specs, timeout, injector.start if injector else None)
     finally:
-        fidelity = monitor.stop()
-    busy = results.cpu_busy(cpu, results.cpu_times())
+        verdict = monitor.stop()
+    busy = fidelity.cpu_busy(cpu, fidelity.cpu_times())
     info = injector.finish() if injector else None
     ctx.tick(name)
     payload = payload_bytes(name, flows)
@@ -151,7 +152,7 @@ def run_one(ctx: Context, net: MrcNetwork, name: str, specs: list[FlowSpec], tim
     if summary.get("aggregate_goodput_bps"):
         summary["aggregate_over_capacity"] = (summary["aggregate_goodput_bps"]
                                               / summary["capacity_bps"])
-    out: dict[str, Any] = {"flows": flows, "summary": summary, "fidelity": fidelity,
+    out: dict[str, Any] = {"flows": flows, "summary": summary, "fidelity": verdict,
                            "fabric_quiet_after_s": quiet_after}
     if info is not None:
         out["failure"] = info

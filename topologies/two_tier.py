@@ -20,8 +20,11 @@ Mininet CLI commands (after the demo, when stdin is a terminal; `mrc_help` lists
     mrc_write SRC DST BYTES [single]   mrc_link down|up A B    mrc_reboot SWITCH
     mrc_nic down|up HOST PLANE         mrc_stats [HOST] [json]
 
-Port rate: 500 packets/s per egress port and host NIC by default on the software switch,
-250 on BMv2, whose processes need more CPU (docs/decisions.md, "Port rate").
+Port rate: by default (--rate auto) the fabric first runs the demo's transfer with unlimited
+ports and the rate is 40% of what its busiest port sustained (topologies.calibration): the
+emulated links, not the CPUs, then set the pace, for this fabric, target and machine. The
+report says which rate was picked and why. --rate target takes the fixed 500 packets/s of the
+software switch or 250 of BMv2 (docs/decisions.md, "Port rate").
 Everything started is stopped by PID on exit, error or Ctrl-C; Mininet removes its
 veths and namespaces.
 """
@@ -29,6 +32,7 @@ veths and namespaces.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -62,10 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="two_tier.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fabric_args(p)
-    p.add_argument("--rate", type=int, default=None,
-                   help="egress rate of every switch port and host NIC, packets/s (default "
-                   f"{DEFAULT_PORT_RATE_PPS} on the software switch, {BMV2_PORT_RATE_PPS} on "
-                   "BMv2; 0 = unlimited, then the CPU is the bottleneck)")
+    p.add_argument("--rate", type=_rate, default="auto",
+                   help="egress rate of every switch port and host NIC, packets/s; 'auto' "
+                   "(the default) measures what this machine emulates faithfully for the "
+                   "fabric and target first (topologies.calibration); 'target' takes the "
+                   f"target's fixed rate ({DEFAULT_PORT_RATE_PPS} software switch, "
+                   f"{BMV2_PORT_RATE_PPS} BMv2); 0 = unlimited, then the CPU is the bottleneck")
     p.add_argument("--queue-depth", type=int, default=DEFAULT_QUEUE_DEPTH,
                    help="egress queue depth, packets (default %(default)s)")
     p.add_argument("--ecn-threshold", type=int, default=DEFAULT_ECN_THRESHOLD)
@@ -88,14 +94,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _rate(text: str) -> int | str:
+    if text in ("auto", "target"):
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give packets/s, 0, 'auto' or 'target'") \
+            from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value}: packets/s cannot be negative")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     _bootstrap()
     from mininet.log import setLogLevel
 
     from fabric.options import fabric_from_args
     from fabric.topology import Fabric, TopologyError
+    from topologies.calibration import AUTO, CalibrationError, calibrate_transfer
     from topologies.cli_commands import MrcCLI
-    from topologies.demo import format_report, run_demo
+    from topologies.demo import run_demo
+    from topologies.demoreport import format_report
     from topologies.netconfig import TARGET_RATE
     from topologies.network import MrcNetwork, NetworkConfig, NetworkError
     from topologies.runstate import terminate_as_interrupt
@@ -113,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.baseline:  # the conventional network: one plane of the same shape
             fabric = Fabric(1, fabric.t0_per_plane, fabric.t1_per_plane, fabric.hosts_per_t0)
         config = NetworkConfig(fabric=fabric, target=args.target,
-                               port_rate_pps=TARGET_RATE if args.rate is None
+                               port_rate_pps=TARGET_RATE if isinstance(args.rate, str)
                                else args.rate or None, queue_depth=args.queue_depth,
                                ecn_threshold=args.ecn_threshold,
                                trim_threshold=args.trim_threshold,
@@ -125,10 +146,15 @@ def main(argv: list[str] | None = None) -> int:
     terminate_as_interrupt()  # so the `with` block below cleans up on SIGTERM too
     workdir = Path(args.workdir) if args.workdir else None
     try:
+        rate_choice = None
+        if args.rate == AUTO:
+            rate_choice = calibrate_transfer(config, 0, fabric.hosts - 1, log)
+            config = dataclasses.replace(config, port_rate_pps=rate_choice["rate_pps"])
         with MrcNetwork(config, workdir=workdir, log=log) as net:
             net.start()
             if not args.no_demo:
                 report = run_demo(net, single_path=args.baseline, log=log)
+                report["rate_choice"] = rate_choice
                 log(format_report(report))
             if not args.no_cli and sys.stdin.isatty():
                 MrcCLI(net)
@@ -139,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: everything started was stopped", file=sys.stderr)
         return 130
-    except (NetworkError, TargetError, TopologyError, OSError) as exc:
+    except (NetworkError, TargetError, TopologyError, OSError, CalibrationError) as exc:
         print(f"two_tier.py: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("mininet.net", reason="topologies.demo imports Mininet")
 
-from topologies import demo  # noqa: E402
+from topologies import demo, demoreport  # noqa: E402
 
 QPN = 0x1234
 FAILED, HEALTHY = "fcbb:bbbb:100:200:101:e03::", "fcbb:bbbb:1100:1200:1101:1e03::"
@@ -54,7 +54,7 @@ def test_a_route_retired_before_the_failure_has_no_bypass_time() -> None:
     note = demo._no_bypass_note(r)
     assert "2 of its 2 EVs were already retired" in note and "path_dark" in note
     report = _report(bypass_s=None, bypass_note=note, retired=r)
-    text = demo.format_report(report)
+    text = demoreport.format_report(report)
     assert "time to bypass: not measured" in text and "0.0 ms" not in text
 
 
@@ -73,7 +73,7 @@ def test_goodput_after_the_failure_against_the_clean_goodput_before_it() -> None
     assert demo.rate_bps(samples, start - 1.0, fail) is None  # before the first sample
     checks = demo.demo_checks({"retired": {"healthy_routes": 0}, "goodput": gp})
     assert checks["no_healthy_route_retirements"] and not checks["goodput_after_failure_ok"]
-    text = demo.format_report(_report(goodput=gp, checks=checks))
+    text = demoreport.format_report(_report(goodput=gp, checks=checks))
     assert "= 50% of the 16.00 Mbit/s before it" in text
     assert "healthy-route EV retirements 0 (ok)" in text and "(FAIL: want >= 80%)" in text
 
@@ -110,7 +110,7 @@ def test_report_shows_the_rtt_tail_and_the_longest_pause_on_a_healthy_route() ->
                         "max": 184.0}
     report["max_delivery_pause_ms"] = {FAILED: 3156.6, HEALTHY: 357.7,
                                        "fcbb:bbbb:100:201:101:e03::": 121.0}
-    text = demo.format_report(report)
+    text = demoreport.format_report(report)
     assert "sender RTT samples 12000: P50 64, P99 131, P99.9 160, max 184 ms" in text
     assert f"healthy path: 358 ms ({HEALTHY};" in text and "3157" not in text
     assert "silence allowance is 16.5 ms" in text
@@ -120,5 +120,25 @@ def test_report_shows_the_rtt_tail_and_the_longest_pause_on_a_healthy_route() ->
 def test_report_says_whether_the_cpus_kept_up(share: float, verdict: str) -> None:
     report = _report()
     report["cpu_pressure"] = share
-    line = [x for x in demo.format_report(report).splitlines() if x.startswith("CPU pressure")]
+    text = demoreport.format_report(report)
+    line = [x for x in text.splitlines() if x.startswith("CPU pressure")]
     assert line == [line[0]] and f"{share:.0%} of the transfer" in line[0] and verdict in line[0]
+
+
+def test_an_emulation_bound_run_is_not_reported_as_a_protocol_result() -> None:
+    fidelity = {"verdict": "emulation-bound", "why": "CPUs 97% busy while ..."}
+    assert demo.emulation_bound(fidelity, None)
+    assert demo.emulation_bound({"verdict": "faithful"}, 0.9)  # PSI alone suffices
+    assert not demo.emulation_bound({"verdict": "faithful"}, 0.1)
+    gp = {"after_failure_of_clean": 0.95}
+    checks = demo.demo_checks({"retired": {"healthy_routes": 0}, "goodput": gp}, bound=True)
+    report = _report(goodput=None, checks=checks)
+    report.update(fidelity=fidelity, emulation_bound=True, rate_choice={
+        "rate_pps": 120, "calibration_s": 7.5, "why": "with unlimited ports, ..."})
+    text = demoreport.format_report(report)
+    assert "checks (NOT JUDGED, emulation-bound)" in text
+    assert "not a protocol result" in text and "fidelity monitor: emulation-bound" in text
+    assert "port rate 120 packets/s, chosen by calibration (7.5 s)" in text
+    faithful = demo.demo_checks({"retired": {"healthy_routes": 0}, "goodput": gp})
+    assert faithful["judged"]
+    assert "NOT JUDGED" not in demoreport.format_report(_report(goodput=None, checks=faithful))

@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import results
 from wire.layout import FULL_DATA_FRAME_LEN
 
 SAMPLE_S = 0.5
@@ -38,6 +37,19 @@ PORT_AT_RATE = 0.9
 EMULATION_BOUND = "emulation-bound"
 FAITHFUL = "faithful"
 _TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def cpu_busy(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """Fraction of all CPUs busy between two cpu_times() readings (anyone's processes)."""
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total > 0 else None
 
 
 def process_cpu_s(pid: int) -> float | None:
@@ -63,15 +75,21 @@ class Monitor:
         self._thread: threading.Thread | None = None
 
     def _pids(self) -> dict[str, int]:
+        """Process name -> PID, each process once: software switches share processes, named
+        here by their first switch."""
         pids = {f"h{h}": self.net.agent_pid(h) for h in range(self.net.fabric.hosts)}
         pids.update({name: self.net.switch_pid(name) for name in self.switches})
-        return {name: pid for name, pid in pids.items() if pid is not None}
+        seen: dict[int, str] = {}
+        for name, pid in pids.items():
+            if pid is not None and pid not in seen:
+                seen[pid] = name
+        return {name: pid for pid, name in seen.items()}
 
     def _sample(self) -> None:
         ports = {f"{name}:{port}": count for name in self.switches
                  for port, count in self.net.port_sent_bytes(name).items()}
         cpu = {name: process_cpu_s(pid) for name, pid in self._pids().items()}
-        self.samples.append((time.monotonic(), results.cpu_times(), cpu, ports))
+        self.samples.append((time.monotonic(), cpu_times(), cpu, ports))
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -100,7 +118,7 @@ def report(samples: list, rate: int | None) -> dict[str, Any]:
         sent = {k: p1[k] - p0.get(k, p1[k]) for k in p1}
         if sum(sent.values()) <= 0:
             continue  # no traffic in this window
-        busy.append(results.cpu_busy(m0, m1) or 0.0)
+        busy.append(cpu_busy(m0, m1) or 0.0)
         for name, cpu in c1.items():
             if cpu is not None and c0.get(name) is not None:
                 proc_use.setdefault(name, []).append((cpu - c0[name]) / span)
