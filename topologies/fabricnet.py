@@ -65,7 +65,7 @@ def add_nodes(config: NetworkConfig, target: str, workdir: Path,
         extra = {"switch_process": groups[sw.plane]} if groups else {}
         net.addSwitch(sw.name, cls=cls, device_id=sw.device_id,
                       log_path=str(workdir / f"{sw.name}.log"), credentials=credentials,
-                      **extra)
+                      batch_start=True, **extra)
     for h in range(fabric.hosts):
         net.addHost(fabric.host_name(h), cls=Host, ip=None)
     return net

@@ -33,6 +33,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ from controller.tables import check_links, link_key
 from fabric.topology import TopologyError
 from host_agent.modes import MRC_MODE, ROCE, AgentMode
 from p4rt.names import PRIORITY_HIGH
-from topologies import fabricnet
+from topologies import capacity, fabricnet
 from topologies.agents import (
     AgentError,
     AgentProcess,
@@ -74,6 +75,7 @@ from topologies.targets import resolve
 
 # Drops every frame sent (limit 0 also disables the empty-queue bypass); see _set_link.
 BLACKHOLE_QDISC = "pfifo limit 0"
+QUEUE_SETUP_WORKERS = 8  # switches whose queues are set at once (BMv2: a CLI process each)
 
 
 class _MininetAbandoned(BaseException):
@@ -127,7 +129,9 @@ class MrcNetwork:
         self.stop()
 
     def start(self) -> None:
-        """Build, program and start everything; on any failure clean up and re-raise."""
+        """Build, program and start everything; on any failure clean up and re-raise. A
+        fabric this machine's memory cannot hold is refused before anything starts."""
+        capacity.check(self.fabric, self.target, self.config.soft_processes)
         try:
             self._start()
         except (NetworkError, AgentError):
@@ -158,8 +162,8 @@ class MrcNetwork:
         self.convergence = Convergence(self.fabric, self.controller,
                                        self.config.convergence_delay,
                                        thresholds=self.thresholds)
-        for sw in self.fabric.switches:
-            self._set_queues(sw.name)
+        with ThreadPoolExecutor(QUEUE_SETUP_WORKERS) as pool:
+            list(pool.map(self._set_queues, [sw.name for sw in self.fabric.switches]))
         t2 = time.monotonic()
         if self.config.keep_ipv6:
             for h in range(self.fabric.hosts):
@@ -214,14 +218,15 @@ class MrcNetwork:
             raise _MininetAbandoned
 
     def _set_queues(self, name: str) -> None:
-        """Data queues at the port rate; the high-priority queue CONTROL_RATE_FACTOR faster."""
+        """Data queues at the port rate; the high-priority queue CONTROL_RATE_FACTOR faster.
+        One runtime-CLI call per switch (BMv2's is a process of its own each time)."""
         node = self.net[name]  # type: ignore[index]
         rate = self.config.port_rate_pps
-        if rate is not None:
-            node.set_queue_rate(rate)
-            node.cli([f"set_queue_rate {rate * CONTROL_RATE_FACTOR} {port} {PRIORITY_HIGH}"
-                      for port in sorted(node._data_ports())])
-        node.set_queue_depth(self.config.queue_depth)
+        commands = [] if rate is None else [
+            f"set_queue_rate {rate}",
+            *(f"set_queue_rate {rate * CONTROL_RATE_FACTOR} {port} {PRIORITY_HIGH}"
+              for port in sorted(node._data_ports()))]
+        node.cli([*commands, f"set_queue_depth {self.config.queue_depth}"])
 
     def _host_node(self, host: int) -> Host:
         return self.net[self.fabric.host_name(host)]  # type: ignore[index]

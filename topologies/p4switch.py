@@ -98,6 +98,8 @@ class P4RuntimeSwitch(Switch):
       credentials (RunCredentials | None): the run's keys; None serves plaintext (a switch
         built by hand for an experiment of one's own)
       start_timeout (float seconds, default 30): how long start() waits for gRPC
+      batch_start (bool, default False): start() only launches the process; Mininet's
+        batchStartup (after every switch's start()) waits for them all, side by side
     Public interface:
       start(controllers) / stop(deleteIntfs=True)  - Mininet lifecycle; stop kills our PID
       reboot() - a fresh process with empty tables on the same ports
@@ -112,7 +114,8 @@ class P4RuntimeSwitch(Switch):
     def __init__(self, name: str, device_id: int, grpc_port: int | None = None,
                  thrift_port: int | None = None, priority_queues: int = PRIORITY_QUEUES,
                  log_path: str | None = None, start_timeout: float = START_TIMEOUT_S,
-                 credentials: RunCredentials | None = None, **params) -> None:
+                 credentials: RunCredentials | None = None, batch_start: bool = False,
+                 **params) -> None:
         params.setdefault("dpid", f"{device_id:x}")
         super().__init__(name, **params)
         self.device_id = device_id
@@ -122,6 +125,8 @@ class P4RuntimeSwitch(Switch):
         self.log_path = log_path
         self.start_timeout = start_timeout
         self.credentials = credentials
+        self.batch_start = batch_start
+        self._awaiting = False
         self.proc: subprocess.Popen | None = None
         check_switch_args(device_id, self.grpc_port, self.thrift_port, priority_queues)
 
@@ -151,12 +156,30 @@ class P4RuntimeSwitch(Switch):
         for ifname in ports.values():
             silence_kernel_ipv6(ifname)
         self.proc = launch(self.command(ports), self.log_path, self.process_env())
+        self._awaiting = True
+        if not self.batch_start:
+            self.await_ready()
+
+    def await_ready(self) -> None:
+        """Wait for our process's P4Runtime port (stop it and raise if it does not come)."""
+        if not self._awaiting or self.proc is None:
+            return
         try:
             await_grpc(self.proc, [self], self.start_timeout, self.process_name)
         except SwitchProcessError:
             stop_process(self.proc, STOP_TIMEOUT_S)
             self.proc = None
             raise
+        finally:
+            self._awaiting = False
+
+    @classmethod
+    def batchStartup(cls, switches: tuple[P4RuntimeSwitch, ...]) -> tuple:  # noqa: N802
+        """Mininet's hook after every start(): processes launched with batch_start come up
+        side by side; wait for each now."""
+        for switch in switches:
+            switch.await_ready()
+        return switches
 
     def grpc_listening(self) -> bool:
         with socket.socket() as s:
@@ -168,6 +191,7 @@ class P4RuntimeSwitch(Switch):
         it again)."""
         self.stop(deleteIntfs=False)
         self.start([])
+        self.await_ready()
 
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 (Mininet's signature)
         """Terminate our own process (by PID), then let Mininet remove the interfaces."""

@@ -156,12 +156,12 @@ class SoftSwitch(P4RuntimeSwitch):
     @classmethod
     def batchStartup(cls, switches: tuple[SoftSwitch, ...]) -> tuple[SoftSwitch, ...]:  # noqa: N802
         """Mininet's hook after every start(): wait for the shared processes, all launched
-        by now, together."""
+        by now, and any process of a switch of its own started with batch_start."""
         groups = {id(s.switch_process): s.switch_process for s in switches
                   if s.switch_process is not None}
         for group in groups.values():
             group.wait_ready()
-        return switches
+        return super().batchStartup(switches)
 
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 (Mininet's signature)
         if self.switch_process is not None:
@@ -185,6 +185,7 @@ class SoftSwitch(P4RuntimeSwitch):
         self.switch_process = None
         self.proc = None
         super().start([])
+        self.await_ready()
 
     def command(self, ports: dict[int, str]) -> list[str]:
         return softswitch_command(self.device_id, ports, self.grpc_port, self.thrift_port,
