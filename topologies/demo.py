@@ -160,8 +160,12 @@ def last_event_seq(net: MrcNetwork, host: int) -> int:
 def classify_retirements(events: list[dict], qpn: int, evs: dict[int, dict],
                          failed_routes: set[str], fail_begin: float | None) -> dict[str, Any]:
     """EVs retired (moved into ASSUMED_BAD) per route and cause (module docstring), and how
-    many of the failed routes' EVs were ASSUMED_BAD when the failure began."""
+    many of the failed routes' EVs were ASSUMED_BAD when the failure began. Counts are of
+    retirements; an EV retired, reinstated by probes and retired again while the link is
+    down counts twice, so `failed_route_evs_retired` also gives the distinct EVs (at most
+    failed_route_evs: never "3 retired of its 2")."""
     state = {ev: info["state"] for ev, info in evs.items()}
+    retired_after: set[int] = set()
     on_failed = [ev for ev, info in evs.items() if info["route"] in failed_routes]
     bad_at_failure: int | None = None
     out: dict[str, Any] = {"healthy_routes": 0, "failed_route_after_failure": 0,
@@ -184,6 +188,7 @@ def classify_retirements(events: list[dict], qpn: int, evs: dict[int, dict],
                 out["first_healthy_s"] = e["time"]
         elif fail_begin is not None and e["time"] >= fail_begin:
             key = "failed_route_after_failure"
+            retired_after.add(e["ev"])
         else:
             key = "failed_route_before_failure"
         out[key] += 1
@@ -192,6 +197,7 @@ def classify_retirements(events: list[dict], qpn: int, evs: dict[int, dict],
     if fail_begin is not None and bad_at_failure is None:
         bad_at_failure = sum(state[ev] == "ASSUMED_BAD" for ev in on_failed)
     out["failed_route_evs"] = len(on_failed)
+    out["failed_route_evs_retired"] = len(retired_after)
     out["failed_route_evs_bad_at_failure"] = bad_at_failure
     return out
 

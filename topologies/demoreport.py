@@ -62,8 +62,12 @@ def format_report(r: dict[str, Any]) -> str:
                          f"the link-down call ({fl['link_down_call_s'] * 1e3:.0f} ms long)")
         ret = fl.get("retired")
         if ret is not None:
-            lines.append(f"  EVs retired: {ret['failed_route_after_failure']} on the failed "
-                         f"route (of its {ret['failed_route_evs']}), "
+            again = ret["failed_route_after_failure"] - ret.get(
+                "failed_route_evs_retired", ret["failed_route_after_failure"])
+            lines.append(f"  EVs retired: {ret.get('failed_route_evs_retired', '?')} of the "
+                         f"failed route's {ret['failed_route_evs']}"
+                         + (f" ({again} of them again after probes reinstated them)"
+                            if again > 0 else "") + ", "
                          f"{ret['healthy_routes']} on healthy routes"
                          + (f" {ret['healthy_by_route']}" if ret["healthy_by_route"] else "")
                          + f", {ret['failed_route_before_failure']} on the failed route before "

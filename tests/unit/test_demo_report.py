@@ -142,3 +142,16 @@ def test_an_emulation_bound_run_is_not_reported_as_a_protocol_result() -> None:
     faithful = demo.demo_checks({"retired": {"healthy_routes": 0}, "goodput": gp})
     assert faithful["judged"]
     assert "NOT JUDGED" not in demoreport.format_report(_report(goodput=None, checks=faithful))
+
+
+def test_an_ev_retired_twice_counts_once_against_its_route() -> None:
+    """The issue's paths-128 run printed "3 retired of its 2": retirements, not EVs."""
+    events = [_change(1, 10.1, 1, "GOOD", "ASSUMED_BAD", "path_dark"),
+              _change(2, 10.5, 1, "ASSUMED_BAD", "GOOD", "probe_success_enough"),
+              _change(3, 10.9, 1, "GOOD", "ASSUMED_BAD", "loss"),
+              _change(4, 11.0, 2, "GOOD", "ASSUMED_BAD", "path_dark")]
+    r = demo.classify_retirements(events, QPN, EVS, {FAILED}, fail_begin=10.0)
+    assert (r["failed_route_after_failure"], r["failed_route_evs_retired"],
+            r["failed_route_evs"]) == (3, 2, 2)
+    text = demoreport.format_report(_report(retired=r))
+    assert "EVs retired: 2 of the failed route's 2 (1 of them again after probes" in text
