@@ -39,9 +39,10 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from bench import results  # noqa: E402
 from fabric.options import add_fabric_args, fabric_from_args  # noqa: E402
 from fabric.topology import Fabric  # noqa: E402
-from topologies.calibration import AUTO, calibrate_transfer  # noqa: E402
+from topologies.calibration import calibrate_transfer  # noqa: E402
 from topologies.demo import run_demo  # noqa: E402
 from topologies.fidelity import process_cpu_s  # noqa: E402
+from topologies.netconfig import AUTO_RATE as AUTO  # noqa: E402
 from topologies.network import MrcNetwork, NetworkConfig, existing_interface  # noqa: E402
 from topologies.privdir import check_workdir  # noqa: E402
 

@@ -24,7 +24,6 @@ from topologies.netconfig import NetworkConfig
 HEADROOM = 0.4
 ROUND = 10
 MIN_RATE = 20  # below this, base RTTs reach seconds: a machine this slow cannot run the bench
-AUTO = "auto"
 TRANSFER_BYTES = 8 * 1024 * 1024  # about 1 s of one unpaced MRC flow on this machine
 
 
@@ -59,7 +58,7 @@ def calibrate_transfer(config: NetworkConfig, src: int, dst: int,
                        log: Callable[[str], None] = print,
                        nbytes: int = TRANSFER_BYTES) -> dict[str, Any]:
     """The rate for one MRC transfer src -> dst on config's fabric and target (the demo's)."""
-    from topologies.network import MrcNetwork  # the network imports this module's users
+    from topologies.network import MrcNetwork  # which calls this for port_rate_pps "auto"
 
     what = f"one MRC transfer h{src} -> h{dst}"
     began = time.monotonic()

@@ -8,19 +8,24 @@ switch processes told to stop all at once and then waited for.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mininet.net import Mininet
 from mininet.node import Host
 
 from fabric.topology import Fabric
+from p4rt.names import PRIORITY_HIGH
 from topologies.credentials import RunCredentials
-from topologies.netconfig import NetworkConfig
+from topologies.netconfig import NetworkConfig, NetworkError
+from topologies.nicpacing import CONTROL_RATE_FACTOR
 from topologies.p4switch import STOP_TIMEOUT_S
 from topologies.procs import stop_process
 from topologies.softswitch_node import SoftSwitch, SoftSwitchProcess
 from topologies.targets import switch_class
 from topologies.veths import PrebuiltIntf, PrebuiltLink, VethPair, create_pairs, delete_pairs
+
+QUEUE_SETUP_WORKERS = 8  # switches whose queues are set at once (BMv2: a CLI process each)
 
 
 def node_mac(fabric: Fabric, node: str, port: int) -> str:
@@ -100,6 +105,49 @@ def stop_switches(net: Mininet) -> None:
         node.stop(deleteIntfs=False)  # reaped above: forgets the process, stops no other
 
 
+def set_queues(net: Mininet, names: list[str], config: NetworkConfig) -> None:
+    """Data queues at the port rate, the high-priority queue CONTROL_RATE_FACTOR faster, the
+    depth; one runtime-CLI call per switch (BMv2's is a process of its own each time),
+    QUEUE_SETUP_WORKERS switches at once."""
+    rate = config.port_rate_pps
+
+    def one(name: str) -> None:
+        node = net[name]
+        commands = [] if rate is None else [
+            f"set_queue_rate {rate}",
+            *(f"set_queue_rate {rate * CONTROL_RATE_FACTOR} {port} {PRIORITY_HIGH}"
+              for port in sorted(node._data_ports()))]
+        node.cli([*commands, f"set_queue_depth {config.queue_depth}"])
+
+    with ThreadPoolExecutor(QUEUE_SETUP_WORKERS) as pool:
+        list(pool.map(one, names))
+
+
 def remove_links(net: Mininet) -> None:
     """The fabric's veths in one batch (Mininet's links then delete nothing themselves)."""
     delete_pairs(getattr(net, "pairs", []))
+
+
+def port_counters(net: Mininet, name: str, counter: str) -> dict[int, int]:
+    """A kernel counter of each port's interface of switch `name`: the same reading for
+    every target."""
+    out = {}
+    for port, ifname in net[name]._data_ports().items():
+        try:
+            out[port] = int(Path(f"/sys/class/net/{ifname}/statistics/{counter}").read_text())
+        except (OSError, ValueError) as exc:
+            raise NetworkError(f"{name}: cannot read {counter} of {ifname}: {exc}") from exc
+    return out
+
+
+def switch_frames(net: Mininet, fabric: Fabric) -> dict[str, dict[str, int]]:
+    """Frames each switch took in and sent out, from its interfaces' kernel counters.
+    `consumed` = in - out: P4 drops, queue tail drops and anything the switch process itself
+    lost (BMv2 was reported to lose frames of large bursts before any queue). Read before
+    and after a run, the difference charges such losses to the switch rather than to MRC."""
+    out = {}
+    for sw in fabric.switches:
+        rx = sum(port_counters(net, sw.name, "rx_packets").values())
+        tx = sum(port_counters(net, sw.name, "tx_packets").values())
+        out[sw.name] = {"in": rx, "out": tx, "consumed": rx - tx}
+    return out

@@ -38,6 +38,7 @@ DEFAULT_PORT_RATE_PPS = 500  # the software switch's
 # 35-49% and none of 30 (docs/benchmarks.md, "BMv2 jitter").
 BMV2_PORT_RATE_PPS = 250
 TARGET_RATE = "target"  # NetworkConfig.port_rate_pps: default_rate_for(target)
+AUTO_RATE = "auto"  # NetworkConfig.port_rate_pps: MrcNetwork.start calibrates first
 # Twice BMv2's default (64): with 64, a 4:1 incast still tail-dropped a few data packets at the
 # receiver's T0 (the software switch's occupancy check lags its queue); with 128, none.
 DEFAULT_QUEUE_DEPTH = 128
@@ -81,7 +82,8 @@ DEFAULT_RX_HOLD_MS = 5.0
 class NetworkConfig:
     fabric: Fabric = field(default_factory=Fabric)
     target: str = "auto"
-    # packets/s; None: unlimited (CPU-bound); TARGET_RATE: default_rate_for(target)
+    # packets/s; None: unlimited (CPU-bound); TARGET_RATE: default_rate_for(target);
+    # AUTO_RATE: measured by MrcNetwork.start (topologies.calibration) before the fabric starts
     port_rate_pps: int | None | str = TARGET_RATE
     queue_depth: int = DEFAULT_QUEUE_DEPTH
     ecn_threshold: int = DEFAULT_ECN_THRESHOLD
@@ -102,10 +104,11 @@ class NetworkConfig:
     def __post_init__(self) -> None:
         if self.port_rate_pps == TARGET_RATE:
             object.__setattr__(self, "port_rate_pps", default_rate_for(self.target))
-        if isinstance(self.port_rate_pps, str):
-            raise NetworkError(f"port_rate_pps must be packets/s, None or {TARGET_RATE!r}, "
+        if isinstance(self.port_rate_pps, str) and self.port_rate_pps != AUTO_RATE:
+            raise NetworkError(f"port_rate_pps must be packets/s, None, {TARGET_RATE!r} or "
+                               f"{AUTO_RATE!r}, "
                                f"got {self.port_rate_pps!r}")
-        if self.port_rate_pps is not None and self.port_rate_pps < 1:
+        if isinstance(self.port_rate_pps, int) and self.port_rate_pps < 1:
             raise NetworkError(f"port_rate_pps must be >= 1 packet/s or None, "
                                f"got {self.port_rate_pps}")
         if not 0.0 <= self.rx_hold_ms <= MAX_RX_HOLD_MS:
@@ -140,4 +143,6 @@ class NetworkConfig:
 
     @property
     def effective_base_rtt(self) -> float:
+        if self.port_rate_pps == AUTO_RATE:
+            raise NetworkError("the port rate is 'auto': MrcNetwork.start measures it first")
         return self.base_rtt if self.base_rtt is not None else base_rtt_for(self.port_rate_pps)

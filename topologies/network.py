@@ -13,27 +13,23 @@ what a fabric is built with is topologies.netconfig.NetworkConfig (re-exported h
   (MRC tables are static), so MRC traffic is unaffected while single-path traffic sees a
   conventional network's hold-timer repair.
 - link_log (monotonic times of link and NIC events), agent_pid(host), switch_pid(name).
+- port_rate_pps "auto": start() first measures the rate (rate_choice says what and why).
 - set_agent_mode(host, mode): restart one agent in the given host_agent.modes mode (what
   transfer does implicitly), for callers that drive agents themselves.
 
-One fabric per machine: switch-side interface names and the switches' loopback ports are
-global, so start() takes an exclusive lock (runstate.LOCK_NAME in the run's private directory,
-topologies.privdir; flock) and waits up to
-NetworkConfig.lock_timeout for another running fabric to stop; stop() releases it. `mn
---custom topologies/custom.py` takes the same lock. Holding it, start() also waits (same
-timeout) until none of this fabric's switch interfaces exist, for Mininet networks built
-without the lock, and names a leftover interface of a killed run when it times out.
-
-Cleanup: stop() stops agents and switch processes by their PIDs, then net.stop() deletes every
-veth and ends every host shell (and with it the host's namespace). No name-based killing.
+One fabric per machine (interface names and loopback ports are global): start() takes the
+exclusive lock in the run's private directory (topologies.runguard), waiting up to
+NetworkConfig.lock_timeout for another fabric, or for leftover interfaces of one built without
+the lock, whose name it gives when it times out. Cleanup: agents and switch processes by PID,
+veths in batches, host shells (and their namespaces) by Mininet. No name-based killing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +41,6 @@ from controller.install import Controller
 from controller.tables import check_links, link_key
 from fabric.topology import TopologyError
 from host_agent.modes import MRC_MODE, ROCE, AgentMode
-from p4rt.names import PRIORITY_HIGH
 from topologies import capacity, fabricnet
 from topologies.agents import (
     AgentError,
@@ -54,11 +49,11 @@ from topologies.agents import (
     TransferHandle,
     exchange_qps,
 )
+from topologies.calibration import calibrate_transfer
 from topologies.credentials import RunCredentials
 from topologies.hostsetup import configure_kernel_ipv6, pace_nics, restore_nic_ipv6
 from topologies.impair import remove_loss
-from topologies.netconfig import NetworkConfig, NetworkError
-from topologies.nicpacing import CONTROL_RATE_FACTOR
+from topologies.netconfig import AUTO_RATE, NetworkConfig, NetworkError
 from topologies.p4switch import P4RuntimeSwitch
 from topologies.privdir import check_workdir
 from topologies.runguard import RunGuard
@@ -75,7 +70,6 @@ from topologies.targets import resolve
 
 # Drops every frame sent (limit 0 also disables the empty-queue bypass); see _set_link.
 BLACKHOLE_QDISC = "pfifo limit 0"
-QUEUE_SETUP_WORKERS = 8  # switches whose queues are set at once (BMv2: a CLI process each)
 
 
 class _MininetAbandoned(BaseException):
@@ -102,6 +96,7 @@ class MrcNetwork:
         self.agents: dict[int, AgentProcess] = {}
         self.link_log: list[dict[str, Any]] = []
         self.timings: dict[str, float] = {}
+        self.rate_choice: dict[str, Any] | None = None  # port_rate_pps "auto": what and why
         self._handles: list[TransferHandle] = []
         self._stopped = False
         self._killed = False  # a second interrupt killed the recorded processes (stop())
@@ -132,6 +127,11 @@ class MrcNetwork:
         """Build, program and start everything; on any failure clean up and re-raise. A
         fabric this machine's memory cannot hold is refused before anything starts."""
         capacity.check(self.fabric, self.target, self.config.soft_processes)
+        if self.config.port_rate_pps == AUTO_RATE:
+            self.rate_choice = calibrate_transfer(self.config, 0, self.fabric.hosts - 1,
+                                                  self.log)
+            self.config = dataclasses.replace(self.config,
+                                              port_rate_pps=self.rate_choice["rate_pps"])
         try:
             self._start()
         except (NetworkError, AgentError):
@@ -162,8 +162,7 @@ class MrcNetwork:
         self.convergence = Convergence(self.fabric, self.controller,
                                        self.config.convergence_delay,
                                        thresholds=self.thresholds)
-        with ThreadPoolExecutor(QUEUE_SETUP_WORKERS) as pool:
-            list(pool.map(self._set_queues, [sw.name for sw in self.fabric.switches]))
+        fabricnet.set_queues(self.net, [sw.name for sw in self.fabric.switches], self.config)
         t2 = time.monotonic()
         if self.config.keep_ipv6:
             for h in range(self.fabric.hosts):
@@ -218,15 +217,7 @@ class MrcNetwork:
             raise _MininetAbandoned
 
     def _set_queues(self, name: str) -> None:
-        """Data queues at the port rate; the high-priority queue CONTROL_RATE_FACTOR faster.
-        One runtime-CLI call per switch (BMv2's is a process of its own each time)."""
-        node = self.net[name]  # type: ignore[index]
-        rate = self.config.port_rate_pps
-        commands = [] if rate is None else [
-            f"set_queue_rate {rate}",
-            *(f"set_queue_rate {rate * CONTROL_RATE_FACTOR} {port} {PRIORITY_HIGH}"
-              for port in sorted(node._data_ports()))]
-        node.cli([*commands, f"set_queue_depth {self.config.queue_depth}"])
+        fabricnet.set_queues(self._need_net(), [name], self.config)
 
     def _host_node(self, host: int) -> Host:
         return self.net[self.fabric.host_name(host)]  # type: ignore[index]
@@ -444,42 +435,21 @@ class MrcNetwork:
     def stats(self, host: int, per_ev: bool = False) -> dict:
         return self.agent(host).call("stats", per_ev=per_ev or None)
 
-    def _port_counters(self, name: str, counter: str) -> dict[int, int]:
-        """A kernel counter of each port's interface: the same reading for every target."""
-        node = self._need_net()[name]
-        out = {}
-        for port, ifname in node._data_ports().items():
-            try:
-                out[port] = int(Path(f"/sys/class/net/{ifname}/statistics/{counter}")
-                                .read_text())
-            except (OSError, ValueError) as exc:
-                raise NetworkError(f"{name}: cannot read {counter} of {ifname}: {exc}") from exc
-        return out
-
     def switch_ports(self, name: str) -> dict[int, str]:
         """Port number -> interface name of a switch's data ports."""
         return dict(self._need_net()[name]._data_ports())
 
     def port_sent(self, name: str) -> dict[int, int]:
         """Frames each port of a switch has sent (all priorities), from the kernel."""
-        return self._port_counters(name, "tx_packets")
+        return fabricnet.port_counters(self._need_net(), name, "tx_packets")
 
     def port_sent_bytes(self, name: str) -> dict[int, int]:
         """Bytes each port of a switch has sent (all priorities), from the kernel."""
-        return self._port_counters(name, "tx_bytes")
+        return fabricnet.port_counters(self._need_net(), name, "tx_bytes")
 
     def switch_frames(self) -> dict[str, dict[str, int]]:
-        """Frames each switch process took in and sent out, from its interfaces' kernel
-        counters. `consumed` = in - out: P4 drops, queue tail drops and anything the switch
-        process itself lost (BMv2 was reported to lose frames of large bursts before any
-        queue). Read before and after a run, the difference charges such losses to the
-        switch rather than to MRC."""
-        out = {}
-        for sw in self.fabric.switches:
-            rx = sum(self._port_counters(sw.name, "rx_packets").values())
-            tx = sum(self.port_sent(sw.name).values())
-            out[sw.name] = {"in": rx, "out": tx, "consumed": rx - tx}
-        return out
+        """Frames each switch took in and sent out (fabricnet.switch_frames)."""
+        return fabricnet.switch_frames(self._need_net(), self.fabric)
 
     def events(self, host: int, since: int = 0) -> list:
         return self.agent(host).call("events", since=since)["events"]

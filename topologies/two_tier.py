@@ -32,7 +32,6 @@ veths and namespaces.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import signal
@@ -113,11 +112,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from fabric.options import fabric_from_args
     from fabric.topology import Fabric, TopologyError
-    from topologies.calibration import AUTO, CalibrationError, calibrate_transfer
+    from topologies.calibration import CalibrationError
     from topologies.cli_commands import MrcCLI
     from topologies.demo import run_demo
     from topologies.demoreport import format_report
-    from topologies.netconfig import TARGET_RATE
     from topologies.network import MrcNetwork, NetworkConfig, NetworkError
     from topologies.runstate import terminate_as_interrupt
     from topologies.targets import TargetError
@@ -134,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.baseline:  # the conventional network: one plane of the same shape
             fabric = Fabric(1, fabric.t0_per_plane, fabric.t1_per_plane, fabric.hosts_per_t0)
         config = NetworkConfig(fabric=fabric, target=args.target,
-                               port_rate_pps=TARGET_RATE if isinstance(args.rate, str)
+                               port_rate_pps=args.rate if isinstance(args.rate, str)
                                else args.rate or None, queue_depth=args.queue_depth,
                                ecn_threshold=args.ecn_threshold,
                                trim_threshold=args.trim_threshold,
@@ -146,15 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     terminate_as_interrupt()  # so the `with` block below cleans up on SIGTERM too
     workdir = Path(args.workdir) if args.workdir else None
     try:
-        rate_choice = None
-        if args.rate == AUTO:
-            rate_choice = calibrate_transfer(config, 0, fabric.hosts - 1, log)
-            config = dataclasses.replace(config, port_rate_pps=rate_choice["rate_pps"])
         with MrcNetwork(config, workdir=workdir, log=log) as net:
             net.start()
             if not args.no_demo:
                 report = run_demo(net, single_path=args.baseline, log=log)
-                report["rate_choice"] = rate_choice
+                report["rate_choice"] = net.rate_choice
                 log(format_report(report))
             if not args.no_cli and sys.stdin.isatty():
                 MrcCLI(net)

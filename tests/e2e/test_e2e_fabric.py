@@ -1,8 +1,9 @@
 """End to end on both switch targets, the software data plane and BMv2 (simple_switch_grpc
-running p4src/): the default fabric (4 planes x 2 T0 x 2 T1, 4 hosts) in Mininet at each
-target's default port rate (500 packets/s soft, 250 BMv2: at 500 BMv2 fabrics are
-emulation-bound, docs/benchmarks.md "BMv2 jitter"), programmed over P4Runtime, one MRC host
-agent per host. Transfer sizes scale with the rate, so every test takes the same time on both.
+running p4src/): the default fabric (4 planes x 2 T0 x 2 T1, 4 hosts) in Mininet at the port
+rate it calibrates for each target (port_rate_pps "auto", as the demo: topologies.calibration;
+a fixed rate such as BMv2's former 500 left fabrics emulation-bound, docs/benchmarks.md "BMv2
+jitter"), programmed over P4Runtime, one MRC host agent per host. Transfer sizes scale with
+the rate, so every test takes the same time on both.
 
 One fabric per target serves the module's tests (bring-up costs seconds on this machine);
 every test puts back what it changed (links, NICs) in `finally`; test_no_leaks stops the
@@ -30,7 +31,7 @@ from topologies.demo import (  # noqa: E402
     last_event_seq,
     routes_through,
 )
-from topologies.netconfig import NO_TRIM_THRESHOLD, default_rate_for  # noqa: E402
+from topologies.netconfig import AUTO_RATE, NO_TRIM_THRESHOLD  # noqa: E402
 from topologies.network import MrcNetwork, NetworkConfig, NetworkError  # noqa: E402
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(240),
@@ -51,7 +52,7 @@ def net(request, before):
     if request.param == "bmv2":
         require_bmv2()
     network = MrcNetwork(NetworkConfig(fabric=FABRIC, target=request.param,
-                                       port_rate_pps=default_rate_for(request.param),
+                                       port_rate_pps=AUTO_RATE,
                                        keep_ipv6=True), log=lambda *_: None)
     try:
         network.start()
