@@ -203,6 +203,7 @@ def demo_row(report: dict[str, Any], rss_mb: float) -> dict[str, Any]:
             "goodput_of_capacity": report["transfer"].get("goodput_of_capacity"),
             "healthy_route_retirements": retired.get("healthy_routes"),
             "failed_route_retired": retired.get("failed_route_after_failure"),
+            "failed_route_evs_retired": retired.get("failed_route_evs_retired"),
             "failed_route_evs": retired.get("failed_route_evs"),
             "reinstated_after_up": failure.get("reinstated_after_up"),
             "bypass_base_rtts": failure.get("bypass_base_rtts"),

@@ -44,6 +44,8 @@ SAMPLE_S = 0.05  # goodput timeline: receiver counters polled this often
 CLEAN_FROM_S = 0.4  # the clean goodput reference starts this long after the transfer
 AFTER_FAILURE_S = 1.0  # goodput window after the failure begins
 GOODPUT_AFTER_FAILURE_MIN = 0.8  # check: that goodput / clean goodput
+REINSTATE_MIN_S = 5.0  # how long the report waits for probes to reinstate retired EVs ...
+REINSTATE_RTTS = 50  # ... or this many base RTTs, if longer
 
 
 def flow_capacity_bps(fabric: Fabric, rate_pps: int | None, single_path: bool) -> float | None:
@@ -322,9 +324,11 @@ def _sleep_unless_done(handle, seconds: float) -> None:
         time.sleep(0.02)
 
 
-def _await_reinstated(net: MrcNetwork, src: int, before: dict, after: dict,
-                      timeout: float = 5.0) -> bool:
-    """Probes run in the background; wait until reinstated catches up with retired."""
+def _await_reinstated(net: MrcNetwork, src: int, before: dict, after: dict) -> bool:
+    """Probes run in the background; wait until reinstated catches up with retired. Probes
+    pace with the RTT, so the wait does too: REINSTATE_RTTS base RTTs, REINSTATE_MIN_S at
+    least (at 40 packets/s, BMv2 on paths-128, 5 s was not enough: 0.38 s base RTT)."""
+    timeout = max(REINSTATE_MIN_S, REINSTATE_RTTS * net.config.effective_base_rtt)
     end = time.monotonic() + timeout
     while True:
         ep = net.stats(src)["endpoint"]
