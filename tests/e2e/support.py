@@ -7,11 +7,13 @@ unless our own tests leaked something.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -176,3 +178,17 @@ def tcp_echo(net, src: int, dst: int, plane: int, port: int) -> str:
         if server.poll() is None:
             server.kill()
         server.wait()
+
+
+DEMO_TIMEOUT_S = 300
+
+
+def run_demo_json(target: str, *args: str) -> dict:
+    """`two_tier.py --no-cli --json --target TARGET ARGS` as users run it; its JSON report
+    (fails the test with the script's stderr if it exits non-zero)."""
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, str(repo / "topologies" / "two_tier.py"), "--no-cli",
+                           "--json", "--target", target, *args], cwd=repo, capture_output=True,
+                          text=True, timeout=DEMO_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

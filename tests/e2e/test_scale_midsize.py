@@ -7,21 +7,14 @@ switches share few processes (software switch), and nothing is left behind. The 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from tests.e2e.support import skip_reason, snapshot
+from tests.e2e.support import DEMO_TIMEOUT_S, run_demo_json, skip_reason, snapshot
 from tests.support import require_bmv2
 
-REPO = Path(__file__).resolve().parents[2]
-RUN_TIMEOUT_S = 300
 PATHS = 32
 
-pytestmark = [pytest.mark.root, pytest.mark.timeout(RUN_TIMEOUT_S + 120),
+pytestmark = [pytest.mark.root, pytest.mark.timeout(DEMO_TIMEOUT_S + 120),
               pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]
 
 
@@ -30,11 +23,7 @@ def test_paths_32_demo(target: str) -> None:
     if target == "bmv2":
         require_bmv2()
     before = snapshot()
-    proc = subprocess.run([sys.executable, str(REPO / "topologies" / "two_tier.py"), "--no-cli",
-                           "--json", "--target", target, "--fabric", "paths-32"], cwd=REPO,
-                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = run_demo_json(target, "--fabric", "paths-32")
     f = report["fabric"]
     print(f"{target}: bring-up {report['bring_up_s']}, rate {f['port_rate_pps']}, goodput "
           f"{report['transfer']['goodput_of_capacity']:.0%}, fidelity "

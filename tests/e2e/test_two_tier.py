@@ -8,21 +8,13 @@ noisy."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from tests.e2e.support import skip_reason, snapshot
+from tests.e2e.support import DEMO_TIMEOUT_S, run_demo_json, skip_reason, snapshot
 from tests.support import require_bmv2
 from topologies.calibration import MIN_RATE
 
-REPO = Path(__file__).resolve().parents[2]
-RUN_TIMEOUT_S = 300
-
-pytestmark = [pytest.mark.root, pytest.mark.timeout(RUN_TIMEOUT_S + 120),
+pytestmark = [pytest.mark.root, pytest.mark.timeout(DEMO_TIMEOUT_S + 120),
               pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]
 
 
@@ -31,11 +23,7 @@ def test_demo_runs_on_target(target: str) -> None:
     if target == "bmv2":
         require_bmv2()
     before = snapshot()
-    proc = subprocess.run([sys.executable, str(REPO / "topologies" / "two_tier.py"), "--no-cli",
-                           "--json", "--target", target], cwd=REPO, capture_output=True,
-                          text=True, timeout=RUN_TIMEOUT_S)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = run_demo_json(target)
     print(f"{target}: goodput {report['transfer']['goodput_of_capacity']:.0%} of capacity, "
           f"counters {report['counters']}, consumed {report['switch_frames_consumed']}, "
           f"checks {report['checks']}, CPU pressure {report['cpu_pressure']}")
