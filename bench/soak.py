@@ -6,7 +6,9 @@ Phases, each with transfers h0 -> h3 running and verified byte for byte at the r
 1. mutated: N mutated MRC frames straight into h3's agent (sent out of its T0's port) and N
    into h1's T0 (sent from h1's NIC), bench/inject.py;
 2. flap: the busiest plane-0 uplink of h0's T0 goes down and up at F Hz for S seconds;
-3. kill-switch: kill -9 of a spine switch mid-transfer, then restart and reinstall it;
+3. kill-switch: a spine switch crashes mid-transfer (MrcNetwork.kill_switch: kill -9 of its
+   BMv2 process; a software switch detached from its shared process, the others forwarding
+   on), then restart and reinstall it;
 4. kill-agent: kill -9 of the receiving agent mid-transfer and a fresh agent started in its
    place; the interrupted write must end with an error well before its timeout, and
    transfers both ways must then verify without restarting the sender (the fresh agent is
@@ -185,10 +187,10 @@ def phase_kill_switch(net: MrcNetwork, cfg: SoakConfig) -> dict[str, Any]:
     handle = net.start_transfer(SRC, DST, cfg.transfer_bytes, timeout=120)
     time.sleep(0.5)
     pid = net.switch_pid(spine)
-    if pid is not None:
-        os.kill(pid, signal.SIGKILL)
+    net.kill_switch(spine)  # SIGKILL on BMv2; a software switch dies alone, not its process
     reboot_s = net.reboot_switch(spine)
-    return {"switch": spine, "killed_pid": pid, "reboot_s": reboot_s,
+    return {"switch": spine, "killed_pid": pid, "restarted_pid": net.switch_pid(spine),
+            "reboot_s": reboot_s,
             "transfers": [handle.wait()]}
 
 

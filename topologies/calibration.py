@@ -63,7 +63,7 @@ def calibrate_transfer(config: NetworkConfig, src: int, dst: int,
     what = f"one MRC transfer h{src} -> h{dst}"
     began = time.monotonic()
     free = dataclasses.replace(config, port_rate_pps=None, base_rtt=None)
-    with MrcNetwork(free, log=lambda _m: None) as net:
+    with MrcNetwork(free, log=lambda m: log(f"calibration: {m}")) as net:
         net.start()
         monitor = Monitor(net)
         monitor.start()

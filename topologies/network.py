@@ -411,12 +411,21 @@ class MrcNetwork:
         if self.config.keep_ipv6:
             restore_nic_ipv6(self._host_node(host), self.fabric, host, plane)
 
-    def reboot_switch(self, name: str) -> float:
-        """Kill the switch process (by PID), restart it, reinstall its tables; returns seconds."""
+    def kill_switch(self, name: str) -> None:
+        """Crash one switch (node.crash(): its process, or its place in a shared one)."""
+        node = self._need_net()[self._switch_name(name)]
+        node.crash()
+        self.link_log.append({"time": time.monotonic(), "event": "crash", "a": name, "b": ""})
+
+    def _switch_name(self, name: str) -> str:
         if name not in self.fabric.by_name:
             raise NetworkError(f"no switch {name!r}: names look like "
                                f"{self.fabric.switches[0].name}")
-        node = self._need_net()[name]
+        return name
+
+    def reboot_switch(self, name: str) -> float:
+        """Kill the switch process (by PID), restart it, reinstall its tables; returns seconds."""
+        node = self._need_net()[self._switch_name(name)]
         start = time.monotonic()
         node.reboot()
         self.link_log.append({"time": start, "event": "reboot", "a": name, "b": ""})

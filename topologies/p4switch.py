@@ -102,7 +102,7 @@ class P4RuntimeSwitch(Switch):
         batchStartup (after every switch's start()) waits for them all, side by side
     Public interface:
       start(controllers) / stop(deleteIntfs=True)  - Mininet lifecycle; stop kills our PID
-      reboot() - a fresh process with empty tables on the same ports
+      reboot() - a fresh process with empty tables on the same ports; crash() - killed
       grpc_address -> "127.0.0.1:<port>"; switch_pid -> int | None (Mininet's own `pid`
       is the node's shell)
       set_queue_rate(pps, port=None), set_queue_depth(packets, port=None)
@@ -185,6 +185,13 @@ class P4RuntimeSwitch(Switch):
         with socket.socket() as s:
             s.settimeout(0.2)
             return s.connect_ex(("127.0.0.1", self.grpc_port)) == 0
+
+    def crash(self) -> None:
+        """The switch dies as a crash would: its process SIGKILLed (by PID), tables lost."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(STOP_TIMEOUT_S)
+            self.proc = None
 
     def reboot(self) -> None:
         """A fresh switch process with empty tables, on the same ports (the caller programs

@@ -168,24 +168,42 @@ class SoftSwitch(P4RuntimeSwitch):
             self.switch_process.stop()
         super().stop(deleteIntfs)
 
+    def crash(self) -> None:
+        """One switch dies, not its process: a member is detached abruptly (its sockets and
+        P4Runtime server closed, its tables gone); the process's other switches forward on."""
+        if self._shared():
+            self._leave()
+        else:
+            super().crash()
+
     def reboot(self) -> None:
-        """A member leaves the shared process (its sockets and P4Runtime server closed there)
-        and starts a process of its own with empty tables; the others forward on."""
-        group = self.switch_process
-        if group is None or group.proc is None:
+        """A member leaves the shared process (as in crash()) and starts a process of its
+        own with empty tables; the others forward on."""
+        if self.switch_process is not None and not self._shared():
+            self.switch_process.remove(self)  # its process is gone: start one of our own
+            self.switch_process, self.proc = None, None
+        if self.switch_process is None:
             super().reboot()
             return
+        self._leave()
+        super().start([])
+        self.await_ready()
+
+    def _shared(self) -> bool:
+        group = self.switch_process
+        return group is not None and group.proc is not None and group.proc.poll() is None
+
+    def _leave(self) -> None:
+        assert self.switch_process is not None
         self.cli(["detach"])
         deadline = time.monotonic() + STOP_TIMEOUT_S
         while self.grpc_listening():
             if time.monotonic() > deadline:
                 raise SoftSwitchError(f"{self.name}: still served by its process after detach")
             time.sleep(0.02)
-        group.remove(self)
+        self.switch_process.remove(self)
         self.switch_process = None
         self.proc = None
-        super().start([])
-        self.await_ready()
 
     def command(self, ports: dict[int, str]) -> list[str]:
         return softswitch_command(self.device_id, ports, self.grpc_port, self.thrift_port,
