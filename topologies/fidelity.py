@@ -120,7 +120,9 @@ def report(samples: list, rate: int | None) -> dict[str, Any]:
             continue  # no traffic in this window
         busy.append(cpu_busy(m0, m1) or 0.0)
         for name, cpu in c1.items():
-            if cpu is not None and c0.get(name) is not None:
+            # CPU time that went down is a new process under the name (an agent restarted
+            # in another mode between two samples): no reading for it in this window
+            if cpu is not None and c0.get(name) is not None and cpu >= c0[name]:
                 proc_use.setdefault(name, []).append((cpu - c0[name]) / span)
         traffic_s += span
         for port, n in sent.items():

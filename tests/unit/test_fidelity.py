@@ -58,3 +58,14 @@ def test_many_noisy_ports_do_not_read_as_a_port_at_its_rate() -> None:
 def test_the_busiest_port_is_named() -> None:
     r = report(_samples(480, busy=0.5, proc_core=0.2), rate=500)
     assert r["bottleneck_port"] == "s1:1" and abs(r["bottleneck_pps"] - 480) < 1
+
+
+def test_a_process_restarted_between_samples_gives_no_negative_cpu() -> None:
+    """bench's loss scenario restarts the agents for RoCE: h0's CPU time fell from one sample
+    to the next (a new PID), and the report once said -0.023 cores."""
+    samples = [(0.0, (0, 100), {"h0": 5.0, "s": 1.0}, {"p": 0}),
+               (1.0, (100, 200), {"h0": 0.1, "s": 1.5}, {"p": 1500}),
+               (2.0, (200, 300), {"h0": 0.4, "s": 2.0}, {"p": 3000})]
+    out = report(samples, 1)
+    assert out["process_cpu"]["h0"] == 0.3 and out["process_cpu"]["s"] == 0.5
+    assert all(v >= 0 for v in out["process_cpu"].values())
