@@ -37,6 +37,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
 from bench import results  # noqa: E402
+from bench.soak import rss_kib  # noqa: E402
 from fabric.options import add_fabric_args, fabric_from_args  # noqa: E402
 from fabric.topology import Fabric  # noqa: E402
 from topologies.calibration import calibrate_transfer  # noqa: E402
@@ -53,10 +54,7 @@ CURVE = [(4, 2, 2, 2), (4, 2, 8, 2), (8, 2, 8, 2), (8, 2, 16, 2), (8, 2, 24, 2),
 
 
 def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+    return (rss_kib(pid) or 0) / 1024
 
 
 def switch_pids(net: MrcNetwork) -> set[int]:
