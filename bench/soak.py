@@ -188,8 +188,10 @@ def phase_kill_switch(net: MrcNetwork, cfg: SoakConfig) -> dict[str, Any]:
     time.sleep(0.5)
     pid = net.switch_pid(spine)
     net.kill_switch(spine)  # SIGKILL on BMv2; a software switch dies alone, not its process
+    down = net.switch_down(spine)
     reboot_s = net.reboot_switch(spine)
     return {"switch": spine, "killed_pid": pid, "restarted_pid": net.switch_pid(spine),
+            "down_after_kill": down, "down_after_reboot": net.switch_down(spine),
             "reboot_s": reboot_s,
             "transfers": [handle.wait()]}
 

@@ -10,10 +10,10 @@ names the loopback TCP port of the runtime control socket (JSON lines, see
 softswitch/cli.py), the counterpart of BMv2's Thrift runtime CLI.
 
 With `--switch DEVICE_ID:GRPC_PORT:CONTROL_PORT:PORT@IFNAME,...` (repeated) one process serves
-many switches: each keeps its own P4Runtime server on 127.0.0.1:GRPC_PORT (its own device id,
-arbitration and limits), its own control port, ports, queues and tables; one event loop moves
-every switch's frames. A switch's `detach` control command removes it from the process (the
-testbed's reboot of one switch); the process ends when it serves none.
+many switches: each keeps its own P4Runtime address 127.0.0.1:GRPC_PORT (its own device id,
+arbitration and limits; one gRPC server answers on all of them, softswitch.router), its own
+control port, ports, queues and tables; one event loop moves every switch's frames. A
+switch's `detach` control command crashes it alone and `attach` reboots it (Process).
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ from p4rt.tls import TlsError, read_private, server_credentials
 from softswitch.dataplane import Dataplane
 from softswitch.errors import P4RTError
 from softswitch.loop import EventLoop
-from softswitch.server import Device, serve
+from softswitch.router import Router, serve_router
+from softswitch.server import Device, P4RuntimeService
 
 LOG_LEVELS = {"trace": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO,
               "warn": logging.WARNING, "warning": logging.WARNING, "error": logging.ERROR,
@@ -144,50 +145,88 @@ def _specs(args: argparse.Namespace) -> list[SwitchSpec]:
 
 
 class Process:
-    """The switches this process serves, their P4Runtime servers and the one loop."""
+    """The switches this process serves, their one P4Runtime server and the one loop.
+
+    A switch's `detach` control command is its crash: its ports close, its tables are gone
+    and its P4Runtime requests get UNAVAILABLE; only its control port stays, answering
+    `attach` (the reboot: the same ports, empty tables) and `stats`."""
 
     def __init__(self, priorities: int, credentials: grpc.ServerCredentials | None,
                  token: str | None, p4info: Path | None) -> None:
         self.loop = EventLoop()
+        self.router = Router()
         self.priorities, self.credentials, self.token = priorities, credentials, token
         self.p4info = p4info
-        self.served: dict[int, tuple[Dataplane, grpc.Server]] = {}
+        self.specs: dict[int, SwitchSpec] = {}
+        self.switches: dict[int, Dataplane] = {}
+        self.server: grpc.Server | None = None
 
     def add(self, spec: SwitchSpec) -> None:
-        dataplane = Dataplane(spec.ports, self.priorities, self.loop)
-        device = Device(spec.device_id, dataplane.set_state, stats=dataplane.stats)
+        """Open the switch's ports and control port; serve() then starts P4Runtime."""
+        dataplane = self._dataplane(spec)
+        self.specs[spec.device_id] = spec
+        self.switches[spec.device_id] = dataplane
         try:
             dataplane.open_ports()
-            if spec.control_port is not None:
-                dataplane.open_control(spec.control_port, self.token)
-            if self.p4info:
-                device.commit(p4runtime_pb2.ForwardingPipelineConfig(
-                    p4info=load_p4info(self.p4info)))
-            server = serve(device, spec.address, self.credentials)
+            self._power_on(spec.device_id)
         except BaseException:
+            self.switches.pop(spec.device_id)
             dataplane.close()
             raise
-        self.served[spec.device_id] = (dataplane, server)
-        dataplane.on_detach = lambda: self.detach(spec.device_id)
         logging.getLogger("softswitch").info("switch %d: ports %s, P4Runtime on %s",
                                              spec.device_id, spec.ports, spec.address)
 
+    def _dataplane(self, spec: SwitchSpec) -> Dataplane:
+        dataplane = Dataplane(spec.ports, self.priorities, self.loop)
+        try:
+            if spec.control_port is not None:
+                dataplane.open_control(spec.control_port, self.token)
+        except BaseException:
+            dataplane.close()
+            raise
+        dataplane.process_stats = self.router.stats
+        dataplane.on_detach = lambda: self.detach(spec.device_id)
+        dataplane.on_attach = lambda: self.attach(spec.device_id)
+        return dataplane
+
+    def _power_on(self, device_id: int) -> None:
+        dataplane = self.switches[device_id]
+        device = Device(device_id, dataplane.set_state, stats=dataplane.stats)
+        if self.p4info:
+            device.commit(p4runtime_pb2.ForwardingPipelineConfig(
+                p4info=load_p4info(self.p4info)))
+        self.router.add(P4RuntimeService(device))
+
+    def serve(self) -> None:
+        """One gRPC server on every switch's P4Runtime address (softswitch.router)."""
+        self.server = serve_router(self.router, [s.address for s in self.specs.values()],
+                                   len(self.specs), self.credentials)
+
     def detach(self, device_id: int) -> None:
-        """Stop serving one switch (its sockets closed, its P4Runtime server stopped)."""
-        dataplane, server = self.served.pop(device_id)
-        server.stop(grace=0)
-        dataplane.close()
-        if not self.served:
-            self.loop.stopping = True
+        """The switch crashes alone: a fresh switch, down, takes its control port."""
+        self.router.take_down(device_id)
+        self.switches.pop(device_id).close()
+        spec = self.specs[device_id]
+        down = self._dataplane(spec)
+        down.down = True
+        self.switches[device_id] = down
+        logging.getLogger("softswitch").info("switch %d is down", device_id)
+
+    def attach(self, device_id: int) -> None:
+        """The switch reboots: its ports open again, with no pipeline and default queues."""
+        dataplane = self.switches[device_id]
+        dataplane.open_ports()
+        dataplane.down = False
+        self._power_on(device_id)
+        logging.getLogger("softswitch").info("switch %d is up again", device_id)
 
     def close(self) -> None:
-        events = [server.stop(grace=0.5) for _, server in self.served.values()]
-        for event in events:
-            event.wait()
-        socks = [s for dataplane, _ in self.served.values() for s in dataplane.release()]
+        if self.server is not None:
+            self.server.stop(grace=0.5).wait()
+        socks = [s for dataplane in self.switches.values() for s in dataplane.release()]
         with ThreadPoolExecutor(CLOSE_THREADS) as pool:  # each close waits out an RCU period
             list(pool.map(socket.socket.close, socks))
-        self.served.clear()
+        self.switches.clear()
         self.loop.close()
 
 
@@ -250,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for spec in specs:
             process.add(spec)
+        process.serve()
     except (OSError, P4RTError) as err:
         print(f"softswitch: {err}", file=sys.stderr)
         process.close()

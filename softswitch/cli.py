@@ -3,7 +3,8 @@
     python -m softswitch.cli --port 9091 set_queue_rate 1000 [EGRESS_PORT [PRIORITY]]
     python -m softswitch.cli --port 9091 set_queue_depth 64 [EGRESS_PORT [PRIORITY]]
     python -m softswitch.cli --port 9091 queues | stats
-    python -m softswitch.cli --port 9091 detach   # the switch leaves its process
+    python -m softswitch.cli --port 9091 detach   # the switch crashes (its process lives on)
+    python -m softswitch.cli --port 9091 attach   # ... and reboots with empty tables
 
 The switch listens on 127.0.0.1:--thrift-port; one JSON object per line each way,
 e.g. {"cmd": "set_queue_rate", "rate": 1000, "port": 3} -> {"ok": true}.
@@ -29,9 +30,10 @@ class ControlError(RuntimeError):
 def parse_command(words: list[str]) -> dict:
     """BMv2 CLI syntax -> JSON request; raises ValueError saying the expected form."""
     if not words:
-        raise ValueError("no command (set_queue_rate, set_queue_depth, queues, stats, detach)")
+        raise ValueError("no command (set_queue_rate, set_queue_depth, queues, stats, detach, "
+                         "attach)")
     cmd, args = words[0], words[1:]
-    if cmd in ("queues", "stats", "detach") and not args:
+    if cmd in ("queues", "stats", "detach", "attach") and not args:
         return {"cmd": cmd}
     if cmd in ("set_queue_rate", "set_queue_depth") and 1 <= len(args) <= 3:
         key = "rate" if cmd == "set_queue_rate" else "depth"
@@ -47,7 +49,7 @@ def parse_command(words: list[str]) -> dict:
         return req
     raise ValueError(f"cannot parse {' '.join(words)!r}: use set_queue_rate <pps> "
                      "[port [prio]], set_queue_depth <packets> [port [prio]], queues, stats, "
-                     "detach")
+                     "detach, attach")
 
 
 def request(port: int, req: dict, host: str = "127.0.0.1", token: str | None = None) -> dict:

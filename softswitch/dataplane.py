@@ -67,7 +67,10 @@ class Dataplane:
         self._rx = bytearray(MAX_FRAME)
         self._pending: list[select.epoll] = []  # per port: is another frame waiting?
         self._control_buffers: dict[socket.socket, bytes] = {}
-        self.on_detach: Callable[[], None] | None = None  # set by a process of many switches
+        self.on_detach: Callable[[], None] | None = None  # set by softswitch.__main__.Process
+        self.on_attach: Callable[[], None] | None = None
+        self.process_stats: dict[str, int] | None = None  # the process's P4Runtime counters
+        self.down = False  # crashed: only `attach` and `stats` are answered
         self._detaching = False
 
     @property
@@ -319,23 +322,43 @@ class Dataplane:
                 return {"ok": False, "error": "refused: this request lacks the run's control "
                                               "token"}
             cmd = req.get("cmd")
+            if cmd in ("attach", "detach") or self.down:
+                return self._power(cmd)
             if cmd in ("set_queue_rate", "set_queue_depth"):
                 return self._set_queue(cmd, req)
             if cmd == "queues":
                 return {"ok": True, "queues": {str(p): q.stats() for p, q in self.queues.items()}}
-            if cmd == "detach":
-                if self.on_detach is None:
-                    raise ValueError("detach: this switch is not served by a softswitch process")
-                self._detaching = True
-                return {"ok": True}
             if cmd == "stats":
-                self._read_kernel_drops()
-                drops = self.pipeline.drop_stats() if self.pipeline else {}
-                return {"ok": True, "stats": dict(self.stats), "pipeline": drops}
+                return self._stats()
             raise ValueError(f"unknown command {cmd!r} (set_queue_rate, set_queue_depth, "
-                             "queues, stats, detach)")
-        except (ValueError, TypeError, QueueConfigError) as err:
+                             "queues, stats, detach, attach)")
+        except (ValueError, TypeError, QueueConfigError, OSError) as err:
             return {"ok": False, "error": str(err)}
+
+    def _stats(self) -> dict:
+        self._read_kernel_drops()
+        drops = self.pipeline.drop_stats() if self.pipeline else {}
+        reply = {"ok": True, "down": self.down, "stats": dict(self.stats), "pipeline": drops}
+        if self.process_stats is not None:
+            reply["process"] = dict(self.process_stats)
+        return reply
+
+    def _power(self, cmd: object) -> dict:
+        """detach (the switch crashes; done once the reply is sent), attach (it reboots), and
+        the only other command a down switch answers, stats."""
+        if cmd == "stats":
+            return self._stats()
+        if cmd == "detach" and not self.down and self.on_detach is not None:
+            self._detaching = True
+            return {"ok": True}
+        if cmd == "attach" and self.down and self.on_attach is not None:
+            self.on_attach()
+            return {"ok": True}
+        if self.on_detach is None:
+            raise ValueError(f"{cmd}: this switch is not served by a softswitch process")
+        state = "down" if self.down else "up"
+        raise ValueError(f"{cmd!r} refused: the switch is {state} (a down switch answers "
+                         "only attach and stats; detach crashes a switch that is up)")
 
     def _read_kernel_drops(self) -> None:
         """Frames the kernel dropped because a port's socket buffer was full (the switch

@@ -3,7 +3,8 @@
 Behaves like a real target as seen by p4runtime-shell and the controller: the client
 with the highest election id is primary and alone may Write or set the pipeline;
 batch failures come back as gRPC UNKNOWN with one p4.v1.Error per update in the
-google.rpc.Status details. softswitch.limits says what it refuses to grow beyond.
+google.rpc.Status details. softswitch.limits says what it refuses to grow beyond;
+softswitch.router serves the devices of a process from one gRPC server.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from concurrent import futures
 from importlib.metadata import version
 
 import grpc
@@ -114,6 +114,14 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
 
     def count(self, what: str) -> None:
         self.device.stats[what] += 1
+
+    def close(self, reason: str) -> None:
+        """The switch went down: every open stream ends with UNAVAILABLE and `reason`."""
+        with self.arbiter.lock:
+            outs = [out for _, out in self.arbiter.streams.values()]
+            self.arbiter.streams.clear()
+        for out in outs:
+            out.put(P4RTError(grpc.StatusCode.UNAVAILABLE, reason))
 
     # ---- helpers -------------------------------------------------------------------
 
@@ -309,26 +317,3 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             changed = self.arbiter.primary() != before
             self.arbiter.notify(self.device.device_id, None if changed else token)
         return None
-
-
-def serve(device: Device, address: str,
-          credentials: grpc.ServerCredentials | None = None) -> grpc.Server:
-    """Start the gRPC server on a loopback address (validated by the caller), over TLS when
-    `credentials` are given (p4rt.tls.server_credentials).
-
-    Streams hold a worker thread each for their lifetime, so the pool has room for
-    MAX_STREAMS of them plus UNARY_WORKERS that only unary RPCs can use."""
-    pool = futures.ThreadPoolExecutor(max_workers=limits.MAX_STREAMS + limits.UNARY_WORKERS)
-    server = grpc.server(pool, maximum_concurrent_rpcs=limits.MAX_CONCURRENT_RPCS)
-    service = P4RuntimeService(device)
-    server.add_generic_rpc_handlers((limits.generic_handler(service, service.count),))
-    try:
-        bound = server.add_secure_port(address, credentials) if credentials is not None \
-            else server.add_insecure_port(address)
-    except RuntimeError as err:  # grpcio >= 1.5x raises instead of returning 0
-        raise OSError(f"cannot bind the P4Runtime server to {address}: is the port in use? "
-                      f"({err})") from err
-    if bound == 0:
-        raise OSError(f"cannot bind the P4Runtime server to {address}: is the port in use?")
-    server.start()
-    return server

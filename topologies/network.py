@@ -417,6 +417,10 @@ class MrcNetwork:
         node.crash()
         self.link_log.append({"time": time.monotonic(), "event": "crash", "a": name, "b": ""})
 
+    def switch_down(self, name: str) -> bool:
+        """The switch is crashed (node.is_down())."""
+        return self._need_net()[self._switch_name(name)].is_down()
+
     def _switch_name(self, name: str) -> str:
         if name not in self.fabric.by_name:
             raise NetworkError(f"no switch {name!r}: names look like "

@@ -186,6 +186,10 @@ class P4RuntimeSwitch(Switch):
             s.settimeout(0.2)
             return s.connect_ex(("127.0.0.1", self.grpc_port)) == 0
 
+    def is_down(self) -> bool:
+        """Crashed, or never started: no process of ours is running."""
+        return self.proc is None or self.proc.poll() is not None
+
     def crash(self) -> None:
         """The switch dies as a crash would: its process SIGKILLed (by PID), tables lost."""
         if self.proc is not None:

@@ -9,7 +9,7 @@ control socket instead of Thrift.
 Given a SoftSwitchProcess, a node does not start a process of its own: the group's one
 `python -m softswitch --switch ...` serves all its members once the last has started, and
 stopping any member stops that process (docs/decisions.md, "Many software switches per
-process"). Rebooting a member detaches it and starts a process of its own.
+process"). A member crashes and reboots inside its process (`detach`, `attach`).
 """
 
 from __future__ import annotations
@@ -169,41 +169,53 @@ class SoftSwitch(P4RuntimeSwitch):
         super().stop(deleteIntfs)
 
     def crash(self) -> None:
-        """One switch dies, not its process: a member is detached abruptly (its sockets and
-        P4Runtime server closed, its tables gone); the process's other switches forward on."""
+        """One switch dies, not its process: a member goes down (its ports closed, its tables
+        gone, its P4Runtime requests refused); the process's other switches forward on."""
         if self._shared():
-            self._leave()
+            if not self.is_down():
+                self.cli(["detach"])
+                self._await_down(True)
         else:
             super().crash()
 
     def reboot(self) -> None:
-        """A member leaves the shared process (as in crash()) and starts a process of its
-        own with empty tables; the others forward on."""
+        """A member crashes (as in crash()) and comes back in its process on the same ports
+        with empty tables; a member whose process is gone starts a process of its own."""
         if self.switch_process is not None and not self._shared():
             self.switch_process.remove(self)  # its process is gone: start one of our own
             self.switch_process, self.proc = None, None
         if self.switch_process is None:
             super().reboot()
             return
-        self._leave()
-        super().start([])
-        self.await_ready()
+        self.crash()
+        self.cli(["attach"])
+        self._await_down(False)
 
     def _shared(self) -> bool:
         group = self.switch_process
         return group is not None and group.proc is not None and group.proc.poll() is None
 
-    def _leave(self) -> None:
-        assert self.switch_process is not None
-        self.cli(["detach"])
+    def is_down(self) -> bool:
+        if not self._shared():
+            return super().is_down()
+        token = self.credentials.control_token if self.credentials else None
+        return bool(request(self.thrift_port, {"cmd": "stats"}, token=token).get("down"))
+
+    def _await_down(self, down: bool) -> None:
+        """The process replies to detach before it acts; its control port is re-made then."""
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        while self.grpc_listening():
+        last: str = "it answered"
+        while True:
+            try:
+                if self.is_down() == down:
+                    return
+            except ControlError as err:  # the old control socket closed, the new not yet open
+                last = str(err)
             if time.monotonic() > deadline:
-                raise SoftSwitchError(f"{self.name}: still served by its process after detach")
+                state = "down" if down else "up"
+                raise SoftSwitchError(f"{self.name}: not {state} {STOP_TIMEOUT_S:.0f} s after "
+                                      f"the command (last: {last})")
             time.sleep(0.02)
-        self.switch_process.remove(self)
-        self.switch_process = None
-        self.proc = None
 
     def command(self, ports: dict[int, str]) -> list[str]:
         return softswitch_command(self.device_id, ports, self.grpc_port, self.thrift_port,

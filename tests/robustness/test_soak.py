@@ -33,7 +33,9 @@ def test_quick_soak_verifies_every_transfer_and_nothing_crashes(tmp_path: Path) 
     assert summary["leftovers"] == 0, result["leftovers"]
     assert phases["mutated"]["agent_refused"] > 1000  # the frames did reach the agent
     assert phases["flap"]["flaps"] >= 10 and phases["kill-switch"]["killed_pid"]
-    assert phases["kill-switch"]["restarted_pid"] not in (None, phases["kill-switch"]["killed_pid"])
+    killed = phases["kill-switch"]  # a shared software switch crashes and reboots in its process
+    assert killed["down_after_kill"] and not killed["down_after_reboot"], killed
+    assert killed["restarted_pid"] is not None
     # a killed and restarted receiver: its write ends at once, then both ways work again
     assert phases["kill-agent"]["killed_pid"] and len(phases["kill-agent"]["transfers"]) == 2
     assert summary["interrupted_write_ended_s"] < 30, phases["kill-agent"]["interrupted"]

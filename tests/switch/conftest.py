@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
-from softswitch.server import Device, serve
+from softswitch.router import serve
+from softswitch.server import Device
 from tests.switch.p4rt_support import free_port
 from tests.switch.server_support import DEVICE_ID
 

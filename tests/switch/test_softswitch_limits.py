@@ -177,7 +177,9 @@ def test_idle_streams_cannot_starve_unary_rpcs(switch):
 
         for call in calls:
             call.add_done_callback(on_done)
-        expected = 15 + 1 - limits.MAX_STREAMS  # the streams past the cap end at once
+        # streams that have not named their device are capped per process (the primary's
+        # has); those past the cap end at once
+        expected = 15 - limits.MAX_STREAMS
         with done:
             assert done.wait_for(lambda: len(ended) >= expected, timeout=10)
         assert len(ended) == expected
@@ -185,6 +187,44 @@ def test_idle_streams_cannot_starve_unary_rpcs(switch):
         assert "at most" in ended[0].details()
         caps = c.stub.Capabilities(p4runtime_pb2.CapabilitiesRequest(), timeout=5)
         assert caps.p4runtime_api_version
+        write(c, *members(1, 1))
+    finally:
+        never.set()
+        for call in calls:
+            call.cancel()
+        channel.close()
+
+
+def open_arbitrated_streams(addr: str, n: int):
+    """n StreamChannel RPCs that each send one arbitration update (no election id: backups)
+    and then wait; returns (channel, calls, never)."""
+    channel = grpc.insecure_channel(addr)
+    stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
+    never = threading.Event()
+
+    def arbitrate():
+        req = p4runtime_pb2.StreamMessageRequest()
+        req.arbitration.device_id = DEVICE_ID
+        yield req
+        never.wait()
+
+    return channel, [stub.StreamChannel(arbitrate()) for _ in range(n)], never
+
+
+def test_streams_that_named_the_switch_are_capped_per_switch(switch):
+    addr, connect, _ = switch
+    c = primary_with_pipeline(connect)  # one of the switch's MAX_STREAMS
+    channel, calls, never = open_arbitrated_streams(addr, limits.MAX_STREAMS)
+    try:
+        refused = []
+        for call in calls:  # each answers its arbitration, or ends refused
+            try:
+                next(call)
+            except grpc.RpcError as err:
+                refused.append(err)
+        assert len(refused) == 1
+        assert refused[0].code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "at most" in refused[0].details()
         write(c, *members(1, 1))
     finally:
         never.set()
