@@ -37,6 +37,7 @@ class Router:
         self.down: set[int] = set()
         self.stats = {"p4rt_undecodable": 0, "p4rt_streams_refused": 0}
         self.unassigned = 0  # streams that have not yet named their device
+        self.max_unassigned = limits.MAX_STREAMS  # per switch served (serve_router)
 
     def add(self, service: P4RuntimeService) -> None:
         with self.lock:
@@ -88,17 +89,18 @@ class Router:
 
     def StreamChannel(self, request_iterator, context) -> Iterator:  # noqa: N802
         """Wait for the first message (it names the device), then hand the stream over.
-        Streams still waiting are capped like a switch's own (limits.MAX_STREAMS), so idle
-        connections cannot take the workers the unary RPCs need."""
+        Streams still waiting are capped at MAX_STREAMS per switch served (a controller
+        connects to every switch at once), so idle connections cannot take the workers the
+        unary RPCs need."""
         with self.lock:
-            refused = self.unassigned >= limits.MAX_STREAMS
+            refused = self.unassigned >= self.max_unassigned
             if refused:
                 self.stats["p4rt_streams_refused"] += 1
             else:
                 self.unassigned += 1
         if refused:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"this server holds at most {limits.MAX_STREAMS} StreamChannel clients "
+                          f"this server holds at most {self.max_unassigned} StreamChannel clients "
                           "that have not sent their arbitration update: close an idle one")
         try:
             first = next(request_iterator, None)
@@ -129,10 +131,11 @@ def serve_router(router: Router, addresses: list[str], switches: int,
     when `credentials` are given (p4rt.tls.server_credentials).
 
     Streams hold a worker thread each for their lifetime: the pool has room for MAX_STREAMS
-    per switch and MAX_STREAMS still unassigned, plus UNARY_WORKERS only unary RPCs can use.
-    Threads start as needed, so the size costs nothing until it is used."""
+    per switch that named it and as many still unassigned, plus UNARY_WORKERS only unary RPCs
+    can use. Threads start as needed, so the size costs nothing until it is used."""
+    router.max_unassigned = switches * limits.MAX_STREAMS
     pool = futures.ThreadPoolExecutor(
-        max_workers=(switches + 1) * limits.MAX_STREAMS + limits.UNARY_WORKERS)
+        max_workers=2 * switches * limits.MAX_STREAMS + limits.UNARY_WORKERS)
     server = grpc.server(pool, maximum_concurrent_rpcs=switches * limits.MAX_CONCURRENT_RPCS,
                          options=[("grpc.so_reuseport", 0)])
     server.add_generic_rpc_handlers((limits.generic_handler(router, router.count),))
