@@ -21,3 +21,12 @@ def test_below_the_floor_is_refused_with_the_measurement():
     with pytest.raises(CalibrationError, match=f"sustained only {sustained:.0f} frames/s"):
         rate_from(sustained, "every host")
     assert rate_from(MIN_RATE / HEADROOM, "x") == MIN_RATE
+
+
+def test_the_bench_ladder_descends_to_the_floor():
+    from bench.calibrate import ladder
+    assert ladder(44) == [44, 30, 21, 14, MIN_RATE]
+    assert ladder(MIN_RATE) == [MIN_RATE]
+    assert ladder(3) == [MIN_RATE]  # a run that moved almost nothing still tries the floor
+    steps = ladder(750)
+    assert steps == sorted(set(steps), reverse=True) and steps[-1] == MIN_RATE
