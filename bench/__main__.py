@@ -33,8 +33,8 @@ if __name__ == "__main__":  # before the heavy imports: re-run with .venv if the
 from tqdm import tqdm  # noqa: E402
 
 from bench import calibrate, paper, plots, results, scenarios  # noqa: E402
+from bench.context import FULL, QUICK, Context  # noqa: E402
 from bench.runner import CONTENDERS  # noqa: E402
-from bench.scenarios import FULL, QUICK, Context  # noqa: E402
 from fabric.options import add_fabric_args, named_fabric  # noqa: E402
 from fabric.topology import TopologyError  # noqa: E402
 from topologies import fidelity  # noqa: E402

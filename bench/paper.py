@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench import metrics
-from bench.mrc_flows import FlowSpec
-from bench.scenarios import (
+from bench.context import (
     Context,
     bound,
     ideal_s,
@@ -21,6 +20,7 @@ from bench.scenarios import (
     run_one,
     target,
 )
+from bench.mrc_flows import FlowSpec
 from fabric.topology import Fabric
 from topologies.impair import LinkLoss, loss_unavailable
 
