@@ -1,0 +1,185 @@
+"""Processes on another server of a cluster, and its loopback ports brought to this one.
+
+Two primitives the cluster's switch and agent nodes are built on (docs/decisions.md,
+"Several machines"):
+- RemoteProcess: a command started on a server over ssh. Its PID is the one the server's own
+  shell reports (never looked up in this machine's /proc, where it means nothing), and it is
+  stopped by that PID through ssh. The ssh session stays open for the process's life with a
+  terminal (-tt): if this machine's process dies, even by SIGKILL, the kernel ends our ssh
+  client (PR_SET_PDEATHSIG), the server's sshd hangs the session up, and the process gets
+  SIGHUP. So a killed first server leaves nothing running elsewhere.
+- Forwarder: one `ssh -N -L` per server that brings its switches' P4Runtime and control ports
+  (bound to the server's loopback only) to the same port numbers on this machine's loopback.
+  The controller then reaches every switch at 127.0.0.1:PORT wherever it runs, with the
+  run's mutual TLS and tokens unchanged.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import shlex
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)
+START_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 5.0
+
+
+class RemoteError(RuntimeError):
+    """A remote command or tunnel failed; the message names the server and what it said."""
+
+
+def _die_with_parent() -> None:
+    """In the ssh child: end when the process that started it ends, however it ends."""
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """How to reach one server: an ssh name, the user, and an optional ssh config file."""
+    host: str
+    user: str = "root"
+    config: Path | None = None
+
+    def argv(self, *options: str) -> list[str]:
+        cmd = ["ssh", "-o", "BatchMode=yes"]
+        if self.config is not None:
+            cmd += ["-F", str(self.config)]
+        return [*cmd, *options, "-l", self.user, self.host]
+
+    def run(self, command: str, timeout: float = 30.0) -> str:
+        """A short command on the server; its output, or RemoteError with it."""
+        done = subprocess.run([*self.argv(), "--", command], capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            raise RemoteError(f"{self.host}: {command!r} exited {done.returncode}: "
+                              f"{(done.stderr or done.stdout).strip()[-500:]}")
+        return done.stdout
+
+
+class RemoteProcess:
+    """`argv` running on `target` (started by start(), stopped by stop())."""
+
+    def __init__(self, target: SshTarget, argv: Sequence[str], *, cwd: str = "/",
+                 env: dict[str, str] | None = None, log_path: str | None = None) -> None:
+        self.target, self.argv, self.cwd = target, list(argv), cwd
+        self.env, self.log_path = dict(env or {}), log_path
+        self.pid: int | None = None  # on the server
+        self.session: subprocess.Popen | None = None
+
+    def _script(self) -> str:
+        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        out = shlex.quote(self.log_path) if self.log_path else "/dev/null"
+        run = shlex.join(self.argv)
+        # the shell reports its PID, then becomes the command (same PID)
+        return (f"cd {shlex.quote(self.cwd)} && echo MRCPID $$ && "
+                f"exec env {exports} {run} >>{out} 2>&1 </dev/null")
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> int:
+        self.session = subprocess.Popen(
+            [*self.target.argv("-tt"), "--", self._script()], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+        assert self.session.stdout is not None
+        deadline = time.monotonic() + timeout
+        seen = b""
+        while time.monotonic() < deadline:
+            line = self.session.stdout.readline()
+            if not line:
+                break
+            seen += line
+            words = line.decode(errors="replace").split()
+            if len(words) == 2 and words[0] == "MRCPID" and words[1].isdigit():
+                self.pid = int(words[1])
+                return self.pid
+        self._end_session()
+        raise RemoteError(f"{self.target.host}: {self.argv[0]} did not start: "
+                          f"{seen.decode(errors='replace').strip()[-500:]}")
+
+    def alive(self) -> bool:
+        """Asked of the server: is our PID still running there?"""
+        if self.pid is None:
+            return False
+        out = self.target.run(f"kill -0 {self.pid} 2>/dev/null && echo alive || echo gone")
+        return out.strip() == "alive"
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM by PID on the server, SIGKILL if it outlives `timeout`; then the session."""
+        if self.pid is not None:
+            pid, ticks = self.pid, max(1, int(timeout / 0.1))
+            self.target.run(
+                f"kill -TERM {pid} 2>/dev/null; i=0; while kill -0 {pid} 2>/dev/null && "
+                f"[ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done; "
+                f"kill -KILL {pid} 2>/dev/null; true", timeout=timeout + 30)
+            self.pid = None
+        self._end_session()
+
+    def _end_session(self) -> None:
+        if self.session is not None:
+            if self.session.poll() is None:
+                self.session.terminate()
+                try:
+                    self.session.wait(STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    self.session.kill()
+                    self.session.wait()
+            if self.session.stdout is not None:
+                self.session.stdout.close()
+            if self.session.stdin is not None:
+                self.session.stdin.close()
+            self.session = None
+
+
+class Forwarder:
+    """This machine's 127.0.0.1:PORT -> the server's 127.0.0.1:PORT, for each port given."""
+
+    def __init__(self, target: SshTarget, ports: Sequence[int]) -> None:
+        self.target, self.ports = target, sorted(set(ports))
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+        taken = [p for p in self.ports if _listening(p)]
+        if taken:
+            raise RemoteError(f"cannot forward {self.target.host}'s ports: 127.0.0.1 ports "
+                              f"{taken} are already in use here")
+        forwards = [a for p in self.ports for a in ("-L", f"127.0.0.1:{p}:127.0.0.1:{p}")]
+        self.proc = subprocess.Popen(
+            self.target.argv("-N", "-o", "ExitOnForwardFailure=yes", *forwards),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            preexec_fn=_die_with_parent)
+        deadline = time.monotonic() + timeout
+        while not all(_listening(p) for p in self.ports):
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+                self.proc = None
+                raise RemoteError(f"{self.target.host}: port forwarding failed: {err.strip()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RemoteError(f"{self.target.host}: ports {self.ports} not forwarded "
+                                  f"after {timeout:.0f} s")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            if self.proc.stderr is not None:
+                self.proc.stderr.close()
+            self.proc = None
+
+
+def _listening(port: int) -> bool:
+    """Someone listens on our 127.0.0.1:port (the local end of a forward)."""
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
