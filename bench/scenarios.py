@@ -29,9 +29,8 @@ from bench.context import (
 )
 from bench.failures import FAILURE_CONTENDERS, flap, link_failure, plane_failure, switch_reboot
 from bench.mrc_flows import FlowSpec
-from bench.runner import (
-    CONTENDERS,
-)
+from bench.runner import CONTENDERS
+from topologies.fidelity import Monitor
 
 INCAST_CONTENDERS = ("mrc", "roce", "tcp", "mptcp")
 ALLREDUCE_CONTENDERS = ("mrc", "roce", "roce:16")  # the paper: one MRC QP beats 16
@@ -184,9 +183,15 @@ def allreduce(ctx: Context) -> dict[str, Any]:
         timeout = 10 * ctx.sizes.convergence_delay + 30
         runs: dict[str, Any] = {}
         for name in ctx.chosen(ALLREDUCE_CONTENDERS):
-            runs[name] = run_allreduce(net, ctx.sizes.allreduce_bytes, steps,
-                                       contender=name, fail_step=fail_step,
-                                       timeout=timeout, tick=lambda: ctx.tick("step"))
+            monitor = Monitor(net)  # the steps' verdict, as run_one gives the flows'
+            monitor.start()
+            try:
+                runs[name] = run_allreduce(net, ctx.sizes.allreduce_bytes, steps,
+                                           contender=name, fail_step=fail_step,
+                                           timeout=timeout, tick=lambda: ctx.tick("step"))
+            finally:
+                verdict = monitor.stop()
+            runs[name]["fidelity"] = verdict
         result["contenders"] = runs
     result["figures"] = {name: r.get("step_time_s") for name, r in runs.items()}
     mrc, sp = runs.get("mrc", {}), runs.get("roce", {})

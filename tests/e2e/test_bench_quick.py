@@ -156,6 +156,7 @@ def test_figures_in_range(run: tuple[dict, Path]) -> None:
         d = c["step_time_s"]
         assert c["ok"] and c["completed_steps"] == c["steps"]
         assert 0 < d["min"] <= d["p50"] <= d["p99"] <= d["max"]
+        assert c["fidelity"]["verdict"] in ("faithful", "emulation-bound"), c["fidelity"]
 
 
 def test_targets_reported_not_asserted(run: tuple[dict, Path]) -> None:
