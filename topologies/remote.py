@@ -122,17 +122,7 @@ class RemoteProcess:
 
     def _end_session(self) -> None:
         if self.session is not None:
-            if self.session.poll() is None:
-                self.session.terminate()
-                try:
-                    self.session.wait(STOP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    self.session.kill()
-                    self.session.wait()
-            if self.session.stdout is not None:
-                self.session.stdout.close()
-            if self.session.stdin is not None:
-                self.session.stdin.close()
+            _end(self.session)
             self.session = None
 
 
@@ -167,15 +157,22 @@ class Forwarder:
 
     def stop(self) -> None:
         if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            if self.proc.stderr is not None:
-                self.proc.stderr.close()
+            _end(self.proc)
             self.proc = None
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """Our ssh client: SIGTERM, SIGKILL if it lingers, reaped, its pipes closed."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def _listening(port: int) -> bool:

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.cluster.servers import EmulatedServers, unavailable_reason
+from tests.cluster.servers import EmulatedServers
 from tests.support import wait_until
 
 pytestmark = pytest.mark.root
+SERVERS = 2
 REPO = Path(__file__).resolve().parents[2]
 PORT = 47123
 
@@ -75,13 +75,6 @@ if mode == "die":
 """
 
 
-@pytest.fixture(scope="module")
-def servers() -> Iterator[EmulatedServers]:
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    with EmulatedServers(2) as s:
-        yield s
 
 
 def drive(servers: EmulatedServers, mode: str) -> subprocess.CompletedProcess:

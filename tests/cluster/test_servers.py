@@ -8,7 +8,6 @@ import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
@@ -42,16 +41,6 @@ while True:
         print("reply from", peer[0])
         break
 """
-
-
-@pytest.fixture(scope="module")
-def servers() -> Iterator[EmulatedServers]:
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    with EmulatedServers(3) as emulated:
-        yield emulated
-    assert emulated.leftovers() == []
 
 
 def require_harness() -> None:

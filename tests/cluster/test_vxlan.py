@@ -6,17 +6,17 @@ namespace (as a Mininet switch's ports do: switches run in their server's root n
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
-from tests.cluster.servers import EmulatedServers, unavailable_reason
+from tests.cluster.servers import EmulatedServers
 from topologies.cluster import DEFAULT_UNDERLAY_MTU, ETHERNET_HEADER, VXLAN_OVERHEAD
 from topologies.vxlan import VniAllocator, VxlanError, make_end, temp_name
 from wire.layout import FULL_DATA_FRAME_LEN
 
 pytestmark = pytest.mark.root
+SERVERS = 2
 
 # a UDP datagram of SIZE bytes of IP, DF set, from one tunnel address to the other; prints
 # what came back, or the error
@@ -38,6 +38,7 @@ import socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.bind((sys.argv[1], 7777))
 s.settimeout(10)
+print("ready", flush=True)
 print(len(s.recv(65535)), flush=True)
 """
 
@@ -64,13 +65,6 @@ class ServerNode:
         return self.server
 
 
-@pytest.fixture(scope="module")
-def servers() -> Iterator[EmulatedServers]:
-    reason = unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    with EmulatedServers(2) as s:
-        yield s
 
 
 def links(servers: EmulatedServers, i: int) -> str:
@@ -93,6 +87,7 @@ def test_a_tunnel_carries_a_full_frame_and_refuses_more_than_its_mtu(
         sink = servers.popen(1, ["python3", "-c", UDP_SINK, "192.168.77.2"],
                              stdout=subprocess.PIPE, text=True)
         try:
+            assert sink.stdout is not None and sink.stdout.readline().strip() == "ready"
             frame_ip = FULL_DATA_FRAME_LEN - ETHERNET_HEADER
             sent = servers.run(0, ["python3", "-c", UDP_ECHO, "192.168.77.1", "192.168.77.2",
                                    str(frame_ip)], capture_output=True, text=True)

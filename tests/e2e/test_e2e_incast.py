@@ -1,5 +1,5 @@
-"""End to end 4:1 incast on both switch targets (software switch and BMv2, same fabric and
-rate): four senders write to one receiver at once.
+"""End to end 4:1 incast on both switch targets (software switch and BMv2, same fabric, each
+at the rate it calibrates, port_rate_pps "auto"): four senders write to one receiver at once.
 
 The smallest fabric with five hosts and traffic across spines: 2 planes x 2 T0 x 2 T1 with 3
 hosts per T0 (6 hosts). The receiver's host-facing ports are the bottleneck, so its T0 trims
@@ -26,7 +26,9 @@ from tests.support import require_bmv2
 pytest.importorskip("mininet.net", reason="Mininet is not importable (apt install mininet)")
 
 from fabric.topology import Fabric  # noqa: E402
+from topologies.netconfig import AUTO_RATE  # noqa: E402
 from topologies.network import MrcNetwork, NetworkConfig  # noqa: E402
+from wire.layout import DEFAULT_MTU  # noqa: E402
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(240),
               pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]
@@ -37,7 +39,12 @@ SENDERS = (0, 1, 2, 3)  # three from the other T0, one from the receiver's own T
 NBYTES = 1_000_000
 
 
-PAUSE_AT_S, PAUSE_S = 1.5, 0.3
+PAUSE_AT, PAUSE_S = 0.35, 0.3  # the pause starts at this fraction of the ideal incast time
+
+
+def ideal_s(port_rate_pps: int) -> float:
+    """The incast's time at the receiver's line rate: all senders' bytes through its NICs."""
+    return len(SENDERS) * NBYTES / (FABRIC.planes * port_rate_pps * DEFAULT_MTU)
 
 
 @pytest.mark.parametrize("target", ["soft", pytest.param("bmv2", marks=pytest.mark.bmv2)])
@@ -49,14 +56,14 @@ def test_incast_4_to_1_trims_without_timeouts(pause: bool, target: str):
     if target == "bmv2":
         require_bmv2()
     before = snapshot()
-    net = MrcNetwork(NetworkConfig(fabric=FABRIC, target=target, port_rate_pps=500),
+    net = MrcNetwork(NetworkConfig(fabric=FABRIC, target=target, port_rate_pps=AUTO_RATE),
                      log=lambda *_: None)
     try:
         net.start()
         start = net.stats(RECEIVER)["endpoint"]
         handles = [net.start_transfer(s, RECEIVER, NBYTES) for s in SENDERS]
         if pause:
-            time.sleep(PAUSE_AT_S)
+            time.sleep(PAUSE_AT * ideal_s(net.config.port_rate_pps))
             pid = net.agent_pid(RECEIVER)
             assert pid is not None
             os.kill(pid, signal.SIGSTOP)

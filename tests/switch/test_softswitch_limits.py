@@ -5,6 +5,7 @@ that are refused without leaking."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import threading
 
@@ -148,25 +149,32 @@ def test_bounded_status_keeps_codes_and_says_what_was_omitted():
     assert first.message == "x" * limits.MAX_ERROR_MESSAGE
 
 
-def open_idle_streams(addr: str, n: int):
-    """n StreamChannel RPCs that never send a message; returns (channel, calls)."""
+@contextlib.contextmanager
+def open_streams(addr: str, n: int, first: p4runtime_pb2.StreamMessageRequest | None = None):
+    """n StreamChannel RPCs that send `first` (if given) and then wait; cancelled on exit."""
     channel = grpc.insecure_channel(addr)
     stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
     never = threading.Event()
 
-    def idle():
+    def requests():
+        if first is not None:
+            yield first
         never.wait()
-        yield from ()
 
-    calls = [stub.StreamChannel(idle()) for _ in range(n)]
-    return channel, calls, never
+    calls = [stub.StreamChannel(requests()) for _ in range(n)]
+    try:
+        yield calls
+    finally:
+        never.set()
+        for call in calls:
+            call.cancel()
+        channel.close()
 
 
 def test_idle_streams_cannot_starve_unary_rpcs(switch):
     addr, connect, _ = switch
     c = primary_with_pipeline(connect)  # one stream already open
-    channel, calls, never = open_idle_streams(addr, 15)
-    try:
+    with open_streams(addr, 15) as calls:
         ended: list[grpc.Call] = []
         done = threading.Condition()
 
@@ -177,8 +185,8 @@ def test_idle_streams_cannot_starve_unary_rpcs(switch):
 
         for call in calls:
             call.add_done_callback(on_done)
-        # streams that have not named their device are capped per process (the primary's
-        # has); those past the cap end at once
+        # streams that have not named their device are capped at MAX_STREAMS per switch
+        # served, here one (the primary's stream has named it); those past the cap end at once
         expected = 15 - limits.MAX_STREAMS
         with done:
             assert done.wait_for(lambda: len(ended) >= expected, timeout=10)
@@ -188,34 +196,14 @@ def test_idle_streams_cannot_starve_unary_rpcs(switch):
         caps = c.stub.Capabilities(p4runtime_pb2.CapabilitiesRequest(), timeout=5)
         assert caps.p4runtime_api_version
         write(c, *members(1, 1))
-    finally:
-        never.set()
-        for call in calls:
-            call.cancel()
-        channel.close()
-
-
-def open_arbitrated_streams(addr: str, n: int):
-    """n StreamChannel RPCs that each send one arbitration update (no election id: backups)
-    and then wait; returns (channel, calls, never)."""
-    channel = grpc.insecure_channel(addr)
-    stub = p4runtime_pb2_grpc.P4RuntimeStub(channel)
-    never = threading.Event()
-
-    def arbitrate():
-        req = p4runtime_pb2.StreamMessageRequest()
-        req.arbitration.device_id = DEVICE_ID
-        yield req
-        never.wait()
-
-    return channel, [stub.StreamChannel(arbitrate()) for _ in range(n)], never
 
 
 def test_streams_that_named_the_switch_are_capped_per_switch(switch):
     addr, connect, _ = switch
     c = primary_with_pipeline(connect)  # one of the switch's MAX_STREAMS
-    channel, calls, never = open_arbitrated_streams(addr, limits.MAX_STREAMS)
-    try:
+    backup = p4runtime_pb2.StreamMessageRequest()  # no election id: a backup client
+    backup.arbitration.device_id = DEVICE_ID
+    with open_streams(addr, limits.MAX_STREAMS, backup) as calls:
         refused = []
         for call in calls:  # each answers its arbitration, or ends refused
             try:
@@ -226,11 +214,6 @@ def test_streams_that_named_the_switch_are_capped_per_switch(switch):
         assert refused[0].code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "at most" in refused[0].details()
         write(c, *members(1, 1))
-    finally:
-        never.set()
-        for call in calls:
-            call.cancel()
-        channel.close()
 
 
 def test_undecodable_requests_are_refused_counted_and_do_not_leak(switch):
