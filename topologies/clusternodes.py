@@ -5,9 +5,10 @@ Cluster Edition runs every remote command as `sudo -E -u USER ssh -q -o BatchMod
 ForwardAgent=yes -tt USER@IP sudo -E CMD`. The testbed's user is root on every server, so
 here no sudo is needed on either side (Debian servers need not have it), no agent is
 forwarded, and ssh reads the cluster's own config file (host keys pinned, the run's key)
-when one is given. Cluster Edition's cleanup hook would run `mn -c` on every server, which
-kills by name machine-wide; nodes made here take their server out of that hook, and a run
-cleans up exactly what it made (docs/decisions.md, "Several machines").
+when one is given. Cluster Edition's cleanup hook would run Mininet's machine-wide cleanup
+command over ssh on every server, which kills by name; nodes made here take their server out
+of that hook, and a run cleans up exactly what it made (docs/decisions.md, "Several
+machines").
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def remote_classes(cluster: Cluster) -> dict[str, type]:
     from mininet.examples.cluster import ClusterCleanup, RemoteMixin
 
     class ClusterMixin(RemoteMixin):
-        """RemoteMixin over the cluster's ssh, as root, without `mn -c` at cleanup."""
+        """RemoteMixin over the cluster's ssh, as root, without Mininet's cleanup command."""
 
         def __init__(self, name: str, server: str = "localhost", **kwargs: Any) -> None:
             local = server in ("localhost", cluster.servers[0].name)
@@ -38,7 +39,7 @@ def remote_classes(cluster: Cluster) -> dict[str, type]:
 
         def startShell(self, *args: Any, **kwargs: Any) -> None:  # noqa: N802 (Mininet's)
             """Node.__init__ starts the shell: our ssh must be in place before it does."""
-            ClusterCleanup.serveruser.pop(self.server, None)  # never `ssh SERVER mn -c`
+            ClusterCleanup.serveruser.pop(self.server, None)  # never that command over ssh
             if self.isRemote:
                 self.target = SshTarget(self.server, cluster.user, cluster.ssh_config)
                 self.sshcmd = self.target.argv("-q", "-tt")

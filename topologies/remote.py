@@ -71,7 +71,7 @@ class RemoteProcess:
                  env: dict[str, str] | None = None, log_path: str | None = None) -> None:
         self.target, self.argv, self.cwd = target, list(argv), cwd
         self.env, self.log_path = dict(env or {}), log_path
-        self.pid: int | None = None  # on the server
+        self.remote_pid: int | None = None  # on the server, from its own shell
         self.session: subprocess.Popen | None = None
 
     def _script(self) -> str:
@@ -96,28 +96,61 @@ class RemoteProcess:
             seen += line
             words = line.decode(errors="replace").split()
             if len(words) == 2 and words[0] == "MRCPID" and words[1].isdigit():
-                self.pid = int(words[1])
-                return self.pid
+                self.remote_pid = int(words[1])
+                return self.remote_pid
         self._end_session()
         raise RemoteError(f"{self.target.host}: {self.argv[0]} did not start: "
                           f"{seen.decode(errors='replace').strip()[-500:]}")
 
     def alive(self) -> bool:
         """Asked of the server: is our PID still running there?"""
-        if self.pid is None:
+        if self.remote_pid is None:
             return False
-        out = self.target.run(f"kill -0 {self.pid} 2>/dev/null && echo alive || echo gone")
+        out = self.target.run(f"kill -0 {self.remote_pid} 2>/dev/null && echo alive || "
+                              "echo gone")
         return out.strip() == "alive"
+
+    # ---- what subprocess.Popen offers, so code that stops processes needs no other path --
+    # `pid` is our ssh client's: the one PID on this machine whose end ends the process, so a
+    # run manifest or a later cleanup that kills it by PID does the right thing here.
+
+    @property
+    def pid(self) -> int | None:
+        return self.session.pid if self.session is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.session.returncode if self.session is not None else None
+
+    def poll(self) -> int | None:
+        """The session ends when the process does (ssh returns its exit status)."""
+        return self.session.poll() if self.session is not None else 0
+
+    def terminate(self) -> None:
+        self._signal("TERM")
+
+    def kill(self) -> None:
+        self._signal("KILL")
+
+    def wait(self, timeout: float | None = None) -> int:
+        assert self.session is not None
+        code = self.session.wait(timeout)
+        self.remote_pid = None
+        return code
+
+    def _signal(self, name: str) -> None:
+        if self.remote_pid is not None and self.poll() is None:
+            self.target.run(f"kill -{name} {self.remote_pid} 2>/dev/null; true")
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """SIGTERM by PID on the server, SIGKILL if it outlives `timeout`; then the session."""
-        if self.pid is not None:
-            pid, ticks = self.pid, max(1, int(timeout / 0.1))
+        if self.remote_pid is not None:
+            pid, ticks = self.remote_pid, max(1, int(timeout / 0.1))
             self.target.run(
                 f"kill -TERM {pid} 2>/dev/null; i=0; while kill -0 {pid} 2>/dev/null && "
                 f"[ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done; "
                 f"kill -KILL {pid} 2>/dev/null; true", timeout=timeout + 30)
-            self.pid = None
+            self.remote_pid = None
         self._end_session()
 
     def _end_session(self) -> None:

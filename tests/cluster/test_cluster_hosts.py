@@ -17,7 +17,8 @@ SERVERS = 2
 REPO = Path(__file__).resolve().parents[2]
 
 DRIVER = """\
-import json, sys
+import faulthandler, json, sys
+faulthandler.dump_traceback_later(90, exit=True)  # a hang says where, before the test's limit
 from pathlib import Path
 from mininet.log import setLogLevel
 from mininet.net import Mininet

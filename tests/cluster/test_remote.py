@@ -53,6 +53,13 @@ for _ in range(100):  # the echo server may not listen yet
         break
     time.sleep(0.05)
 out = {"pid": pid, "reply": reply.decode(), "alive": echo.alive()}
+if mode == "stop":  # a second one, stopped the way switch processes are (procs.stop_process)
+    from topologies.procs import stop_process
+    other = RemoteProcess(target, [sys.executable, "-c", sys.argv[4], str(port + 1)])
+    out["other_pid"] = other.start()
+    out["other_local_pid_is_ssh"] = open(f"/proc/{other.pid}/comm").read().strip()
+    stop_process(other, 5)
+    out["other_returncode"] = other.returncode
 if mode == "stop":
     echo.stop()
     forward.stop()
@@ -96,6 +103,9 @@ def test_a_remote_process_is_reached_through_a_forward_and_stopped_by_pid(
     assert out["alive_after_stop"] is False
     assert not running_on(servers, 1, out["pid"])
     assert out["port_open_after_stop"] is False
+    assert out["other_local_pid_is_ssh"] == "ssh"  # this machine's PID is the ssh client's
+    assert out["other_returncode"] is not None
+    assert not running_on(servers, 1, out["other_pid"])
     assert "already in use here" in out["forward_over_taken_port"]
 
 
