@@ -13,13 +13,18 @@ machines").
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
+import subprocess
 from typing import Any
 
 from mininet.node import Host
 
 from topologies.cluster import Cluster
 from topologies.remote import SshTarget
+
+SHELL_EXIT_S = 2.0  # a remote shell's ssh client, after each signal
 
 
 def remote_classes(cluster: Cluster) -> dict[str, type]:
@@ -53,6 +58,24 @@ def remote_classes(cluster: Cluster) -> dict[str, type]:
             if self.isRemote and not isinstance(cmd, str):
                 cmd = [shlex.join(str(c) for c in cmd)]
             return super()._popen(cmd, sudo=not self.isRemote and sudo, tt=tt, **params)
+
+        def terminate(self) -> None:
+            """Node.terminate sends the shell's group SIGHUP and then waits without a limit.
+            A remote node's shell is our ssh client, which ignores SIGHUP when we were started
+            ignoring it (nohup, some CI runners): the wait never ended. So SIGHUP, then SIGTERM,
+            then SIGKILL of our own ssh client, each given SHELL_EXIT_S; the server's sshd
+            hangs the session up either way."""
+            shell = self.shell
+            if self.isRemote and shell is not None:
+                for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGKILL):
+                    if shell.poll() is not None:
+                        break
+                    os.killpg(shell.pid, sig)
+                    try:
+                        shell.wait(SHELL_EXIT_S)
+                    except subprocess.TimeoutExpired:
+                        continue
+            super().terminate()
 
     class ClusterHost(ClusterMixin, Host):
         """A Mininet host on whichever server of the cluster it is placed on."""
