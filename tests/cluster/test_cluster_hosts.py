@@ -6,6 +6,7 @@ shell on either server."""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -71,11 +72,19 @@ def state(servers: EmulatedServers, i: int) -> str:
     return links + procs
 
 
+def _ignore_hangup() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("hangup", ["default", "ignored"])
 def test_hosts_on_two_servers_talk_over_vxlan_and_leave_nothing(
-        servers: EmulatedServers) -> None:
+        servers: EmulatedServers, hangup: str) -> None:
+    """`ignored`: started as a CI runner starts us, SIGHUP ignored and inherited by our ssh
+    clients; Mininet's stop used to wait forever for the remote host's ssh to exit."""
     done = servers.run(0, ["env", f"PYTHONPATH={REPO}", str(REPO / ".venv/bin/python"), "-c",
                            DRIVER, str(servers.ssh_config_path), SINK, SEND],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120,
+                       preexec_fn=_ignore_hangup if hangup == "ignored" else None)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
     assert done.returncode == 0 and lines, (done.stdout[-2000:], done.stderr[-3000:])
     out = json.loads(lines[-1][len("RESULT "):])
