@@ -13,7 +13,6 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from importlib.metadata import version
 
 import grpc
 from google.rpc import code_pb2
@@ -105,6 +104,9 @@ class _Arbiter:
 
 
 class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
+    """One switch's P4Runtime RPCs. softswitch.router picks the service by the request's
+    device_id and answers Capabilities (it names no device) itself."""
+
     def __init__(self, device: Device) -> None:
         self.device = device
         self.arbiter = _Arbiter()
@@ -125,11 +127,6 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
 
     # ---- helpers -------------------------------------------------------------------
 
-    def _check_device(self, device_id: int, context: grpc.ServicerContext) -> None:
-        if device_id != self.device.device_id:
-            context.abort(grpc.StatusCode.NOT_FOUND,
-                          f"device id {device_id} unknown (this switch is {self.device.device_id})")
-
     def _check_primary(self, req, context: grpc.ServicerContext) -> None:
         if req.role:
             context.abort(grpc.StatusCode.UNIMPLEMENTED, "only the default role is supported")
@@ -149,7 +146,6 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
     # ---- RPCs ----------------------------------------------------------------------
 
     def Write(self, request, context):
-        self._check_device(request.device_id, context)
         self._check_primary(request, context)
         state = self._state(context)
         if request.atomicity != p4runtime_pb2.WriteRequest.CONTINUE_ON_ERROR:
@@ -166,7 +162,6 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         context.abort(grpc.StatusCode.UNKNOWN, status.message)
 
     def Read(self, request, context):
-        self._check_device(request.device_id, context)
         state = self._state(context)
         response = p4runtime_pb2.ReadResponse()
         try:
@@ -177,7 +172,6 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         yield response
 
     def SetForwardingPipelineConfig(self, request, context):
-        self._check_device(request.device_id, context)
         self._check_primary(request, context)
         action = request.action
         with self.config_lock:
@@ -217,7 +211,6 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
                           "RECONCILE_AND_COMMIT with a different P4Info: use VERIFY_AND_COMMIT")
 
     def GetForwardingPipelineConfig(self, request, context):
-        self._check_device(request.device_id, context)
         config = self.device.config
         if config is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, "no forwarding pipeline config set")
@@ -228,9 +221,6 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         if request.response_type in (GetReq.ALL, GetReq.DEVICE_CONFIG_AND_COOKIE):
             out.config.p4_device_config = config.p4_device_config
         return out
-
-    def Capabilities(self, request, context):
-        return p4runtime_pb2.CapabilitiesResponse(p4runtime_api_version=version("p4runtime"))
 
     def StreamChannel(self, request_iterator, context) -> Iterator:
         """`request_iterator` yields raw bytes (softswitch.limits); the reader decodes them."""

@@ -76,6 +76,15 @@ class Cluster:
     def names(self) -> list[str]:
         return [s.name for s in self.servers]
 
+    def server(self, name: str) -> Server:
+        """The server called `name`; "localhost" is the first (this machine)."""
+        if name == "localhost":
+            return self.servers[0]
+        for s in self.servers:
+            if s.name == name:
+                return s
+        raise ClusterError(f"no server {name!r} in this cluster ({', '.join(self.names)})")
+
     @property
     def tunnel_mtu(self) -> int:
         """The IP MTU of a link between servers: the underlay's less the tunnel's headers."""

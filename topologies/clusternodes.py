@@ -36,11 +36,10 @@ def remote_classes(cluster: Cluster) -> dict[str, type]:
         """RemoteMixin over the cluster's ssh, as root, without Mininet's cleanup command."""
 
         def __init__(self, name: str, server: str = "localhost", **kwargs: Any) -> None:
-            local = server in ("localhost", cluster.servers[0].name)
-            address = cluster.servers[[s.name for s in cluster.servers].index(server)].address \
-                if not local else cluster.servers[0].address
+            place = cluster.server(server)
+            local = place is cluster.servers[0]
             super().__init__(name, server="localhost" if local else server,
-                             user=cluster.user, serverIP=address, **kwargs)
+                             user=cluster.user, serverIP=place.address, **kwargs)
 
         def startShell(self, *args: Any, **kwargs: Any) -> None:  # noqa: N802 (Mininet's)
             """Node.__init__ starts the shell: our ssh must be in place before it does."""

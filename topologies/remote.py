@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from topologies.procs import stop_process
+
 PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
 START_TIMEOUT_S = 15.0
@@ -144,13 +146,7 @@ class RemoteProcess:
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """SIGTERM by PID on the server, SIGKILL if it outlives `timeout`; then the session."""
-        if self.remote_pid is not None:
-            pid, ticks = self.remote_pid, max(1, int(timeout / 0.1))
-            self.target.run(
-                f"kill -TERM {pid} 2>/dev/null; i=0; while kill -0 {pid} 2>/dev/null && "
-                f"[ $i -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done; "
-                f"kill -KILL {pid} 2>/dev/null; true", timeout=timeout + 30)
-            self.remote_pid = None
+        stop_process(self, timeout)  # through the Popen interface above
         self._end_session()
 
     def _end_session(self) -> None:
@@ -196,13 +192,7 @@ class Forwarder:
 
 def _end(proc: subprocess.Popen) -> None:
     """Our ssh client: SIGTERM, SIGKILL if it lingers, reaped, its pipes closed."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop_process(proc, STOP_TIMEOUT_S)
     for pipe in (proc.stdin, proc.stdout, proc.stderr):
         if pipe is not None:
             pipe.close()

@@ -110,3 +110,11 @@ def test_the_smallest_mtu_that_carries_a_full_frame_is_accepted() -> None:
 def test_an_unresolvable_name_says_how_to_give_its_address() -> None:
     with pytest.raises(ClusterError, match="give it in a cluster file"):
         cluster_from_args(parse("--servers", "no-such-server.invalid"))
+
+
+def test_a_server_is_found_by_name_and_localhost_is_the_first() -> None:
+    c = Cluster((Server("srv0", "10.0.0.1"), Server("srv1", "10.0.0.2")))
+    assert c.server("srv1").address == "10.0.0.2"
+    assert c.server("localhost") is c.servers[0]
+    with pytest.raises(ClusterError, match="no server 'srv9' in this cluster"):
+        c.server("srv9")
