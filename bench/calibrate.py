@@ -8,7 +8,7 @@ far behind that the agents' timers fired on queueing in the processes and their 
 filled the CPUs; no write completed in 120 s. Then the rate comes from a ladder: the same load
 on a fresh fabric at each rung's rate, from LADDER_START times what the unlimited run moved,
 down by LADDER_STEP, and the first rung where every write completes and the fidelity monitor
-calls the run faithful is the rate (docs/decisions.md, "Port rate calibrated").
+calls the run faithful is the rate (docs/decisions.md, "Port rate").
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ pipeline and limits (softswitch.server.P4RuntimeService). A process of 136 switc
 run 136 grpc.Server objects; each polls its completion queue every 200 ms even when idle,
 which made idle switches cost CPU (0.2 ms per second per server, measured). The Router keeps
 one server, bound to every switch's loopback port, and hands each request to the switch its
-device id names (docs/decisions.md, "One P4Runtime server per softswitch process").
+device id names (docs/decisions.md, "Many software switches per process").
 
 A switch that crashed (softswitch.__main__.Process.detach) stays known but down: its requests
 get UNAVAILABLE, as a connection to a dead target would, until it is attached again.
