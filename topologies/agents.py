@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from fabric.topology import Fabric
 from host_agent.control import ControlClient, ControlError
 from host_agent.modes import MRC_MODE, AgentMode
 from topologies.procs import stop_process
+from topologies.remote import RemoteProcess
 
 REPO = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_S = 30.0
@@ -52,10 +54,18 @@ class AgentProcess:
     """One agent: its Popen (by PID), log file, socket and proxy."""
 
     def __init__(self, node, host: int, fabric: Fabric, workdir: Path, *, base_rtt: float,
-                 keep_ipv6: bool, mode: AgentMode, rx_hold_ms: float = 0.0) -> None:
+                 keep_ipv6: bool, mode: AgentMode, rx_hold_ms: float = 0.0,
+                 server_dir: Path | None = None,
+                 record: Callable[[str, int], None] | None = None) -> None:
+        """`server_dir`: the run's directory on the node's server when that is another one
+        (topologies.clusternet): the agent's socket and log live there, and `socket_path`
+        here is the forwarded end; `record` hears of the agent's PID there."""
         self.node, self.host, self.fabric = node, host, fabric
         self.socket_path = workdir / f"h{host}.sock"
-        self.log_path = workdir / f"h{host}-agent.log"
+        home = workdir if server_dir is None else server_dir
+        self.server_socket = home / f"h{host}.sock"
+        self.log_path = home / f"h{host}-agent.log"
+        self.record = record
         self.base_rtt, self.keep_ipv6, self.mode = base_rtt, keep_ipv6, mode
         self.rx_hold_ms = rx_hold_ms
         self.proc: subprocess.Popen | None = None
@@ -67,7 +77,7 @@ class AgentProcess:
         cmd = [sys.executable, "-m", "host_agent.agent", "--host", str(self.host),
                "--planes", str(f.planes), "--t0", str(f.t0_per_plane), "--t1",
                str(f.t1_per_plane), "--hosts-per-t0", str(f.hosts_per_t0),
-               "--socket", str(self.socket_path), "--log", str(self.log_path),
+               "--socket", str(self.server_socket), "--log", str(self.log_path),
                "--base-rtt", f"{self.base_rtt:.6f}", "--exchange-qps"]
         if self.mode != MRC_MODE:  # the default: agents from before --mode (bench.agent_speed
             cmd += ["--mode", self.mode.name]  # --vs an older commit) start as they did
@@ -78,10 +88,26 @@ class AgentProcess:
         return cmd
 
     def start(self) -> None:
+        env = {"PYTHONPATH": str(self.repo), "PATH": AGENT_PATH}
+        if getattr(self.node, "isRemote", False):  # a Cluster Edition node on another server
+            proc = RemoteProcess(self.node.target, ["mnexec", "-a", str(self.node.pid),
+                                                    *self.command()],
+                                 cwd=str(self.repo), env=env)
+            pid = proc.start()
+            self.proc = proc
+            if self.record is not None:
+                self.record(self.node.server, pid)
+            return
         self.proc = self.node.popen(self.command(), cwd=str(self.repo),
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL,
-                                    env={"PYTHONPATH": str(self.repo), "PATH": AGENT_PATH})
+                                    stderr=subprocess.DEVNULL, env=env)
+
+    @property
+    def pid(self) -> int | None:
+        """The agent's PID where it runs (on its server, for a remote host)."""
+        if self.proc is None:
+            return None
+        return getattr(self.proc, "remote_pid", None) or self.proc.pid
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         """Until the agent answers `status` (it has opened its NICs and QPs by then)."""
@@ -97,9 +123,9 @@ class AgentProcess:
                 except AgentError:
                     status = None
                 if status is not None:
-                    if status["pid"] != self.proc.pid:
+                    if status["pid"] != self.pid:
                         raise AgentError(f"h{self.host}: agent PID {status['pid']} is not the "
-                                         f"started process {self.proc.pid}")
+                                         f"started process {self.pid}")
                     return
             if time.monotonic() > deadline:
                 raise AgentError(f"h{self.host}: agent not ready after {timeout:.0f} s "
@@ -107,6 +133,8 @@ class AgentProcess:
             time.sleep(0.05)
 
     def log_tail(self, lines: int = 3) -> str:
+        if self.server_socket != self.socket_path:
+            return "(the log is on the host's server)"
         try:
             return " | ".join(self.log_path.read_text().splitlines()[-lines:])
         except OSError:
@@ -115,9 +143,10 @@ class AgentProcess:
     def stop(self) -> None:
         """SIGTERM our PID, SIGKILL if it does not go; idempotent."""
         proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        stop_process(proc, STOP_TIMEOUT_S)
+        if isinstance(proc, RemoteProcess):
+            proc.stop(STOP_TIMEOUT_S)  # and its ssh session
+        elif proc is not None:
+            stop_process(proc, STOP_TIMEOUT_S)
 
 
 _seeds = itertools.count(1)

@@ -17,19 +17,33 @@ import os
 import shlex
 import signal
 import subprocess
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from mininet.node import Host
 
+from topologies.bmv2_switch import Bmv2Switch
 from topologies.cluster import Cluster
-from topologies.remote import SshTarget
+from topologies.p4switch import SwitchProcessError
+from topologies.remote import RemoteProcess, SshTarget, die_with_parent
+from topologies.softswitch_node import SoftSwitch
 
 SHELL_EXIT_S = 2.0  # a remote shell's ssh client, after each signal
+REPO = Path(__file__).resolve().parent.parent  # the same path on every server
+REMOTE_ENV = ("PATH", "PYTHONPATH")  # what of a switch process's environment crosses ssh
+
+PidSink = Callable[[str, int], None]  # (server, remote PID): what the server's run records
 
 
-def remote_classes(cluster: Cluster) -> dict[str, type]:
-    """Node classes bound to `cluster`: {"host": ...}; imported lazily, like Cluster
-    Edition itself (it needs distutils, gone from Python 3.12)."""
+def _no_sink(_server: str, _pid: int) -> None:
+    return None
+
+
+def remote_classes(cluster: Cluster, record: PidSink = _no_sink) -> dict[str, type]:
+    """Node classes bound to `cluster`: {"host", "soft", "bmv2", "mixin"}; imported lazily,
+    like Cluster Edition itself (it needs distutils, gone from Python 3.12). `record` hears
+    of every process a node starts on its server (topologies.serverrun keeps the list)."""
     from mininet.examples.cluster import ClusterCleanup, RemoteMixin
 
     class ClusterMixin(RemoteMixin):
@@ -58,6 +72,14 @@ def remote_classes(cluster: Cluster) -> dict[str, type]:
                 cmd = [shlex.join(str(c) for c in cmd)]
             return super()._popen(cmd, sudo=not self.isRemote and sudo, tt=tt, **params)
 
+        @staticmethod
+        def _ignoreSignal() -> None:  # noqa: N802 (Cluster Edition's name)
+            """In a remote shell's ssh client: its own process group, as Cluster Edition
+            has it, and an end when our process ends (however it ends), which hangs up the
+            shell on the server."""
+            os.setpgrp()
+            die_with_parent()
+
         def terminate(self) -> None:
             """Node.terminate sends the shell's group SIGHUP and then waits without a limit.
             A remote node's shell is our ssh client, which ignores SIGHUP when we were started
@@ -79,4 +101,53 @@ def remote_classes(cluster: Cluster) -> dict[str, type]:
     class ClusterHost(ClusterMixin, Host):
         """A Mininet host on whichever server of the cluster it is placed on."""
 
-    return {"mixin": ClusterMixin, "host": ClusterHost}
+    class ClusterSwitchMixin(ClusterMixin):
+        """A P4Runtime switch node (topologies.p4switch) on another server: its process
+        started there over ssh (RemoteProcess), and its ports and readiness handled through
+        the node's own shell there, never through this machine's /proc."""
+
+        def silence_port(self, ifname: str) -> None:
+            if not self.isRemote:
+                super().silence_port(ifname)
+                return
+            out = self.cmd(f"echo 1 > /proc/sys/net/ipv6/conf/{shlex.quote(ifname)}"
+                           "/disable_ipv6")
+            if out.strip():
+                raise SwitchProcessError(f"{self.name}: cannot silence {ifname} on "
+                                         f"{self.server}: {out.strip()}")
+
+        def launch(self, cmd: list[str], log_path: str | None,
+                   env: dict[str, str] | None) -> Any:
+            if not self.isRemote:
+                return super().launch(cmd, log_path, env)
+            wanted = {k: v for k, v in (env or os.environ).items() if k in REMOTE_ENV}
+            proc = RemoteProcess(self.target, cmd, cwd=str(REPO), env=wanted,
+                                 log_path=log_path)
+            record(self.server, proc.start())
+            return proc
+
+        def grpc_listening(self) -> bool:
+            if not self.isRemote:
+                return super().grpc_listening()
+            probe = (f"(exec 3<>/dev/tcp/127.0.0.1/{self.grpc_port}) 2>/dev/null "
+                     "&& echo open || echo closed")
+            return self.cmd(probe).strip().endswith("open")
+
+        def read_counters(self, names: list[str], counter: str) -> list[int]:
+            """A kernel counter of each interface, read on the node's server."""
+            files = " ".join(f"/sys/class/net/{shlex.quote(n)}/statistics/{counter}"
+                             for n in names)
+            values = self.cmd(f"cat {files}").split()
+            if len(values) != len(names) or not all(v.isdigit() for v in values):
+                raise SwitchProcessError(f"{self.name}: cannot read {counter} of {names} on "
+                                         f"{self.server}: {' '.join(values)[:200]}")
+            return [int(v) for v in values]
+
+    class ClusterSoftSwitch(ClusterSwitchMixin, SoftSwitch):
+        """The software switch on whichever server it is placed on."""
+
+    class ClusterBmv2Switch(ClusterSwitchMixin, Bmv2Switch):
+        """BMv2 on whichever server it is placed on."""
+
+    return {"mixin": ClusterMixin, "host": ClusterHost, "soft": ClusterSoftSwitch,
+            "bmv2": ClusterBmv2Switch}

@@ -24,6 +24,8 @@ from p4rt import tls
 from topologies.privdir import PrivateDir
 
 CONTROL_TOKEN = "control.token"
+# what a server's switches need (topologies.serverrun copies these alone to other servers)
+SERVER_FILES = (tls.CA_CERT, tls.SERVER_CERT, tls.SERVER_KEY, CONTROL_TOKEN)
 VALID_DAYS = 30  # a bench or a lab session lasts hours; the next run issues new ones
 
 

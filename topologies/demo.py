@@ -75,7 +75,13 @@ def routes_through(net: MrcNetwork, src: int, dst: int, a: str, b: str,
 
 
 def pick_failed_link(net: MrcNetwork, src: int, dst: int, single_path: bool) -> tuple[str, str]:
-    """MRC: plane 0, source T0 to spine 0. Single path: the uplink the flow was hashed onto."""
+    """MRC: plane 0, source T0 to spine 0; over a cluster, a link between two servers on the
+    flow's paths, a switch link if one crosses, else the destination's NIC on the lowest such
+    plane. Single path: the uplink the flow was hashed onto."""
+    if net.cluster_run is not None and not single_path:
+        crossing = _crossing_link(net, src, dst)
+        if crossing is not None:
+            return crossing
     t0 = net.fabric.t0(0, net.fabric.nic(src, 0).t0)
     if single_path:
         sent = net.port_sent(t0.name)
@@ -83,6 +89,29 @@ def pick_failed_link(net: MrcNetwork, src: int, dst: int, single_path: bool) -> 
         busiest = max(uplinks, key=lambda port: sent.get(port, 0))
         return t0.name, net.fabric.t1(0, uplinks[busiest]).name
     return t0.name, net.fabric.t1(0, 0).name
+
+
+def capacity_left(fabric, a: str, b: str, single_path: bool) -> float:
+    """The share of the flow's capacity a failed link a-b leaves: a host NIC takes its plane
+    (1/planes of an MRC flow), a switch link leaves the hosts' NICs, the bottleneck."""
+    nic = a not in fabric.by_name or b not in fabric.by_name
+    return 1.0 - 1.0 / fabric.planes if nic and not single_path else 1.0
+
+
+def _crossing_link(net: MrcNetwork, src: int, dst: int) -> tuple[str, str] | None:
+    assert net.cluster_run is not None
+    server = net.cluster_run.server_of
+    fabric = net.fabric
+    found: list[tuple[int, str, str]] = []
+    for path in fabric.all_paths(src, dst):
+        hops = (fabric.host_name(src), *path.hops, fabric.host_name(dst))
+        for i in range(len(hops) - 1):
+            a, b = hops[i], hops[i + 1]
+            if server(a) != server(b):
+                switches = a in fabric.by_name and b in fabric.by_name
+                rank = 0 if switches else 1 if b == fabric.host_name(dst) else 2
+                found.append((rank, a, b))
+    return min(found)[1:] if found else None
 
 
 def _delta(after: dict, before: dict, key: str) -> int:
@@ -255,7 +284,8 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
                    "bypass_base_rtts": bypass / net.config.effective_base_rtt if bypass
                    is not None else None,
                    "bypass_unloaded_rtts": bypass / rtt if bypass is not None else None,
-                   "routing_repairs_while_down": repairs}
+                   "routing_repairs_while_down": repairs,
+                   "capacity_left": capacity_left(fabric, a, b, single_path)}
     result = handle.wait()
     cpu_pressure = pressure.share()
     fidelity = monitor.stop()
@@ -270,6 +300,9 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
     report = build_report(net, src, dst, result, before, after, failure, rtt, capacity,
                           single_path)
     report["switch_frames_consumed"] = {k: v for k, v in consumed.items() if v}
+    report["bringup_s"] = dict(net.timings)
+    if net.cluster_run is not None:
+        report["cluster"] = net.cluster_run.summary()
     report["cpu_pressure"] = cpu_pressure
     report["fidelity"] = fidelity
     report["emulation_bound"] = emulation_bound(fidelity, cpu_pressure)
@@ -307,15 +340,17 @@ def _no_bypass_note(retired: dict[str, Any]) -> str:
 def demo_checks(failure: dict[str, Any], bound: bool = False) -> dict[str, Any]:
     """The demo's criteria: no EV retired on a route that does not cross the failed link,
     and goodput in the second after the failure at least GOODPUT_AFTER_FAILURE_MIN of the
-    clean goodput before it. On an emulation-bound run they are not judged (`judged` False):
-    the figures then measure the CPUs, not the protocol."""
+    clean goodput the fabric can still carry: a failed host NIC (the link a cluster's demo
+    fails when only NIC links cross servers) takes its plane's share of the host's capacity
+    with it (`capacity_left`). On an emulation-bound run they are not judged (`judged`
+    False): the figures then measure the CPUs, not the protocol."""
     healthy = failure["retired"]["healthy_routes"]
     ratio = failure["goodput"]["after_failure_of_clean"]
+    want = GOODPUT_AFTER_FAILURE_MIN * failure.get("capacity_left", 1.0)
     return {"judged": not bound, "healthy_route_retirements": healthy,
             "no_healthy_route_retirements": healthy == 0,
-            "goodput_after_failure_of_clean": ratio,
-            "goodput_after_failure_ok": ratio is not None
-            and ratio >= GOODPUT_AFTER_FAILURE_MIN}
+            "goodput_after_failure_of_clean": ratio, "goodput_after_failure_min": want,
+            "goodput_after_failure_ok": ratio is not None and ratio >= want}
 
 
 def _sleep_unless_done(handle, seconds: float) -> None:

@@ -110,7 +110,7 @@ def format_report(r: dict[str, Any]) -> str:
             "goodput after the failure "
             + (f"{ratio:.0%} of clean" if ratio is not None else "not measured")
             + f" ({'ok' if checks['goodput_after_failure_ok'] else 'FAIL'}: want >= "
-            f"{GOODPUT_AFTER_FAILURE_MIN:.0%})")
+            f"{checks.get('goodput_after_failure_min', GOODPUT_AFTER_FAILURE_MIN):.0%})")
     return "\n".join(lines)
 
 

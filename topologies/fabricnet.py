@@ -131,8 +131,12 @@ def remove_links(net: Mininet) -> None:
 def port_counters(net: Mininet, name: str, counter: str) -> dict[int, int]:
     """A kernel counter of each port's interface of switch `name`: the same reading for
     every target."""
+    node = net[name]
+    ports = node._data_ports()
+    if getattr(node, "isRemote", False):  # on another server: read through its shell
+        return dict(zip(ports, node.read_counters(list(ports.values()), counter), strict=True))
     out = {}
-    for port, ifname in net[name]._data_ports().items():
+    for port, ifname in ports.items():
         try:
             out[port] = int(Path(f"/sys/class/net/{ifname}/statistics/{counter}").read_text())
         except (OSError, ValueError) as exc:

@@ -29,6 +29,7 @@ from controller.tables import DEFAULT_ECN_THRESHOLD, DEFAULT_TRIM_THRESHOLD, Por
 from fabric.topology import Fabric
 from host_agent.loop import MAX_HOLD
 from p4rt.names import QDEPTH_BITS
+from topologies.cluster import Cluster
 from topologies.runstate import RunStateError
 from topologies.targets import resolve
 
@@ -100,6 +101,8 @@ class NetworkConfig:
     # software switches: how many processes serve them (planes split among them); None: one
     # per CPU. BMv2 always runs one process per switch.
     switch_processes: int | None = None
+    # the servers the fabric is spread over (topologies.cluster); None: this machine alone
+    cluster: Cluster | None = None
 
     def __post_init__(self) -> None:
         if self.port_rate_pps == TARGET_RATE:

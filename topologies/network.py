@@ -48,12 +48,14 @@ from topologies.agents import (
     exchange_qps,
 )
 from topologies.calibration import calibrate_transfer
+from topologies.clusternet import ClusterRun
 from topologies.credentials import RunCredentials
 from topologies.faults import FaultInjection
 from topologies.hostsetup import configure_kernel_ipv6, pace_nics
 from topologies.impair import remove_loss
 from topologies.netconfig import AUTO_RATE, NetworkConfig, NetworkError
 from topologies.privdir import check_workdir
+from topologies.remote import RemoteProcess
 from topologies.runguard import RunGuard
 from topologies.runstate import (
     RunManifest,
@@ -84,6 +86,7 @@ class MrcNetwork(FaultInjection):
         if workdir is not None:
             check_workdir(workdir)
         self._guard: RunGuard | None = None  # the run's lock, manifest, keys and shield
+        self.cluster_run: ClusterRun | None = None  # config.cluster: the other servers
         self.thresholds = config.port_thresholds
         self.net: Mininet | None = None
         self.controller: Controller | None = None
@@ -177,11 +180,22 @@ class MrcNetwork(FaultInjection):
                  f"agents {t3 - t2:.1f} s)")
 
     def _build(self) -> None:
-        self.net = fabricnet.add_nodes(self.config, self.target, self.workdir,
-                                       self.credentials)
+        if self.config.cluster is not None:
+            self.cluster_run = ClusterRun(self.config, self.workdir, self.credentials, self.log)
+            self.log(f"placement over {', '.join(self.config.cluster.names)}: "
+                     f"{self.cluster_run.placement.summary(self.fabric)}")
+            self.cluster_run.open_servers()
+            self.net = self.cluster_run.new_net()
+            self.cluster_run.add_nodes(self.net, self.target)
+        else:
+            self.net = fabricnet.add_nodes(self.config, self.target, self.workdir,
+                                           self.credentials)
         self.record_pids()
         try:
-            fabricnet.start(self.net, self.fabric)
+            if self.cluster_run is not None:
+                self.cluster_run.start(self.net)
+            else:
+                fabricnet.start(self.net, self.fabric)
         finally:
             self.record_pids()
         if self.config.pace_nics and self.config.port_rate_pps is not None:
@@ -193,8 +207,9 @@ class MrcNetwork(FaultInjection):
         call it after starting a process behind the network's back (bench.soak)."""
         if self._manifest is None or self.net is None:
             return
-        for node in self.net.hosts + self.net.switches:
-            self._manifest.add_pid(node.pid)
+        for node in self.net.hosts + self.net.switches:  # a remote node: its ssh client here
+            self._manifest.add_pid(node.shell.pid if getattr(node, "isRemote", False)
+                                   and node.shell is not None else node.pid)
             proc = getattr(node, "proc", None)
             self._manifest.add_pid(proc.pid if proc is not None else None)
         for agent in self.agents.values():
@@ -218,10 +233,15 @@ class MrcNetwork(FaultInjection):
         return self.net[self.fabric.host_name(host)]  # type: ignore[index]
 
     def _start_agent(self, host: int, mode: AgentMode, wait: bool = True) -> None:
-        agent = AgentProcess(self._host_node(host), host,
-                             self.fabric, self.workdir, base_rtt=self.config.effective_base_rtt,
+        node = self._host_node(host)
+        remote = {}
+        if self.cluster_run is not None and getattr(node, "isRemote", False):
+            remote = {"server_dir": self.cluster_run.dir_on(node.server),
+                      "record": self.cluster_run.record}
+        agent = AgentProcess(node, host, self.fabric, self.workdir,
+                             base_rtt=self.config.effective_base_rtt,
                              keep_ipv6=self.config.keep_ipv6, mode=mode,
-                             rx_hold_ms=self.config.rx_hold_ms)
+                             rx_hold_ms=self.config.rx_hold_ms, **remote)
         self.agents[host] = agent
         agent.start()
         self.record_pids()
@@ -274,7 +294,10 @@ class MrcNetwork(FaultInjection):
                 self._in_mininet_stop = True
                 try:
                     fabricnet.stop_switches(self.net)
-                    fabricnet.remove_links(self.net)
+                    if self.cluster_run is not None:
+                        self.cluster_run.remove_links()
+                    else:
+                        fabricnet.remove_links(self.net)
                     self.net.stop()  # switch processes by PID (node.stop), veths, host shells
                 except _MininetAbandoned:
                     errors.append("second interrupt: Mininet stop abandoned, swept by PID and "
@@ -283,6 +306,11 @@ class MrcNetwork(FaultInjection):
                     errors.append(f"Mininet stop: {exc!r}")
                 finally:
                     self._in_mininet_stop = False
+        if self.cluster_run is not None:  # every other server: logs copied, then released
+            for server, swept in self.cluster_run.close().items():
+                if swept is None or swept.get("error") or swept.get("processes") \
+                        or swept.get("interfaces"):
+                    errors.append(f"{server}: {swept}")
         if self._guard is not None:  # what Mininet did not stop, by PID and name; the lock
             swept = self._guard.release()
             if any(swept.values()) and errors:
@@ -305,12 +333,15 @@ class MrcNetwork(FaultInjection):
         return self.agents[i].proxy
 
     def agent_pid(self, i: int) -> int | None:
+        """The agent's PID on this machine; None for one on another server (its PID there
+        means nothing here)."""
         proc = self.agents[i].proc if i in self.agents else None
-        return proc.pid if proc is not None else None
+        return proc.pid if proc is not None and not _remote(proc) else None
 
     def switch_pid(self, name: str) -> int | None:
+        """As agent_pid, for a switch's process."""
         node = self._need_net()[name]
-        return node.proc.pid if node.proc is not None else None
+        return node.proc.pid if node.proc is not None and not _remote(node.proc) else None
 
     def _need_net(self) -> Mininet:
         if self.net is None or self._stopped:
@@ -375,6 +406,10 @@ class MrcNetwork(FaultInjection):
 
     def events(self, host: int, since: int = 0) -> list:
         return self.agent(host).call("events", since=since)["events"]
+
+
+def _remote(proc: Any) -> bool:
+    return isinstance(proc, RemoteProcess)
 
 
 def _mode(single_path: bool) -> AgentMode:

@@ -139,6 +139,16 @@ class P4RuntimeSwitch(Switch):
     def cli(self, commands: list[str]) -> str:
         raise NotImplementedError
 
+    def silence_port(self, ifname: str) -> None:
+        """The kernel leaves a switch port alone (silence_kernel_ipv6); a node on another
+        server (topologies.clusternodes) does it through its own shell."""
+        silence_kernel_ipv6(ifname)
+
+    def launch(self, cmd: list[str], log_path: str | None,
+               env: dict[str, str] | None) -> subprocess.Popen:
+        """Start a switch process for this node (here: on this machine)."""
+        return launch(cmd, log_path, env)
+
     @property
     def grpc_address(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
@@ -154,8 +164,8 @@ class P4RuntimeSwitch(Switch):
         """Launch the switch process and wait until its gRPC port accepts connections."""
         ports = self._data_ports()
         for ifname in ports.values():
-            silence_kernel_ipv6(ifname)
-        self.proc = launch(self.command(ports), self.log_path, self.process_env())
+            self.silence_port(ifname)
+        self.proc = self.launch(self.command(ports), self.log_path, self.process_env())
         self._awaiting = True
         if not self.batch_start:
             self.await_ready()

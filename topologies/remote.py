@@ -38,8 +38,10 @@ class RemoteError(RuntimeError):
     """A remote command or tunnel failed; the message names the server and what it said."""
 
 
-def _die_with_parent() -> None:
-    """In the ssh child: end when the process that started it ends, however it ends."""
+def die_with_parent() -> None:
+    """In the ssh child: end when the process that started it ends, however it ends. The
+    kernel signals on the exit of the *thread* that forked, so start these from a thread that
+    lives as long as the run (the main thread), never from a worker pool."""
     _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
@@ -56,10 +58,12 @@ class SshTarget:
             cmd += ["-F", str(self.config)]
         return [*cmd, *options, "-l", self.user, self.host]
 
-    def run(self, command: str, timeout: float = 30.0) -> str:
-        """A short command on the server; its output, or RemoteError with it."""
-        done = subprocess.run([*self.argv(), "--", command], capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+    def run(self, command: str, timeout: float = 30.0, input: str | None = None) -> str:  # noqa: A002
+        """A short command on the server (`input` on its stdin); its output, or RemoteError
+        with it."""
+        stdin = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
+        done = subprocess.run([*self.argv("-T"), "--", command], capture_output=True,
+                              text=True, timeout=timeout, **stdin)
         if done.returncode != 0:
             raise RemoteError(f"{self.host}: {command!r} exited {done.returncode}: "
                               f"{(done.stderr or done.stdout).strip()[-500:]}")
@@ -87,7 +91,7 @@ class RemoteProcess:
     def start(self, timeout: float = START_TIMEOUT_S) -> int:
         self.session = subprocess.Popen(
             [*self.target.argv("-tt"), "--", self._script()], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
         assert self.session.stdout is not None
         deadline = time.monotonic() + timeout
         seen = b""
@@ -151,15 +155,19 @@ class RemoteProcess:
 
     def _end_session(self) -> None:
         if self.session is not None:
-            _end(self.session)
+            end_session(self.session)
             self.session = None
 
 
 class Forwarder:
-    """This machine's 127.0.0.1:PORT -> the server's 127.0.0.1:PORT, for each port given."""
+    """This machine's 127.0.0.1:PORT -> the server's 127.0.0.1:PORT, for each port given, and
+    this machine's Unix socket -> the server's, for each (local, remote) path pair given (the
+    agents' control sockets; the local ones belong in a private directory)."""
 
-    def __init__(self, target: SshTarget, ports: Sequence[int]) -> None:
+    def __init__(self, target: SshTarget, ports: Sequence[int],
+                 sockets: Sequence[tuple[Path, Path]] = ()) -> None:
         self.target, self.ports = target, sorted(set(ports))
+        self.sockets = list(sockets)
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
@@ -168,12 +176,15 @@ class Forwarder:
             raise RemoteError(f"cannot forward {self.target.host}'s ports: 127.0.0.1 ports "
                               f"{taken} are already in use here")
         forwards = [a for p in self.ports for a in ("-L", f"127.0.0.1:{p}:127.0.0.1:{p}")]
+        forwards += [a for local, remote in self.sockets for a in ("-L", f"{local}:{remote}")]
         self.proc = subprocess.Popen(
-            self.target.argv("-N", "-o", "ExitOnForwardFailure=yes", *forwards),
+            self.target.argv("-N", "-o", "ExitOnForwardFailure=yes",
+                             "-o", "StreamLocalBindUnlink=yes", *forwards),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            preexec_fn=_die_with_parent)
+            preexec_fn=die_with_parent)
         deadline = time.monotonic() + timeout
-        while not all(_listening(p) for p in self.ports):
+        while not (all(_listening(p) for p in self.ports)
+                   and all(local.exists() for local, _ in self.sockets)):
             if self.proc.poll() is not None:
                 err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
                 self.proc = None
@@ -186,11 +197,13 @@ class Forwarder:
 
     def stop(self) -> None:
         if self.proc is not None:
-            _end(self.proc)
+            end_session(self.proc)
             self.proc = None
+        for local, _ in self.sockets:
+            local.unlink(missing_ok=True)
 
 
-def _end(proc: subprocess.Popen) -> None:
+def end_session(proc: subprocess.Popen) -> None:
     """Our ssh client: SIGTERM, SIGKILL if it lingers, reaped, its pipes closed."""
     stop_process(proc, STOP_TIMEOUT_S)
     for pipe in (proc.stdin, proc.stdout, proc.stderr):

@@ -31,8 +31,6 @@ from topologies.p4switch import (
     SwitchProcessError,
     await_grpc,
     check_switch_args,
-    launch,
-    silence_kernel_ipv6,
 )
 from topologies.procs import stop_process
 
@@ -88,7 +86,7 @@ class SoftSwitchProcess:
         self.start_timeout = start_timeout
         self.members: list[SoftSwitch] = []
         self.ready: dict[str, dict[int, str]] = {}
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | None = None  # or a RemoteProcess: Popen's interface
 
     def add(self, node: SoftSwitch) -> None:
         self.members.append(node)
@@ -106,7 +104,7 @@ class SoftSwitchProcess:
             cmd = group_command({m.device_id: (m.grpc_port, m.thrift_port, self.ready[m.name])
                                  for m in self.members}, first.priority_queues,
                                 "info" if self.log_path else "warn", self.credentials)
-            self.proc = launch(cmd, self.log_path, first.process_env())
+            self.proc = first.launch(cmd, self.log_path, first.process_env())
             for m in self.members:
                 m.proc = self.proc
 
@@ -150,7 +148,7 @@ class SoftSwitch(P4RuntimeSwitch):
             return
         ports = self._data_ports()
         for ifname in ports.values():
-            silence_kernel_ipv6(ifname)
+            self.silence_port(ifname)
         self.switch_process.member_started(self, ports)
 
     @classmethod

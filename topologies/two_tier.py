@@ -55,6 +55,7 @@ def _bootstrap() -> None:
 def build_parser() -> argparse.ArgumentParser:
     from controller.tables import DEFAULT_ECN_THRESHOLD, DEFAULT_TRIM_THRESHOLD
     from fabric.options import add_fabric_args
+    from topologies.cluster import add_cluster_args
     from topologies.netconfig import (
         BMV2_PORT_RATE_PPS,
         DEFAULT_PORT_RATE_PPS,
@@ -65,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="two_tier.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fabric_args(p)
+    add_cluster_args(p)
     p.add_argument("--rate", type=_rate, default="auto",
                    help="egress rate of every switch port and host NIC, packets/s; 'auto' "
                    "(the default) measures what this machine emulates faithfully for the "
@@ -114,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     from fabric.topology import Fabric, TopologyError
     from topologies.calibration import CalibrationError
     from topologies.cli_commands import MrcCLI
+    from topologies.cluster import ClusterError, cluster_from_args
     from topologies.demo import run_demo
     from topologies.demoreport import format_report
     from topologies.network import MrcNetwork, NetworkConfig, NetworkError
@@ -137,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
                                ecn_threshold=args.ecn_threshold,
                                trim_threshold=args.trim_threshold,
                                convergence_delay=args.convergence_delay,
-                               single_path=args.baseline, rx_hold_ms=args.rx_hold_ms)
-    except (TopologyError, NetworkError, ValueError) as exc:
+                               single_path=args.baseline, rx_hold_ms=args.rx_hold_ms,
+                               cluster=cluster_from_args(args))
+    except (TopologyError, NetworkError, ClusterError, ValueError) as exc:
         print(f"two_tier.py: {exc}", file=sys.stderr)
         return 2
     terminate_as_interrupt()  # so the `with` block below cleans up on SIGTERM too

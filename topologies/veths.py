@@ -11,7 +11,7 @@ Mininet still owns the Link and Intf objects a topology uses (PrebuiltLink, Preb
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,13 +69,15 @@ def _batch(lines: Iterable[str]) -> None:
         raise VethError(f"ip -batch: {done.stderr.strip() or done.returncode}")
 
 
-def create_pairs(pairs: list[VethPair], up_in: dict[int, Node]) -> None:
+def create_pairs(pairs: list[VethPair], up_in: dict[int, Node],
+                 batch: Callable[[Iterable[str]], None] = _batch) -> None:
     """Create every pair; bring up the root-namespace ends in the same batch and the others
-    with one command in each namespace's node (`up_in`: netns PID -> Mininet node)."""
-    _batch(f"link add name {p.name1} address {p.mac1} type veth peer name {p.name2} "
+    with one command in each namespace's node (`up_in`: netns PID -> Mininet node). `batch`
+    runs `ip -batch` lines: here by default, on another server for a cluster's."""
+    batch(f"link add name {p.name1} address {p.mac1} type veth peer name {p.name2} "
            f"address {p.mac2}" + (f" netns {p.netns}" if p.netns is not None else "")
            for p in pairs)
-    _batch([*(f"link set dev {p.name1} up" for p in pairs),
+    batch([*(f"link set dev {p.name1} up" for p in pairs),
             *(f"link set dev {p.name2} up" for p in pairs if p.netns is None)])
     for pid, node in up_in.items():
         names = [p.name2 for p in pairs if p.netns == pid]

@@ -1,0 +1,326 @@
+"""A fabric's Mininet objects spread over several servers (NetworkConfig.cluster).
+
+topologies.fabricnet builds a fabric on one machine; this module builds the same one over the
+servers of a topologies.cluster.Cluster, on Mininet Cluster Edition's extension points:
+- topologies.placement chooses each node's server (the plane or rack cut with fewer crossing
+  links); nodes placed on another server are topologies.clusternodes classes, whose shells and
+  switch processes run there over ssh; nodes on the first server are the usual ones;
+- every other server is held by a topologies.serverrun session (lock, manifest, keys, shield,
+  work directory, cleanup if this machine's process dies);
+- links inside one server are veth pairs made in one `ip -batch` per server; links between
+  servers are VXLAN tunnels (one VNI per link), made by one more batch per server;
+- one topologies.remote.Forwarder per server brings its switches' P4Runtime and runtime
+  ports and its agents' control sockets to this machine, so the controller and the agent
+  proxies work unchanged.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from mininet.net import Mininet
+from mininet.node import Host
+
+from fabric.topology import Fabric
+from topologies.cluster import Cluster
+from topologies.clusternodes import REPO, remote_classes
+from topologies.credentials import RunCredentials
+from topologies.fabricnet import node_mac, veth_pairs
+from topologies.netconfig import NetworkConfig, NetworkError
+from topologies.placement import Placement, place
+from topologies.remote import Forwarder, RemoteError, SshTarget
+from topologies.serverrun import ServerRun
+from topologies.softswitch_node import SoftSwitch, SoftSwitchProcess
+from topologies.targets import switch_class
+from topologies.veths import PrebuiltIntf, PrebuiltLink, VethPair, create_pairs
+from topologies.vxlan import VniAllocator, temp_name
+
+IP_TIMEOUT_S = 60.0
+
+
+class ClusterRun:
+    """One run's placement, server sessions, tunnels and forwarders (module docstring)."""
+
+    def __init__(self, config: NetworkConfig, workdir: Path,
+                 credentials: RunCredentials | None, log=print) -> None:
+        assert config.cluster is not None
+        self.config, self.cluster, self.fabric = config, config.cluster, config.fabric
+        self.workdir, self.credentials, self.log = workdir, credentials, log
+        self.placement: Placement = place(self.fabric, len(self.cluster.servers))
+        self.first = self.cluster.servers[0].name
+        self.runs: dict[str, ServerRun] = {}
+        self.forwarders: list[Forwarder] = []
+        self.pairs: dict[str, list[VethPair]] = {}  # server -> its veth pairs
+        self.tunnel_ends: dict[str, list[str]] = {}  # server -> its root-namespace tunnel ends
+        self.vnis = VniAllocator()
+        self.link_vni: dict[tuple[str, str], int] = {}
+        self.timings: dict[str, float] = {}
+        self.released: dict[str, Any] = {}
+
+    # ---- where things are --------------------------------------------------------------------
+
+    def server_of(self, node: str) -> str:
+        return self.cluster.servers[self.placement.server_of(node)].name
+
+    def target(self, server: str) -> SshTarget:
+        return SshTarget(server, self.cluster.user, self.cluster.ssh_config)
+
+    def dir_on(self, server: str) -> Path:
+        """The run's work directory on `server` (logs, agents' sockets)."""
+        if server == self.first:
+            return self.workdir
+        workdir = self.runs[server].workdir
+        assert workdir is not None
+        return workdir
+
+    def credentials_on(self, server: str) -> RunCredentials | None:
+        """The run's credentials as a switch on `server` finds them (its run directory)."""
+        if self.credentials is None or server == self.first:
+            return self.credentials
+        rundir = self.runs[server].rundir
+        assert rundir is not None
+        return replace(self.credentials, directory=rundir)
+
+    def record(self, server: str, pid: int) -> None:
+        """A process or shell of the run on `server` (its serverrun sweeps it if need be)."""
+        if server != self.first:
+            self.runs[server].add_pids([pid])
+
+    def summary(self) -> dict[str, Any]:
+        return {**self.placement.summary(self.fabric), "servers": self.cluster.names,
+                "vni_base": self.vnis.base, "timings": self.timings}
+
+    # ---- bring-up ----------------------------------------------------------------------------
+
+    def open_servers(self) -> None:
+        """Take every other server (serverrun), in parallel, and give each its keys."""
+        start = time.monotonic()
+        ports: dict[str, list[int]] = {}
+        for sw in self.fabric.switches:
+            server = self.server_of(sw.name)
+            ports.setdefault(server, []).extend((sw.grpc_port, sw.thrift_port))
+        for server in self.cluster.names[1:]:  # launched here: ssh dies with its thread
+            self.runs[server] = ServerRun(self.target(server), ports.get(server, []), REPO)
+            self.runs[server].launch()
+        for run in self.runs.values():  # they start side by side
+            run.await_ready()
+            if self.credentials is not None:
+                run.put_keys(self.credentials.directory)
+        self.timings["servers_s"] = time.monotonic() - start
+
+    @staticmethod
+    def new_net() -> Mininet:
+        """The empty Mininet add_nodes fills (the caller holds it first, so that a failure
+        halfway through still stops the nodes made)."""
+        return Mininet(topo=None, controller=None, build=False, autoSetMacs=False,
+                       autoStaticArp=False, waitConnected=False)
+
+    def add_nodes(self, net: Mininet, target: str) -> None:
+        """Every node on its server (shells running there, no links yet)."""
+        start = time.monotonic()
+        classes = remote_classes(self.cluster, self.record)
+        groups = self._switch_processes(target)
+        for sw in self.fabric.switches:
+            server = self.server_of(sw.name)
+            local = server == self.first
+            extra: dict[str, Any] = {} if local else {"server": server}
+            if groups:
+                extra["switch_process"] = groups[server, sw.plane]
+            node = net.addSwitch(sw.name, cls=switch_class(target) if local else classes[target],
+                                 device_id=sw.device_id,
+                                 log_path=str(self.dir_on(server) / f"{sw.name}.log"),
+                                 credentials=self.credentials_on(server), batch_start=True,
+                                 **extra)
+            self.record(server, node.pid)
+        for h in range(self.fabric.hosts):
+            name = self.fabric.host_name(h)
+            server = self.server_of(name)
+            if server == self.first:
+                net.addHost(name, cls=Host, ip=None)
+            else:
+                self.record(server, net.addHost(name, cls=classes["host"], server=server,
+                                                ip=None).pid)
+        self.timings["nodes_s"] = time.monotonic() - start
+
+    def _switch_processes(self, target: str) -> dict[tuple[str, int], SoftSwitchProcess]:
+        """(server, plane) -> the software-switch process serving that plane's switches on
+        that server: each server's planes dealt to up to soft_processes processes."""
+        if switch_class(target) is not SoftSwitch:
+            return {}
+        planes: dict[str, list[int]] = {}
+        for sw in self.fabric.switches:
+            server = self.server_of(sw.name)
+            if sw.plane not in planes.setdefault(server, []):
+                planes[server].append(sw.plane)
+        out = {}
+        for server, on in planes.items():
+            count = min(self.config.soft_processes, len(on))
+            procs = [SoftSwitchProcess(f"{server}-{i}",
+                                       str(self.dir_on(server) / f"softswitch-{i}.log"),
+                                       self.credentials_on(server)) for i in range(count)]
+            for i, plane in enumerate(sorted(on)):
+                out[server, plane] = procs[i % count]
+        return out
+
+    def start(self, net: Mininet) -> None:
+        """Links made on every server, forwarders up, switch processes started. On failure
+        the caller stops `net` and then calls close()."""
+        start = time.monotonic()
+        by_server: dict[str, list[VethPair]] = {}
+        crossing = []
+        for lk, pair in zip(self.fabric.links, veth_pairs(self.fabric, net), strict=True):
+            a, b = self.server_of(lk.a), self.server_of(lk.b)
+            if a == b:
+                by_server.setdefault(a, []).append(pair)
+            else:
+                crossing.append(lk)
+        self.pairs = by_server
+        for server, pairs in by_server.items():
+            hosts = {net[n].pid: net[n] for n in {p.name2.split("-")[0] for p in pairs
+                                                  if p.netns is not None}}
+            if server != self.first:
+                self.runs[server].add_interfaces([p.name1 for p in pairs])
+            create_pairs(pairs, hosts, batch=self._batcher(server))
+        self._make_tunnels(net, crossing)
+        for lk in self.fabric.links:
+            net.addLink(lk.a, lk.b, port1=lk.a_port, port2=lk.b_port, cls=PrebuiltLink,
+                        intf=PrebuiltIntf, addr1=node_mac(self.fabric, lk.a, lk.a_port),
+                        addr2=node_mac(self.fabric, lk.b, lk.b_port))
+        self.timings["links_s"] = time.monotonic() - start
+        start = time.monotonic()
+        self._forward(net)
+        self.timings["forwarders_s"] = time.monotonic() - start
+        start = time.monotonic()
+        net.build()
+        net.start()
+        self.timings["switches_s"] = time.monotonic() - start
+
+    def _batcher(self, server: str):
+        if server == self.first:
+            return _local_batch
+
+        def remote(lines, force: bool = False) -> None:
+            text = "".join(f"{line}\n" for line in lines)
+            if text:
+                self.target(server).run("ip -force -batch -" if force else "ip -batch -",
+                                        timeout=IP_TIMEOUT_S, input=text)
+        return remote
+
+    def _make_tunnels(self, net: Mininet, links: list) -> None:
+        """Both ends of every crossing link: one ip batch per server makes its ends (with
+        temporary names, unique per VNI), moves host ends into their namespaces and names the
+        root-namespace ends; host ends are then named and brought up in their shells."""
+        batches: dict[str, list[str]] = {}
+        in_node: dict[str, list[str]] = {}
+        devices = {s.name: self._underlay_device(s.name, s.address)
+                   for s in self.cluster.servers
+                   if any(self.server_of(n) == s.name for lk in links for n in (lk.a, lk.b))}
+        mtu = self.cluster.tunnel_mtu
+        for lk in links:
+            vni = self.vnis.next()
+            self.link_vni[lk.a, lk.b] = vni
+            ends = ((lk.a, lk.a_port, lk.b), (lk.b, lk.b_port, lk.a))
+            for node, port, peer in ends:
+                server, other = self.server_of(node), self.server_of(peer)
+                local_ip = self.cluster.server(server).address
+                remote_ip = self.cluster.server(other).address
+                tmp, name = temp_name(vni), f"{node}-eth{port}"
+                mac = node_mac(self.fabric, node, port)
+                lines = batches.setdefault(server, [])
+                lines += [f"link add {tmp} type vxlan id {vni} local {local_ip} "
+                          f"remote {remote_ip} dstport 4789 dev {devices[server]} nolearning",
+                          f"link set {tmp} mtu {mtu}"]
+                if node in self.fabric.by_name:  # a switch: root namespace
+                    lines += [f"link set {tmp} name {name} address {mac}",
+                              f"link set {name} up"]
+                    self.tunnel_ends.setdefault(server, []).append(name)
+                else:
+                    lines.append(f"link set {tmp} netns {net[node].pid}")
+                    in_node.setdefault(node, []).append(
+                        f"ip link set {tmp} name {name} address {mac} && ip link set {name} up")
+        for server, lines in batches.items():
+            if server != self.first:
+                self.runs[server].add_interfaces(self.tunnel_ends.get(server, []))
+            self._batcher(server)(lines)
+        for node, commands in in_node.items():
+            out = net[node].cmd(" && ".join(commands))
+            if out.strip():
+                raise NetworkError(f"{node}: naming its tunnel ends: {out.strip()}")
+
+    def _underlay_device(self, server: str, address: str) -> str:
+        command = f"ip -o -4 addr show to {shlex.quote(address)}/32"
+        if server == self.first:
+            out = subprocess.run(command.split(), capture_output=True, text=True).stdout
+        else:
+            out = self.target(server).run(command)
+        fields = out.split()
+        if len(fields) < 2:
+            raise NetworkError(f"server {server}: no interface has its underlay address "
+                               f"{address} (is it the right address in the cluster file?)")
+        return fields[1]
+
+    def _forward(self, net: Mininet) -> None:
+        for server in self.cluster.names[1:]:
+            ports = [p for sw in self.fabric.switches if self.server_of(sw.name) == server
+                     for p in (sw.grpc_port, sw.thrift_port)]
+            sockets = [(self.workdir / f"h{h}.sock", self.dir_on(server) / f"h{h}.sock")
+                       for h in range(self.fabric.hosts)
+                       if self.server_of(self.fabric.host_name(h)) == server]
+            if ports or sockets:
+                forwarder = Forwarder(self.target(server), ports, sockets)
+                self.forwarders.append(forwarder)
+                forwarder.start()
+
+    # ---- teardown ----------------------------------------------------------------------------
+
+    def remove_links(self) -> None:
+        """Veth pairs and root-namespace tunnel ends, one batch per server (host ends go with
+        their namespaces)."""
+        errors = []
+        for server in self.cluster.names:
+            names = [p.name1 for p in self.pairs.get(server, [])]
+            names += self.tunnel_ends.get(server, [])
+            if not names:
+                continue
+            try:
+                self._batcher(server)((f"link del dev {n}" for n in names), force=True)
+            except (RemoteError, NetworkError, subprocess.SubprocessError) as exc:
+                errors.append(f"{server}: {exc}")
+        self.pairs, self.tunnel_ends = {}, {}
+        if errors:
+            raise NetworkError("removing links: " + "; ".join(errors))
+
+    def close(self) -> dict[str, Any]:
+        """Forwarders down, every server's logs copied into workdir/<server>/, every server
+        released (its serverrun sweeps what is left); returns what each swept."""
+        for forwarder in self.forwarders:
+            forwarder.stop()
+        self.forwarders = []
+        for server, run in self.runs.items():
+            try:
+                run.fetch_logs(self.workdir / server)
+            except (RemoteError, subprocess.SubprocessError, OSError) as exc:
+                self.log(f"{server}: logs not copied: {exc}")
+            self.released[server] = run.stop()
+        self.runs = {}
+        return self.released
+
+
+def _local_batch(lines, force: bool = False) -> None:
+    text = "".join(f"{line}\n" for line in lines)
+    if not text:
+        return
+    done = subprocess.run(["ip", *(["-force"] if force else []), "-batch", "-"], input=text,
+                          capture_output=True, text=True, timeout=IP_TIMEOUT_S, check=False)
+    if done.returncode:
+        raise NetworkError(f"ip -batch: {done.stderr.strip() or done.returncode}")
+
+
+def crossing(cluster: Cluster, fabric: Fabric) -> dict[str, Any]:
+    """The placement a cluster run would use, without starting anything (for --dry-run)."""
+    return place(fabric, len(cluster.servers)).summary(fabric)
