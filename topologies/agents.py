@@ -92,7 +92,8 @@ class AgentProcess:
         if getattr(self.node, "isRemote", False):  # a Cluster Edition node on another server
             proc = RemoteProcess(self.node.target, ["mnexec", "-a", str(self.node.pid),
                                                     *self.command()],
-                                 cwd=str(self.repo), env=env)
+                                 cwd=str(self.repo), env=env,
+                                 log_path=str(self.log_path.with_suffix(".out")))
             pid = proc.start()
             self.proc = proc
             if self.record is not None:

@@ -104,8 +104,10 @@ class RemoteProcess:
             if len(words) == 2 and words[0] == "MRCPID" and words[1].isdigit():
                 self.remote_pid = int(words[1])
                 return self.remote_pid
+        code = self.session.poll()
         self._end_session()
-        raise RemoteError(f"{self.target.host}: {self.argv[0]} did not start: "
+        raise RemoteError(f"{self.target.host}: {self.argv[0]} did not start (ssh exit "
+                          f"{code}; log {self.log_path or 'none'}): "
                           f"{seen.decode(errors='replace').strip()[-500:]}")
 
     def alive(self) -> bool:
