@@ -38,6 +38,7 @@ from bench.runner import CONTENDERS  # noqa: E402
 from fabric.options import add_fabric_args, named_fabric  # noqa: E402
 from fabric.topology import TopologyError  # noqa: E402
 from topologies import fidelity  # noqa: E402
+from topologies.cluster import ClusterError, add_cluster_args, cluster_from_args  # noqa: E402
 from topologies.netconfig import (  # noqa: E402
     DEFAULT_PORT_RATE_PPS,
     DEFAULT_RX_HOLD_MS,
@@ -66,10 +67,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "due (host_agent.loop; default %(default)g; 0: off)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
     add_fabric_args(p, default=None)
+    add_cluster_args(p)
     args = p.parse_args(argv)
     try:
         args.fabric_model = named_fabric(args)
-    except TopologyError as exc:
+        args.cluster_model = cluster_from_args(args)
+    except (TopologyError, ClusterError) as exc:
         p.error(str(exc))
     if not 0.0 <= args.rx_hold_ms <= MAX_RX_HOLD_MS:
         p.error(f"--rx-hold-ms {args.rx_hold_ms}: use 0 (off) to {MAX_RX_HOLD_MS:g} ms")
@@ -145,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             bar.set_description(name)
             ctx = Context(sizes, args.target, log, tick, args.contenders, args.rate,
-                          args.rx_hold_ms, args.fabric_model)
+                          args.rx_hold_ms, args.fabric_model, args.cluster_model)
             began, cpu = time.monotonic(), fidelity.cpu_times()
             try:
                 sc = SCENARIOS[name](ctx)

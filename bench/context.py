@@ -24,6 +24,7 @@ from bench.runner import (
 )
 from fabric.topology import Fabric
 from topologies import fidelity
+from topologies.cluster import Cluster
 from topologies.fidelity import EMULATION_BOUND, Monitor
 from topologies.netconfig import DEFAULT_PORT_RATE_PPS, DEFAULT_RX_HOLD_MS
 from topologies.network import MrcNetwork, NetworkConfig
@@ -66,6 +67,7 @@ class Context:
     rate: int | None = DEFAULT_PORT_RATE_PPS  # port packets/s (bench --rate, or calibrated)
     rx_hold_ms: float = DEFAULT_RX_HOLD_MS  # the agents' interrupt moderation (--rx-hold-ms)
     fabric: Fabric | None = None  # --fabric: every scenario's fabric (victim's excepted)
+    cluster: Cluster | None = None  # --servers/--cluster: the fabric over these servers
 
     def fabric_for(self, own: Fabric) -> Fabric:
         """The fabric a scenario runs on: the one named on the command line, else its own."""
@@ -96,7 +98,8 @@ def open_fabric(ctx: Context, fabric: Fabric, trimming: bool = True) -> MrcNetwo
     return open_network(NetworkConfig(fabric=fabric, target=ctx.target, keep_ipv6=True,
                                       port_rate_pps=ctx.rate,
                                       convergence_delay=ctx.sizes.convergence_delay,
-                                      trimming=trimming, rx_hold_ms=ctx.rx_hold_ms), ctx.log)
+                                      trimming=trimming, rx_hold_ms=ctx.rx_hold_ms,
+                                      cluster=ctx.cluster), ctx.log)
 
 
 def ideal_s(nbytes: int, capacity_pps: float) -> float:

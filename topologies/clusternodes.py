@@ -26,7 +26,7 @@ from mininet.node import Host
 from topologies.bmv2_switch import Bmv2Switch
 from topologies.cluster import Cluster
 from topologies.p4switch import SwitchProcessError
-from topologies.remote import RemoteProcess, SshTarget, die_with_parent
+from topologies.remote import DIE_WITH_PARENT, RemoteProcess, SshTarget
 from topologies.softswitch_node import SoftSwitch
 
 SHELL_EXIT_S = 2.0  # a remote shell's ssh client, after each signal
@@ -60,7 +60,7 @@ def remote_classes(cluster: Cluster, record: PidSink = _no_sink) -> dict[str, ty
             ClusterCleanup.serveruser.pop(self.server, None)  # never that command over ssh
             if self.isRemote:
                 self.target = SshTarget(self.server, cluster.user, cluster.ssh_config)
-                self.sshcmd = self.target.argv("-q", "-tt")
+                self.sshcmd = [*DIE_WITH_PARENT, *self.target.argv("-q", "-tt")]
             super().startShell(*args, **kwargs)
 
         def _popen(self, cmd: Any, sudo: bool = True, tt: bool = True, **params: Any) -> Any:
@@ -71,14 +71,6 @@ def remote_classes(cluster: Cluster, record: PidSink = _no_sink) -> dict[str, ty
             if self.isRemote and not isinstance(cmd, str):
                 cmd = [shlex.join(str(c) for c in cmd)]
             return super()._popen(cmd, sudo=not self.isRemote and sudo, tt=tt, **params)
-
-        @staticmethod
-        def _ignoreSignal() -> None:  # noqa: N802 (Cluster Edition's name)
-            """In a remote shell's ssh client: its own process group, as Cluster Edition
-            has it, and an end when our process ends (however it ends), which hangs up the
-            shell on the server."""
-            os.setpgrp()
-            die_with_parent()
 
         def terminate(self) -> None:
             """Node.terminate sends the shell's group SIGHUP and then waits without a limit.

@@ -16,9 +16,7 @@ Two primitives the cluster's switch and agent nodes are built on (docs/decisions
 
 from __future__ import annotations
 
-import ctypes
 import shlex
-import signal
 import socket
 import subprocess
 import time
@@ -28,8 +26,6 @@ from pathlib import Path
 
 from topologies.procs import stop_process
 
-PR_SET_PDEATHSIG = 1
-_LIBC = ctypes.CDLL(None, use_errno=True)
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 5.0
 
@@ -38,11 +34,13 @@ class RemoteError(RuntimeError):
     """A remote command or tunnel failed; the message names the server and what it said."""
 
 
-def die_with_parent() -> None:
-    """In the ssh child: end when the process that started it ends, however it ends. The
-    kernel signals on the exit of the *thread* that forked, so start these from a thread that
-    lives as long as the run (the main thread), never from a worker pool."""
-    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+# Our ssh clients end when this process ends, however it ends: the kernel signals them
+# (PR_SET_PDEATHSIG) when the *thread* that started them exits, so they are started from a
+# thread that lives as long as the run (the main thread), never from a worker pool. util-linux
+# `setpriv` sets it and execs ssh: a preexec_fn would run Python in the forked child, which
+# crashed there (gRPC's epoll "Check failed: next_worker->state == KICKED") once the
+# controller's gRPC threads were running.
+DIE_WITH_PARENT = ("setpriv", "--pdeathsig", "TERM", "--")
 
 
 @dataclass(frozen=True)
@@ -90,8 +88,8 @@ class RemoteProcess:
 
     def start(self, timeout: float = START_TIMEOUT_S) -> int:
         self.session = subprocess.Popen(
-            [*self.target.argv("-tt"), "--", self._script()], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+            [*DIE_WITH_PARENT, *self.target.argv("-tt"), "--", self._script()],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         assert self.session.stdout is not None
         deadline = time.monotonic() + timeout
         seen = b""
@@ -180,10 +178,9 @@ class Forwarder:
         forwards = [a for p in self.ports for a in ("-L", f"127.0.0.1:{p}:127.0.0.1:{p}")]
         forwards += [a for local, remote in self.sockets for a in ("-L", f"{local}:{remote}")]
         self.proc = subprocess.Popen(
-            self.target.argv("-N", "-o", "ExitOnForwardFailure=yes",
-                             "-o", "StreamLocalBindUnlink=yes", *forwards),
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            preexec_fn=die_with_parent)
+            [*DIE_WITH_PARENT, *self.target.argv("-N", "-o", "ExitOnForwardFailure=yes",
+                                                 "-o", "StreamLocalBindUnlink=yes", *forwards)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout
         while not (all(_listening(p) for p in self.ports)
                    and all(local.exists() for local, _ in self.sockets)):

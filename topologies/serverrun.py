@@ -39,7 +39,7 @@ from typing import Any
 
 from topologies import credentials, shield
 from topologies.privdir import PrivateDir
-from topologies.remote import RemoteError, SshTarget, die_with_parent, end_session
+from topologies.remote import DIE_WITH_PARENT, RemoteError, SshTarget, end_session
 from topologies.runstate import RunManifest, acquire_fabric_lock, clean_leftovers, remove_workdir
 
 ANSWER = "MRCRUN"
@@ -174,13 +174,13 @@ class ServerRun:
 
     def launch(self, timeout: float = START_TIMEOUT_S) -> None:
         """Start the session (in the thread that lives as long as the run: the ssh client
-        dies with the thread that started it, topologies.remote.die_with_parent)."""
+        dies with the thread that started it, topologies.remote.DIE_WITH_PARENT)."""
         command = (f"cd {shlex.quote(str(self.repo))} && PYTHONPATH={shlex.quote(str(self.repo))} "
                    f"exec {shlex.quote(self.python)} -m topologies.serverrun "
                    f"--ports {','.join(map(str, self.ports))} --lock-timeout {timeout:g}")
-        self.proc = subprocess.Popen([*self.target.argv("-T"), "--", command],
+        self.proc = subprocess.Popen([*DIE_WITH_PARENT, *self.target.argv("-T"), "--", command],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+                                     stderr=subprocess.STDOUT)
 
     def await_ready(self, timeout: float = START_TIMEOUT_S) -> None:
         """Until the server is taken (any thread may wait)."""

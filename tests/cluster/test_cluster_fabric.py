@@ -111,3 +111,18 @@ def _children(pid: int) -> list[int]:
         return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
         return []
+
+
+def test_paths_128_comes_up_over_three_servers(servers: EmulatedServers) -> None:
+    """The scale preset over the emulated servers: placed, up, the demo verified. Its
+    bring-up time is printed, indicative only (one kernel, two cores, every ssh local)."""
+    done = servers.run(0, two_tier(servers, "--json", "--target", "soft", "--rate", "250",
+                                   "--fabric", "paths-128"),
+                       capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=str(REPO))
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"paths-128 over 3 servers: bring-up {report['bringup_s']}, {report['cluster']}")
+    assert report["cluster"]["switches_per_server"] == [54, 54, 36]
+    assert report["cluster"]["crossing_links"] == 21
+    assert report["transfer"]["verified"]
+    assert [leftovers(servers, i) for i in range(3)] == [[], [], []]
