@@ -26,8 +26,6 @@ from typing import Any
 from mininet.net import Mininet
 from mininet.node import Host
 
-from fabric.topology import Fabric
-from topologies.cluster import Cluster
 from topologies.clusternodes import REPO, remote_classes
 from topologies.credentials import RunCredentials
 from topologies.fabricnet import node_mac, veth_pairs
@@ -37,10 +35,22 @@ from topologies.remote import Forwarder, RemoteError, SshTarget
 from topologies.serverrun import ServerRun
 from topologies.softswitch_node import SoftSwitch, SoftSwitchProcess
 from topologies.targets import switch_class
-from topologies.veths import PrebuiltIntf, PrebuiltLink, VethPair, create_pairs
-from topologies.vxlan import VniAllocator, temp_name
-
-IP_TIMEOUT_S = 60.0
+from topologies.veths import (
+    IP_TIMEOUT_S,
+    PrebuiltIntf,
+    PrebuiltLink,
+    VethError,
+    VethPair,
+    create_pairs,
+    ip_batch,
+)
+from topologies.vxlan import (
+    VniAllocator,
+    end_lines,
+    parse_underlay_device,
+    temp_name,
+    underlay_query,
+)
 
 
 class ClusterRun:
@@ -58,7 +68,6 @@ class ClusterRun:
         self.pairs: dict[str, list[VethPair]] = {}  # server -> its veth pairs
         self.tunnel_ends: dict[str, list[str]] = {}  # server -> its root-namespace tunnel ends
         self.vnis = VniAllocator()
-        self.link_vni: dict[tuple[str, str], int] = {}
         self.timings: dict[str, float] = {}
         self.released: dict[str, Any] = {}
 
@@ -86,6 +95,11 @@ class ClusterRun:
         assert rundir is not None
         return replace(self.credentials, directory=rundir)
 
+    def control_ports_on(self, server: str) -> list[int]:
+        """P4Runtime and runtime ports of the switches placed on `server`."""
+        return [p for sw in self.fabric.switches if self.server_of(sw.name) == server
+                for p in (sw.grpc_port, sw.thrift_port)]
+
     def record(self, server: str, pid: int) -> None:
         """A process or shell of the run on `server` (its serverrun sweeps it if need be)."""
         if server != self.first:
@@ -100,12 +114,9 @@ class ClusterRun:
     def open_servers(self) -> None:
         """Take every other server (serverrun), in parallel, and give each its keys."""
         start = time.monotonic()
-        ports: dict[str, list[int]] = {}
-        for sw in self.fabric.switches:
-            server = self.server_of(sw.name)
-            ports.setdefault(server, []).extend((sw.grpc_port, sw.thrift_port))
         for server in self.cluster.names[1:]:  # launched here: ssh dies with its thread
-            self.runs[server] = ServerRun(self.target(server), ports.get(server, []), REPO)
+            self.runs[server] = ServerRun(self.target(server), self.control_ports_on(server),
+                                          REPO)
             self.runs[server].launch()
         for run in self.runs.values():  # they start side by side
             run.await_ready()
@@ -181,8 +192,8 @@ class ClusterRun:
                 crossing.append(lk)
         self.pairs = by_server
         for server, pairs in by_server.items():
-            hosts = {net[n].pid: net[n] for n in {p.name2.split("-")[0] for p in pairs
-                                                  if p.netns is not None}}
+            # PIDs are per server (each its own PID namespace): only this server's hosts
+            hosts = {h.pid: h for h in net.hosts if self.server_of(h.name) == server}
             if server != self.first:
                 self.runs[server].add_interfaces([p.name1 for p in pairs])
             create_pairs(pairs, hosts, batch=self._batcher(server))
@@ -202,7 +213,7 @@ class ClusterRun:
 
     def _batcher(self, server: str):
         if server == self.first:
-            return _local_batch
+            return ip_batch
 
         def remote(lines, force: bool = False) -> None:
             text = "".join(f"{line}\n" for line in lines)
@@ -223,7 +234,6 @@ class ClusterRun:
         mtu = self.cluster.tunnel_mtu
         for lk in links:
             vni = self.vnis.next()
-            self.link_vni[lk.a, lk.b] = vni
             ends = ((lk.a, lk.a_port, lk.b), (lk.b, lk.b_port, lk.a))
             for node, port, peer in ends:
                 server, other = self.server_of(node), self.server_of(peer)
@@ -232,9 +242,7 @@ class ClusterRun:
                 tmp, name = temp_name(vni), f"{node}-eth{port}"
                 mac = node_mac(self.fabric, node, port)
                 lines = batches.setdefault(server, [])
-                lines += [f"link add {tmp} type vxlan id {vni} local {local_ip} "
-                          f"remote {remote_ip} dstport 4789 dev {devices[server]} nolearning",
-                          f"link set {tmp} mtu {mtu}"]
+                lines += end_lines(vni, local_ip, remote_ip, devices[server], mtu)
                 if node in self.fabric.by_name:  # a switch: root namespace
                     lines += [f"link set {tmp} name {name} address {mac}",
                               f"link set {name} up"]
@@ -253,21 +261,16 @@ class ClusterRun:
                 raise NetworkError(f"{node}: naming its tunnel ends: {out.strip()}")
 
     def _underlay_device(self, server: str, address: str) -> str:
-        command = f"ip -o -4 addr show to {shlex.quote(address)}/32"
+        command = underlay_query(address)
         if server == self.first:
-            out = subprocess.run(command.split(), capture_output=True, text=True).stdout
+            out = subprocess.run(shlex.split(command), capture_output=True, text=True).stdout
         else:
             out = self.target(server).run(command)
-        fields = out.split()
-        if len(fields) < 2:
-            raise NetworkError(f"server {server}: no interface has its underlay address "
-                               f"{address} (is it the right address in the cluster file?)")
-        return fields[1]
+        return parse_underlay_device(out, server, address)
 
     def _forward(self, net: Mininet) -> None:
         for server in self.cluster.names[1:]:
-            ports = [p for sw in self.fabric.switches if self.server_of(sw.name) == server
-                     for p in (sw.grpc_port, sw.thrift_port)]
+            ports = self.control_ports_on(server)
             sockets = [(self.workdir / f"h{h}.sock", self.dir_on(server) / f"h{h}.sock")
                        for h in range(self.fabric.hosts)
                        if self.server_of(self.fabric.host_name(h)) == server]
@@ -289,7 +292,7 @@ class ClusterRun:
                 continue
             try:
                 self._batcher(server)((f"link del dev {n}" for n in names), force=True)
-            except (RemoteError, NetworkError, subprocess.SubprocessError) as exc:
+            except (RemoteError, VethError, subprocess.SubprocessError) as exc:
                 errors.append(f"{server}: {exc}")
         self.pairs, self.tunnel_ends = {}, {}
         if errors:
@@ -309,18 +312,3 @@ class ClusterRun:
             self.released[server] = run.stop()
         self.runs = {}
         return self.released
-
-
-def _local_batch(lines, force: bool = False) -> None:
-    text = "".join(f"{line}\n" for line in lines)
-    if not text:
-        return
-    done = subprocess.run(["ip", *(["-force"] if force else []), "-batch", "-"], input=text,
-                          capture_output=True, text=True, timeout=IP_TIMEOUT_S, check=False)
-    if done.returncode:
-        raise NetworkError(f"ip -batch: {done.stderr.strip() or done.returncode}")
-
-
-def crossing(cluster: Cluster, fabric: Fabric) -> dict[str, Any]:
-    """The placement a cluster run would use, without starting anything (for --dry-run)."""
-    return place(fabric, len(cluster.servers)).summary(fabric)

@@ -127,6 +127,8 @@ def remote_classes(cluster: Cluster, record: PidSink = _no_sink) -> dict[str, ty
 
         def read_counters(self, names: list[str], counter: str) -> list[int]:
             """A kernel counter of each interface, read on the node's server."""
+            if not self.isRemote:
+                return super().read_counters(names, counter)
             files = " ".join(f"/sys/class/net/{shlex.quote(n)}/statistics/{counter}"
                              for n in names)
             values = self.cmd(f"cat {files}").split()

@@ -19,7 +19,7 @@ from p4rt.names import PRIORITY_HIGH
 from topologies.credentials import RunCredentials
 from topologies.netconfig import NetworkConfig, NetworkError
 from topologies.nicpacing import CONTROL_RATE_FACTOR
-from topologies.p4switch import STOP_TIMEOUT_S
+from topologies.p4switch import STOP_TIMEOUT_S, SwitchProcessError
 from topologies.procs import stop_process
 from topologies.softswitch_node import SoftSwitch, SoftSwitchProcess
 from topologies.targets import switch_class
@@ -133,15 +133,11 @@ def port_counters(net: Mininet, name: str, counter: str) -> dict[int, int]:
     every target."""
     node = net[name]
     ports = node._data_ports()
-    if getattr(node, "isRemote", False):  # on another server: read through its shell
-        return dict(zip(ports, node.read_counters(list(ports.values()), counter), strict=True))
-    out = {}
-    for port, ifname in ports.items():
-        try:
-            out[port] = int(Path(f"/sys/class/net/{ifname}/statistics/{counter}").read_text())
-        except (OSError, ValueError) as exc:
-            raise NetworkError(f"{name}: cannot read {counter} of {ifname}: {exc}") from exc
-    return out
+    try:  # on another server, through the node's shell there
+        values = node.read_counters(list(ports.values()), counter)
+    except SwitchProcessError as exc:
+        raise NetworkError(str(exc)) from exc
+    return dict(zip(ports, values, strict=True))
 
 
 def switch_frames(net: Mininet, fabric: Fabric) -> dict[str, dict[str, int]]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 from mininet.node import Switch
 
@@ -156,6 +157,18 @@ class P4RuntimeSwitch(Switch):
     @property
     def switch_pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
+
+    def read_counters(self, names: list[str], counter: str) -> list[int]:
+        """A kernel counter (/sys/class/net/NAME/statistics) of each interface; a node on
+        another server (topologies.clusternodes) reads them through its own shell."""
+        out = []
+        for name in names:
+            try:
+                out.append(int(Path(f"/sys/class/net/{name}/statistics/{counter}").read_text()))
+            except (OSError, ValueError) as exc:
+                raise SwitchProcessError(f"{self.name}: cannot read {counter} of {name}: "
+                                         f"{exc}") from exc
+        return out
 
     def _data_ports(self) -> dict[int, str]:
         return {port: intf.name for intf, port in self.ports.items() if intf.name != "lo"}

@@ -45,7 +45,6 @@ from topologies.runstate import RunManifest, acquire_fabric_lock, clean_leftover
 ANSWER = "MRCRUN"
 START_TIMEOUT_S = 60.0  # a lock held by a run still stopping there is waited for
 REQUEST_TIMEOUT_S = 30.0
-SERVER_FILES = credentials.SERVER_FILES  # what a server's switches need of the run's keys
 MAX_LINE = 1 << 16
 
 
@@ -59,12 +58,16 @@ class _Hold:
         self.lock_fd: int | None = None
         self.manifest: RunManifest | None = None
         self.workdir: Path | None = None
-        self.lock_fd = acquire_fabric_lock(lock_timeout, _log, self.rundir)
-        clean_leftovers(_log, self.rundir)
-        self.workdir = Path(tempfile.mkdtemp(prefix="mrc-net-"))
-        self.manifest = RunManifest(self.workdir, True, self.rundir)
-        if ports:
-            self.manifest.add_nft_table(shield.install(ports))
+        try:  # what was taken before a failure is given back, as RunGuard does
+            self.lock_fd = acquire_fabric_lock(lock_timeout, _log, self.rundir)
+            clean_leftovers(_log, self.rundir)
+            self.workdir = Path(tempfile.mkdtemp(prefix="mrc-net-"))
+            self.manifest = RunManifest(self.workdir, True, self.rundir)
+            if ports:
+                self.manifest.add_nft_table(shield.install(ports))
+        except BaseException:
+            self.release()
+            raise
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         assert self.manifest is not None
@@ -75,7 +78,7 @@ class _Hold:
             self.manifest.add_interfaces([str(n) for n in request["interfaces"]])
         elif "file" in request:
             name = str(request["file"])
-            if name not in SERVER_FILES:
+            if name not in credentials.SERVER_FILES:
                 raise ValueError(f"{name!r} is not one of the switches' key files")
             self.rundir.write_bytes(name, base64.b64decode(request["data"]))
         else:
@@ -91,7 +94,7 @@ class _Hold:
         if self.workdir is not None:
             remove_workdir(self.workdir)
             self.workdir = None
-        for name in SERVER_FILES:
+        for name in credentials.SERVER_FILES:
             self.rundir.unlink(name)
         if self.lock_fd is not None:
             os.close(self.lock_fd)
@@ -168,10 +171,6 @@ class ServerRun:
         self.log_lines: list[str] = []
         self.released: dict[str, Any] | None = None
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> None:
-        self.launch(timeout)
-        self.await_ready(timeout)
-
     def launch(self, timeout: float = START_TIMEOUT_S) -> None:
         """Start the session (in the thread that lives as long as the run: the ssh client
         dies with the thread that started it, topologies.remote.DIE_WITH_PARENT)."""
@@ -227,7 +226,7 @@ class ServerRun:
 
     def put_keys(self, directory: Path) -> None:
         """The switches' side of the run's keys, from this machine's run directory."""
-        for name in SERVER_FILES:
+        for name in credentials.SERVER_FILES:
             data = (directory / name).read_bytes()
             self.request({"file": name, "data": base64.b64encode(data).decode()})
 
@@ -249,7 +248,7 @@ class ServerRun:
 
     def stop(self) -> dict[str, Any] | None:
         """Release the server (what serverrun swept), and end the session."""
-        proc, self.proc = self.proc, None
+        proc = self.proc
         if proc is None:
             return self.released
         try:
@@ -257,7 +256,6 @@ class ServerRun:
                 with contextlib.suppress(OSError):
                     proc.stdin.write(b'{"release": true}\n')
                     proc.stdin.close()
-                self.proc = proc
                 while True:
                     answer = self._read(REQUEST_TIMEOUT_S)
                     if answer.get("released") or answer.get("error"):

@@ -59,18 +59,19 @@ class PrebuiltLink(Link):
         return None
 
 
-def _batch(lines: Iterable[str]) -> None:
+def ip_batch(lines: Iterable[str], force: bool = False) -> None:
+    """`ip -batch` on this machine (`force`: go on past a failing line)."""
     text = "".join(f"{line}\n" for line in lines)
     if not text:
         return
-    done = subprocess.run(["ip", "-batch", "-"], input=text, capture_output=True, text=True,
-                          timeout=IP_TIMEOUT_S, check=False)
+    done = subprocess.run(["ip", *(["-force"] if force else []), "-batch", "-"], input=text,
+                          capture_output=True, text=True, timeout=IP_TIMEOUT_S, check=False)
     if done.returncode:
         raise VethError(f"ip -batch: {done.stderr.strip() or done.returncode}")
 
 
 def create_pairs(pairs: list[VethPair], up_in: dict[int, Node],
-                 batch: Callable[[Iterable[str]], None] = _batch) -> None:
+                 batch: Callable[[Iterable[str]], None] = ip_batch) -> None:
     """Create every pair; bring up the root-namespace ends in the same batch and the others
     with one command in each namespace's node (`up_in`: netns PID -> Mininet node). `batch`
     runs `ip -batch` lines: here by default, on another server for a cluster's."""

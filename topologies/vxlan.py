@@ -64,23 +64,39 @@ def temp_name(vni: int) -> str:
     return f"{TEMP_PREFIX}{vni:x}"
 
 
-def underlay_device(node: TunnelNode) -> str:
-    """The server's interface that holds its underlay address (the tunnel's `dev`)."""
-    out = node.rcmd(f"ip -o -4 addr show to {node.serverIP}/32")
+def underlay_query(address: str) -> str:
+    """The command, on a server's root namespace, that names the interface holding
+    `address` (a tunnel's `dev`); its output goes to parse_underlay_device."""
+    return f"ip -o -4 addr show to {shlex.quote(address)}/32"
+
+
+def parse_underlay_device(out: str, server: str, address: str) -> str:
     fields = out.split()
     if len(fields) < 2:
-        raise VxlanError(f"server {node.server}: no interface has address {node.serverIP} "
+        raise VxlanError(f"server {server}: no interface has address {address} "
                          f"(ip -o -4 addr said {out.strip()!r}); is it the server's underlay "
                          "address?")
     return fields[1]
 
 
-def end_commands(vni: int, local: str, remote: str, dev: str, mtu: int) -> list[str]:
-    """Shell commands, on a server's root namespace, that make one tunnel end."""
+def underlay_device(node: TunnelNode) -> str:
+    """The server's interface that holds its underlay address (the tunnel's `dev`)."""
+    return parse_underlay_device(node.rcmd(underlay_query(node.serverIP)), node.server,
+                                 node.serverIP)
+
+
+def end_lines(vni: int, local: str, remote: str, dev: str, mtu: int) -> list[str]:
+    """`ip -batch` lines, on a server's root namespace, that make one tunnel end under its
+    temporary name (temp_name)."""
     name = temp_name(vni)
-    return [f"ip link add {name} type vxlan id {vni} local {local} remote {remote} "
+    return [f"link add {name} type vxlan id {vni} local {local} remote {remote} "
             f"dstport {VXLAN_PORT} dev {dev} nolearning",
-            f"ip link set {name} mtu {mtu}"]
+            f"link set {name} mtu {mtu}"]
+
+
+def end_commands(vni: int, local: str, remote: str, dev: str, mtu: int) -> list[str]:
+    """end_lines as shell commands."""
+    return [f"ip {line}" for line in end_lines(vni, local, remote, dev, mtu)]
 
 
 def make_end(node: TunnelNode, peer: TunnelNode, vni: int, intfname: str,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.servers import EmulatedServers
+from tests.cluster.servers import EmulatedServers, children
 from tests.support import require_bmv2
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(600)]
@@ -89,7 +89,7 @@ def test_a_killed_first_server_leaves_nothing_on_the_others(servers: EmulatedSer
             assert run.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.2)
         time.sleep(2.0)  # the demo's transfer runs: kill it while it holds every server
-        inner = _children(run.pid)  # nsenter's child is the script
+        inner = children(run.pid)  # nsenter's child is the script
         assert inner and run.poll() is None, log.read_text()[-3000:]
         os.kill(inner[0], signal.SIGKILL)
     finally:
@@ -104,13 +104,6 @@ def test_a_killed_first_server_leaves_nothing_on_the_others(servers: EmulatedSer
     assert again.returncode == 0, again.stderr[-3000:]
     assert "cleaned up after a run that was killed" in again.stdout + again.stderr
     assert [leftovers(servers, i) for i in range(3)] == [[], [], []]
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
 
 
 def test_paths_128_comes_up_over_three_servers(servers: EmulatedServers) -> None:
