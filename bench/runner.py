@@ -21,7 +21,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from bench import metrics
@@ -100,13 +99,6 @@ def payload_bytes(name: str, flows: list[dict[str, Any]]) -> int:
     return min(mss) if mss else DEFAULT_MTU
 
 
-def _counter(ifname: str) -> int:
-    try:
-        return int(Path(f"/sys/class/net/{ifname}/statistics/tx_packets").read_text())
-    except OSError:
-        return 0
-
-
 class Injector:
     """Breaks something `after` seconds into the flow, from a thread.
 
@@ -120,7 +112,7 @@ class Injector:
         fabric = net.fabric
         t0 = fabric.t0(FAILURE_PLANE, fabric.nic(src, FAILURE_PLANE).t0)
         self.t0 = t0.name
-        self.uplinks = {fabric.t1(FAILURE_PLANE, j).name: f"{t0.name}-eth{fabric.uplink_port(j)}"
+        self.uplinks = {fabric.t1(FAILURE_PLANE, j).name: fabric.uplink_port(j)
                         for j in range(fabric.t1_per_plane)}
         self.info: dict[str, Any] = {"kind": kind}
         self.undo: Callable[[], None] | None = None
@@ -128,8 +120,9 @@ class Injector:
         self._stop = threading.Event()
 
     def arm(self) -> None:
-        """Start counting uplink packets (the busiest uplink is chosen from these counts)."""
-        self._base = {i: _counter(i) for i in self.uplinks.values()}
+        """Start counting uplink packets (the busiest uplink is chosen from these counts,
+        read through the T0's node: it may run on another server)."""
+        self._base = self.net.port_sent(self.t0)
 
     def start(self) -> None:
         self.arm()
@@ -149,7 +142,8 @@ class Injector:
             self.info["error"] = f"{type(exc).__name__}: {exc}"
 
     def fire(self) -> None:
-        used = {spine: _counter(i) - self._base[i] for spine, i in self.uplinks.items()}
+        sent = self.net.port_sent(self.t0)
+        used = {spine: sent[p] - self._base[p] for spine, p in self.uplinks.items()}
         spine = max(used, key=lambda s: used[s])
         net = self.net
         self.info["at"] = time.monotonic()

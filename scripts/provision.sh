@@ -16,6 +16,10 @@
 #      --no-p4 skips it (the software switch needs no P4 toolchain).
 #   4. a closing check: the virtualenv imports the testbed's packages and the project's own,
 #      and p4c/BMv2 pass install-p4lang.sh --check.
+#   5. only with MRC_CLUSTER_DIR set (the Vagrantfile's lab cluster, MRC_SERVERS > 1): the
+#      lab's ssh material from scripts/cluster-keys.sh installed for root under
+#      /etc/mrc-testbed/cluster, the lab's host key presented by sshd, the lab's key
+#      accepted for root, so the first VM reaches every VM as README "Several machines" asks.
 #
 # Needs (M: measured, E: estimate; where and how in README, "Vagrant lab"):
 #   cores   2 or more (checked). The suite's and the demo's figures are from 2-core machines.
@@ -101,6 +105,29 @@ print(f"provision: .venv (Python {v.major}.{v.minor}) imports {len(wanted)} modu
 EOF
 }
 
+# ---- 5. a lab cluster's ssh material (optional) ---------------------------------------------
+cluster_node() {
+    local from=$1 etc=/etc/mrc-testbed/cluster pub f
+    for f in id_ed25519 id_ed25519.pub host_ed25519 host_ed25519.pub known_hosts ssh_config \
+             cluster.json; do
+        [ -f "$from/$f" ] || die "MRC_CLUSTER_DIR=$from has no $f (scripts/cluster-keys.sh" \
+                                 "makes it on the Vagrant host)"
+    done
+    install -d -m 0700 -o root -g root /etc/mrc-testbed "$etc" /root/.ssh
+    install -m 0600 -o root -g root "$from/id_ed25519" "$etc/id_ed25519"
+    for f in known_hosts ssh_config cluster.json; do
+        install -m 0644 -o root -g root "$from/$f" "$etc/$f"
+    done
+    install -m 0600 -o root -g root "$from/host_ed25519" /etc/ssh/ssh_host_ed25519_key
+    install -m 0644 -o root -g root "$from/host_ed25519.pub" /etc/ssh/ssh_host_ed25519_key.pub
+    pub=$(cat "$from/id_ed25519.pub")
+    touch /root/.ssh/authorized_keys
+    chmod 600 /root/.ssh/authorized_keys
+    grep -qxF "$pub" /root/.ssh/authorized_keys || echo "$pub" >> /root/.ssh/authorized_keys
+    systemctl restart ssh
+    say "step 5: lab cluster keys in $etc; run with --cluster $etc/cluster.json"
+}
+
 started=$SECONDS
 resources
 say "step 2: ./testbed setup (packages, .venv)"
@@ -131,4 +158,5 @@ case $p4_status in
                  "package archives (--stop-at-external, see above)"
              exit 3 ;;
 esac
+[ -n "${MRC_CLUSTER_DIR:-}" ] && cluster_node "$MRC_CLUSTER_DIR"
 say "done after $((SECONDS - started)) s: sudo ./testbed demo | sudo ./testbed test"

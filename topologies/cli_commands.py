@@ -2,6 +2,7 @@
 
     mrc_write SRC DST BYTES [single]   verified RDMA write between hosts (indices or h0-style)
     mrc_link down|up A B               take a cable down/up (e.g. p0l0 p0s1)
+    mrc_link cut A B                   cut a cable between servers: ends stay up (up mends)
     mrc_reboot SWITCH                  kill a switch process, restart it, reinstall its tables
     mrc_nic down|up HOST PLANE         take a host NIC (one plane) down/up
     mrc_stats [HOST]                   agent counters (all hosts when HOST is omitted)
@@ -25,15 +26,18 @@ class MrcCLI(CLI):
     prompt = "mrc> "
 
     def __init__(self, mrc: MrcNetwork, **kwargs) -> None:
-        self.mrc = mrc  # set before CLI.__init__, which runs the command loop
+        self.mrc = mrc  # set before CLI.__init__, which runs the command loop (or script=)
+        self.failures = 0  # commands that failed: a script's caller exits non-zero
         super().__init__(mrc.net, **kwargs)
 
     def _run(self, line: str, usage: str, fn) -> None:
         try:
             fn(line.split())
         except (ValueError, IndexError, KeyError):
+            self.failures += 1
             print(f"usage: {usage}", file=sys.stderr)
         except (NetworkError, AgentError) as exc:
+            self.failures += 1
             print(f"error: {exc}", file=sys.stderr)
 
     def _host(self, word: str) -> int:
@@ -45,6 +49,7 @@ class MrcCLI(CLI):
             r = self.mrc.transfer(self._host(w[0]), self._host(w[1]), int(w[2]),
                                   single_path=len(w) > 3 and w[3] == "single")
             if not r["ok"]:
+                self.failures += 1
                 print(f"FAILED: {r.get('error')}")
                 return
             print(f"{r['bytes']} bytes h{r['src']} -> h{r['dst']} verified in "
@@ -54,11 +59,17 @@ class MrcCLI(CLI):
         self._run(line, "mrc_write SRC DST BYTES [single]", run)
 
     def do_mrc_link(self, line: str) -> None:
-        """mrc_link down|up A B: take the cable between nodes A and B down or up."""
+        """mrc_link down|up|cut A B: take the cable between nodes A and B down or up, or cut
+        it (a cable between servers: both ends stay up, its frames are lost)."""
         def run(w: list[str]) -> None:
-            {"down": self.mrc.link_down, "up": self.mrc.link_up}[w[0].lower()](w[1], w[2])
-            print(f"link {w[1]} - {w[2]} {w[0].lower()}")
-        self._run(line, "mrc_link down|up A B", run)
+            verb = w[0].lower()
+            {"down": self.mrc.link_down, "up": self.mrc.link_up,
+             "cut": self.mrc.link_cut}[verb](w[1], w[2])
+            event = self.mrc.link_log[-1]
+            mended = f" (the cut dropped {event['cut_dropped']} frames)" \
+                if "cut_dropped" in event else ""
+            print(f"link {w[1]} - {w[2]} {verb}{mended}")
+        self._run(line, "mrc_link down|up|cut A B", run)
 
     def do_link(self, line: str) -> None:
         """link A B down|up: Mininet's own command, routed to mrc_link. Mininet's version

@@ -19,6 +19,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ from typing import Any
 from mininet.net import Mininet
 from mininet.node import Host
 
+from controller.tables import LinkKey, link_key
+from topologies.cablecut import CableCuts
 from topologies.clusternodes import REPO, remote_classes
 from topologies.credentials import RunCredentials
 from topologies.fabricnet import node_mac, veth_pairs
@@ -33,6 +36,7 @@ from topologies.netconfig import NetworkConfig, NetworkError
 from topologies.placement import Placement, place
 from topologies.remote import Forwarder, RemoteError, SshTarget
 from topologies.serverrun import ServerRun
+from topologies.shield import ShieldError
 from topologies.softswitch_node import SoftSwitch, SoftSwitchProcess
 from topologies.targets import switch_class
 from topologies.veths import (
@@ -57,7 +61,8 @@ class ClusterRun:
     """One run's placement, server sessions, tunnels and forwarders (module docstring)."""
 
     def __init__(self, config: NetworkConfig, workdir: Path,
-                 credentials: RunCredentials | None, log=print) -> None:
+                 credentials: RunCredentials | None, log=print,
+                 record_table: Callable[[str], None] = lambda _name: None) -> None:
         assert config.cluster is not None
         self.config, self.cluster, self.fabric = config, config.cluster, config.fabric
         self.workdir, self.credentials, self.log = workdir, credentials, log
@@ -68,6 +73,9 @@ class ClusterRun:
         self.pairs: dict[str, list[VethPair]] = {}  # server -> its veth pairs
         self.tunnel_ends: dict[str, list[str]] = {}  # server -> its root-namespace tunnel ends
         self.vnis = VniAllocator()
+        self.link_vnis: dict[LinkKey, int] = {}  # links between servers -> their VNI
+        self.cut_vnis: set[int] = set()
+        self.local_cuts = CableCuts(record_table)  # the first server's (its run manifest)
         self.timings: dict[str, float] = {}
         self.released: dict[str, Any] = {}
 
@@ -234,6 +242,7 @@ class ClusterRun:
         mtu = self.cluster.tunnel_mtu
         for lk in links:
             vni = self.vnis.next()
+            self.link_vnis[link_key(lk.a, lk.b)] = vni
             ends = ((lk.a, lk.a_port, lk.b), (lk.b, lk.b_port, lk.a))
             for node, port, peer in ends:
                 server, other = self.server_of(node), self.server_of(peer)
@@ -279,6 +288,29 @@ class ClusterRun:
                 self.forwarders.append(forwarder)
                 forwarder.start()
 
+    # ---- failures -----------------------------------------------------------------------------
+
+    def cut(self, a: str, b: str, on: bool) -> int:
+        """Cut (on) or mend the link a - b between two servers (topologies.cablecut) on both
+        its servers; returns the packets the cut had dropped when mending, else 0."""
+        vni = self.link_vnis.get(link_key(a, b))
+        if vni is None:
+            raise NetworkError(f"{a} - {b} is not a link between servers (both are on "
+                               f"{self.server_of(a)}): a cable cut drops a tunnel's packets on "
+                               "the underlay; take this link down instead")
+        (self.cut_vnis.add if on else self.cut_vnis.discard)(vni)
+        dropped = 0
+        for server in {self.server_of(a), self.server_of(b)}:
+            wanted = {v for key, v in self.link_vnis.items() if v in self.cut_vnis
+                      and server in {self.server_of(n) for n in key}}
+            try:
+                done = (self.local_cuts.set(wanted) if server == self.first
+                        else self.runs[server].cut(sorted(wanted)))
+            except (RemoteError, ShieldError) as exc:
+                raise NetworkError(f"cutting {a} - {b} on {server}: {exc}") from exc
+            dropped += done.get(vni, 0)
+        return dropped
+
     # ---- teardown ----------------------------------------------------------------------------
 
     def remove_links(self) -> None:
@@ -304,6 +336,7 @@ class ClusterRun:
         for forwarder in self.forwarders:
             forwarder.stop()
         self.forwarders = []
+        self.local_cuts.close()  # the other servers' go with their release
         for server, run in self.runs.items():
             try:
                 run.fetch_logs(self.workdir / server)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from controller.tables import check_links, link_key
+from controller.tables import LinkKey, check_links, link_key
 from fabric.topology import Fabric, TopologyError
 from topologies.hostsetup import restore_nic_ipv6
 from topologies.netconfig import NetworkConfig, NetworkError
@@ -21,15 +21,18 @@ if TYPE_CHECKING:
 
     from controller.convergence import Convergence
     from controller.install import Controller
+    from topologies.clusternet import ClusterRun
 
 # Drops every frame sent (limit 0 also disables the empty-queue bypass); see _set_link.
 BLACKHOLE_QDISC = "pfifo limit 0"
 
 
 class FaultInjection:
-    """link_down/up, nic_down/up, kill_switch, switch_down, reboot_switch."""
+    """link_down/cut/up, nic_down/up, kill_switch, switch_down, reboot_switch."""
 
     fabric: Fabric
+    cluster_run: ClusterRun | None
+    cut_links: set[LinkKey]
     config: NetworkConfig
     link_log: list[dict[str, Any]]
     convergence: Convergence | None
@@ -62,8 +65,13 @@ class FaultInjection:
         blackhole on each switch end's egress (a pfifo qdisc of limit 0 drops every frame the
         switch sends; the kernel delivers nothing else to it), and a host's end, the NIC the
         agent watches, goes down for real (its switch end then has no carrier)."""
-        _key, link = self._link(a, b)
+        key, link = self._link(a, b)
         state = "up" if up else "down"
+        if key in self.cut_links:
+            if not up:
+                raise NetworkError(f"{a} - {b} is cut: bring it up first")
+            self._mend(a, b)
+            return
         for intf in (link.intf1, link.intf2):
             if isinstance(intf.node, P4RuntimeSwitch):
                 cmd = (f"tc qdisc del dev {intf.name} root" if up
@@ -76,6 +84,30 @@ class FaultInjection:
         self.link_log.append({"time": time.monotonic(), "event": state, "a": a, "b": b})
         assert self.convergence is not None
         (self.convergence.link_up if up else self.convergence.link_down)(a, b)
+
+    def link_cut(self, a: str, b: str) -> None:
+        """Cut the cable a - b between two servers: both ends stay up and every frame is lost
+        on the underlay (topologies.cablecut); link_up mends it."""
+        key, _link = self._link(a, b)
+        if self.cluster_run is None:
+            raise NetworkError("a cable cut drops a tunnel's packets on the underlay: only "
+                               "links between servers (--servers) have one; take the link "
+                               "down instead")
+        if key in self.cut_links:
+            raise NetworkError(f"{a} - {b} is already cut")
+        self.cluster_run.cut(a, b, on=True)
+        self.cut_links.add(key)
+        self.link_log.append({"time": time.monotonic(), "event": "cut", "a": a, "b": b})
+        assert self.convergence is not None
+        self.convergence.link_down(a, b)
+
+    def _mend(self, a: str, b: str) -> None:
+        assert self.cluster_run is not None and self.convergence is not None
+        dropped = self.cluster_run.cut(a, b, on=False)
+        self.cut_links.discard(link_key(a, b))
+        self.link_log.append({"time": time.monotonic(), "event": "up", "a": a, "b": b,
+                              "cut_dropped": dropped})
+        self.convergence.link_up(a, b)
 
     def link_down(self, a: str, b: str) -> None:
         self._set_link(a, b, up=False)

@@ -12,6 +12,8 @@ what a fabric is built with is topologies.netconfig.NetworkConfig (re-exported h
 - link_down/link_up always inform controller.convergence: only baseline LPM/ECMP routes change
   (MRC tables are static), so MRC traffic is unaffected while single-path traffic sees a
   conventional network's hold-timer repair.
+- link_cut(a, b) on a cluster: a cable between servers cut on the underlay, both ends up;
+  link_up mends it (topologies.cablecut).
 - link_log (monotonic times of link and NIC events), agent_pid(host), switch_pid(name).
 - port_rate_pps "auto": start() first measures the rate (rate_choice says what and why).
 - set_agent_mode(host, mode): restart one agent in the given host_agent.modes mode (what
@@ -38,6 +40,7 @@ from mininet.node import Host
 
 from controller.convergence import Convergence
 from controller.install import Controller
+from controller.tables import LinkKey
 from host_agent.modes import MRC_MODE, ROCE, AgentMode
 from topologies import capacity, fabricnet
 from topologies.agents import (
@@ -93,6 +96,7 @@ class MrcNetwork(FaultInjection):
         self.convergence: Convergence | None = None
         self.agents: dict[int, AgentProcess] = {}
         self.link_log: list[dict[str, Any]] = []
+        self.cut_links: set[LinkKey] = set()  # links between servers cut (FaultInjection)
         self.timings: dict[str, float] = {}
         self.rate_choice: dict[str, Any] | None = None  # port_rate_pps "auto": what and why
         self._handles: list[TransferHandle] = []
@@ -181,7 +185,9 @@ class MrcNetwork(FaultInjection):
 
     def _build(self) -> None:
         if self.config.cluster is not None:
-            self.cluster_run = ClusterRun(self.config, self.workdir, self.credentials, self.log)
+            assert self._manifest is not None
+            self.cluster_run = ClusterRun(self.config, self.workdir, self.credentials, self.log,
+                                          self._manifest.add_nft_table)
             self.log(f"placement over {', '.join(self.config.cluster.names)}: "
                      f"{self.cluster_run.placement.summary(self.fabric)}")
             self.cluster_run.open_servers()

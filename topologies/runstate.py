@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fabric.topology import Fabric
-from topologies import shield
+from topologies import cablecut, shield
 from topologies.privdir import PrivateDir, UnsafePathError, default_run_dir
 
 LOCK_NAME = "fabric.lock"
@@ -119,8 +119,8 @@ def kill_all(pids: list[int], started: dict[int, int] | None = None) -> None:
 def remove_recorded(pids: list[list[int]], interfaces: list[str],
                     nft_tables: Sequence[str] = ()) -> dict[str, int]:
     """SIGKILL the recorded processes still running (by PID and start time) and wait for
-    them, then delete the recorded interfaces that exist and the run's control-port shield
-    (topologies.shield); returns how many processes and interfaces."""
+    them, then delete the recorded interfaces that exist and the run's nftables tables
+    (topologies.shield, topologies.cablecut); returns how many processes and interfaces."""
     started = {pid: s for pid, s in pids}
     alive = [pid for pid in started if same_process(pid, started[pid])]
     kill_all(alive, started)
@@ -132,8 +132,8 @@ def remove_recorded(pids: list[list[int]], interfaces: list[str],
         if Path(f"/sys/class/net/{name}").exists():
             subprocess.run(["ip", "link", "del", name], check=False, capture_output=True)
             removed += 1
-    for table in nft_tables:
-        shield.remove(table)
+    for table in nft_tables:  # the control-port shield, and cable cuts on a cluster
+        (cablecut.remove if table.startswith(cablecut.TABLE_PREFIX) else shield.remove)(table)
     return {"processes": len(alive), "interfaces": removed}
 
 

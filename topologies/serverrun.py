@@ -8,11 +8,12 @@ ssh by the first server (ServerRun) and living exactly as long as that ssh sessi
   manifest, installs the control-port shield over the ports of the switches placed on it, and
   makes the run's work directory there (logs, agents' control sockets);
 - it is told over its stdin what the run creates on the server (PIDs, interfaces) and is
-  handed the switches' server-side keys and token (never the controller's client key);
+  handed the switches' server-side keys and token (never the controller's client key); it
+  cuts and mends links between servers on request (topologies.cablecut);
 - when told to release, or when its stdin ends because the first server's process or its ssh
   client died however it died, it sweeps what the manifest lists (by PID and start time, and
-  by interface name), removes the shield, the keys, the manifest and the work directory, and
-  unlocks. So a killed first server leaves nothing on the others.
+  by interface name), removes the shield and any cut table, the keys, the manifest and the
+  work directory, and unlocks. So a killed first server leaves nothing on the others.
 
 The session has no terminal (ssh -T): a terminal would echo and cap the lines. Each request is
 one JSON line; each answer one line starting with ANSWER (anything else it prints is a log
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from topologies import credentials, shield
+from topologies.cablecut import CableCuts
 from topologies.privdir import PrivateDir
 from topologies.remote import DIE_WITH_PARENT, RemoteError, SshTarget, end_session
 from topologies.runstate import RunManifest, acquire_fabric_lock, clean_leftovers, remove_workdir
@@ -58,6 +60,7 @@ class _Hold:
         self.lock_fd: int | None = None
         self.manifest: RunManifest | None = None
         self.workdir: Path | None = None
+        self.cuts: CableCuts | None = None
         try:  # what was taken before a failure is given back, as RunGuard does
             self.lock_fd = acquire_fabric_lock(lock_timeout, _log, self.rundir)
             clean_leftovers(_log, self.rundir)
@@ -65,6 +68,7 @@ class _Hold:
             self.manifest = RunManifest(self.workdir, True, self.rundir)
             if ports:
                 self.manifest.add_nft_table(shield.install(ports))
+            self.cuts = CableCuts(self.manifest.add_nft_table)  # its table: swept with the rest
         except BaseException:
             self.release()
             raise
@@ -81,6 +85,10 @@ class _Hold:
             if name not in credentials.SERVER_FILES:
                 raise ValueError(f"{name!r} is not one of the switches' key files")
             self.rundir.write_bytes(name, base64.b64decode(request["data"]))
+        elif "cut" in request:
+            assert self.cuts is not None
+            dropped = self.cuts.set(int(v) for v in request["cut"])
+            return {"ok": True, "dropped": {str(v): n for v, n in dropped.items()}}
         else:
             raise ValueError(f"unknown request keys {sorted(request)}")
         return {"ok": True}
@@ -136,7 +144,7 @@ def serve(ports: list[int], lock_timeout: float) -> int:
                 break
             try:
                 _answer(hold.handle(request))
-            except (ValueError, KeyError, TypeError, OSError) as exc:
+            except (ValueError, KeyError, TypeError, OSError, shield.ShieldError) as exc:
                 _answer({"ok": False, "error": str(exc)})
     except _Hangup:
         pass
@@ -205,7 +213,7 @@ class ServerRun:
                 return json.loads(line[len(ANSWER) + 1:])
             self.log_lines.append(line)
 
-    def request(self, obj: dict[str, Any]) -> None:
+    def request(self, obj: dict[str, Any]) -> dict[str, Any]:
         if self.proc is None or self.proc.poll() is not None:
             raise RemoteError(f"{self.target.host}: serverrun is not running")
         assert self.proc.stdin is not None
@@ -215,6 +223,7 @@ class ServerRun:
         if not answer.get("ok"):
             raise RemoteError(f"{self.target.host}: serverrun refused {sorted(obj)}: "
                               f"{answer.get('error')}")
+        return answer
 
     def add_pids(self, pids: Sequence[int]) -> None:
         if pids:
@@ -223,6 +232,11 @@ class ServerRun:
     def add_interfaces(self, names: Sequence[str]) -> None:
         if names:
             self.request({"interfaces": list(names)})
+
+    def cut(self, vnis: Sequence[int]) -> dict[int, int]:
+        """Cut exactly `vnis` on the server (topologies.cablecut.CableCuts.set)."""
+        answer = self.request({"cut": sorted(vnis)})
+        return {int(v): int(n) for v, n in answer["dropped"].items()}
 
     def put_keys(self, directory: Path) -> None:
         """The switches' side of the run's keys, from this machine's run directory."""

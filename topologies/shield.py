@@ -29,7 +29,8 @@ class ShieldError(RuntimeError):
     """nftables is missing or refused the table: the message says why."""
 
 
-def _nft(args: list[str], script: str | None = None) -> subprocess.CompletedProcess:
+def nft_run(args: list[str], script: str | None = None) -> subprocess.CompletedProcess:
+    """nft with `args` (and `script` on stdin), never raising for its exit status."""
     return subprocess.run(["nft", *args], input=script, capture_output=True, text=True,
                           timeout=30, check=False)
 
@@ -56,7 +57,7 @@ def install(ports: list[int]) -> str:
                           "Thrift port would be open to every host; install it "
                           "(sudo ./testbed setup does)")
     name = f"{TABLE_PREFIX}{secrets.token_hex(4)}"
-    done = _nft(["-f", "-"], ruleset(name, ports))
+    done = nft_run(["-f", "-"], ruleset(name, ports))
     if done.returncode != 0:
         raise ShieldError(f"nft refused the control-port shield: {done.stderr.strip()[:300]}")
     return name
@@ -66,10 +67,10 @@ def remove(name: str) -> bool:
     """Delete the shield table `name` if it exists (only names this module makes)."""
     if not _NAME.match(name) or shutil.which("nft") is None:
         return False
-    return _nft(["delete", "table", "inet", name]).returncode == 0
+    return nft_run(["delete", "table", "inet", name]).returncode == 0
 
 
 def dropped(name: str) -> int:
     """Packets the shield `name` has dropped so far (its counters), for tests and reports."""
-    listed = _nft(["list", "table", "inet", name])
+    listed = nft_run(["list", "table", "inet", name])
     return sum(int(n) for n in re.findall(r"counter packets (\d+)", listed.stdout))

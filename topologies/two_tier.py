@@ -88,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "%(default)g; 0: off)")
     p.add_argument("--no-demo", action="store_true", help="skip the demo transfer")
     p.add_argument("--no-cli", action="store_true", help="exit after the report")
+    p.add_argument("--script", metavar="FILE",
+                   help="run the CLI commands in FILE, one per line (mrc_link cut p0l1 h3, "
+                   "mrc_write 0 3 100000, ...) instead of the interactive CLI; the exit "
+                   "status is 1 if any failed")
     p.add_argument("--json", action="store_true",
                    help="print the report as one JSON object on the last line")
     p.add_argument("--workdir", help="keep switch and agent logs here (default: a temp dir, "
@@ -154,7 +158,10 @@ def main(argv: list[str] | None = None) -> int:
                 report = run_demo(net, single_path=args.baseline, log=log)
                 report["rate_choice"] = net.rate_choice
                 log(format_report(report))
-            if not args.no_cli and sys.stdin.isatty():
+            if args.script:
+                if MrcCLI(net, script=args.script).failures:
+                    return 1
+            elif not args.no_cli and sys.stdin.isatty():
                 MrcCLI(net)
             if args.json and not args.no_demo:
                 print(json.dumps(report, default=str))

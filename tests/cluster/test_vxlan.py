@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.cluster.servers import EmulatedServers
+from topologies.cablecut import parse_dropped, ruleset
 from topologies.cluster import DEFAULT_UNDERLAY_MTU, ETHERNET_HEADER, VXLAN_OVERHEAD
 from topologies.vxlan import VniAllocator, VxlanError, make_end, temp_name
 from wire.layout import FULL_DATA_FRAME_LEN
@@ -37,9 +38,12 @@ UDP_SINK = """\
 import socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.bind((sys.argv[1], 7777))
-s.settimeout(10)
+s.settimeout(float(sys.argv[2]) if len(sys.argv) > 2 else 10)
 print("ready", flush=True)
-print(len(s.recv(65535)), flush=True)
+try:
+    print(len(s.recv(65535)), flush=True)
+except TimeoutError:
+    print("timeout", flush=True)
 """
 
 
@@ -119,3 +123,69 @@ def test_vnis_of_a_run_are_distinct_and_in_range() -> None:
     vnis = [alloc.next() for _ in range(1000)]
     assert len(set(vnis)) == 1000 and all(1 <= v < 1 << 24 for v in vnis)
     assert all(len(temp_name(v)) <= 15 for v in (1, (1 << 24) - 1))
+
+
+def _deliver(servers: EmulatedServers, src: str, dst: str, wait: float) -> str:
+    """One UDP datagram from server 0's `src` to server 1's `dst`: its length, or timeout."""
+    sink = servers.popen(1, ["python3", "-c", UDP_SINK, dst, str(wait)],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert sink.stdout is not None and sink.stdout.readline().strip() == "ready"
+        for _ in range(3):
+            servers.run(0, ["python3", "-c", UDP_ECHO, src, dst, "100"], capture_output=True)
+        out, _ = sink.communicate(timeout=wait + 10)
+        return out.strip()
+    finally:
+        if sink.poll() is None:
+            sink.kill()
+            sink.wait()
+
+
+def test_a_cable_cut_drops_one_tunnels_packets_only(servers: EmulatedServers) -> None:
+    """topologies.cablecut's rule on the receiving server: the cut tunnel delivers nothing
+    while its ends stay up, a second tunnel between the same servers is untouched, the
+    counter says what was dropped, and mending (the rule gone) delivers again."""
+    a, b = ServerNode(servers, 0), ServerNode(servers, 1)
+    alloc = VniAllocator()
+    cut, kept = alloc.next(), alloc.next()
+    table = "mrc_cut_0badcafe"
+    try:
+        for vni, suffix, net in ((cut, "c", 78), (kept, "k", 79)):
+            make_end(a, b, vni, f"mrcx-{suffix}a", None, DEFAULT_UNDERLAY_MTU)
+            make_end(b, a, vni, f"mrcx-{suffix}b", None, DEFAULT_UNDERLAY_MTU)
+            assert a.cmd(f"ip addr add 192.168.{net}.1/24 dev mrcx-{suffix}a") == ""
+            assert b.cmd(f"ip addr add 192.168.{net}.2/24 dev mrcx-{suffix}b") == ""
+        nft = servers.run(1, ["nft", "-f", "-"], input=ruleset(table, [cut]),
+                          capture_output=True, text=True)
+        assert nft.returncode == 0, nft.stderr
+        assert _deliver(servers, "192.168.78.1", "192.168.78.2", 2) == "timeout"
+        assert _deliver(servers, "192.168.79.1", "192.168.79.2", 5) == "72"
+        assert "LOWER_UP" in b.cmd("ip -o link show mrcx-cb")  # cut, not down
+        listing = servers.run(1, ["nft", "list", "table", "inet", table],
+                              capture_output=True, text=True).stdout
+        assert parse_dropped(listing).get(cut, 0) >= 3, listing
+        assert kept not in parse_dropped(listing)
+        nft = servers.run(1, ["nft", "-f", "-"], input=ruleset(table, []),
+                          capture_output=True, text=True)
+        assert nft.returncode == 0, nft.stderr
+        assert _deliver(servers, "192.168.78.1", "192.168.78.2", 5) == "72"
+    finally:
+        servers.run(1, ["nft", "delete", "table", "inet", table], capture_output=True)
+        for suffix in ("c", "k"):
+            a.cmd(f"ip link del mrcx-{suffix}a")
+            b.cmd(f"ip link del mrcx-{suffix}b")
+    assert "mrcx-" not in links(servers, 0) + links(servers, 1)
+
+
+def test_cut_rules_name_exactly_the_cut_vnis() -> None:
+    text = ruleset("mrc_cut_01234567", [70000, 5, 5])
+    assert text.count("counter drop") == 2
+    assert "udp dport 4789 @th,96,24 5 counter drop" in text
+    assert "hook prerouting priority -300" in text
+    assert "flush table inet mrc_cut_01234567" in text
+    with pytest.raises(ValueError, match="cut table name"):
+        ruleset("mrc_shield_01234567", [5])
+    with pytest.raises(ValueError, match="VNIs must be"):
+        ruleset("mrc_cut_01234567", [1 << 24])
+    listing = "udp dport 4789 @th,96,24 0x11170 counter packets 12 bytes 900 drop"
+    assert parse_dropped(listing) == {70000: 12}

@@ -25,8 +25,12 @@ DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: nothing listens, any down
 
 
 def vagrant_validate(home: Path, cwd: Path, *args: str, provider: str | None = None,
-                     path_prefix: Path | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VAGRANT_")}
+                     path_prefix: Path | None = None,
+                     servers: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("VAGRANT_") and k != "MRC_SERVERS"}
+    if servers is not None:
+        env["MRC_SERVERS"] = servers
     env.update(HOME=str(home), VAGRANT_HOME=str(home / "vagrant.d"),
                VAGRANT_DOTFILE_PATH=str(home / "dotfile"),  # not .vagrant/ in the checkout
                VAGRANT_CWD=str(cwd), VAGRANT_CHECKPOINT_DISABLE="1",
@@ -129,3 +133,65 @@ def test_both_providers_and_resources_stated() -> None:
     comments = VAGRANTFILE.read_text()
     for item in ("cores", "memory", "disk", "time", "network"):
         assert re.search(rf"^#\s+{item}\b", comments, re.M), f"resource {item!r} not stated"
+
+
+@needs_vagrant
+def test_validate_a_three_vm_cluster(tmp_path: Path) -> None:
+    """MRC_SERVERS=3: three machines on the private network, validated with and without the
+    VirtualBox provider's own checks, and nothing made in the checkout by validating."""
+    dotdir_before = (REPO / ".vagrant").exists()
+    result = vagrant_validate(tmp_path, REPO, "--ignore-provider", servers="3")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert all(f"mrc{i}:" in result.stdout for i in range(3)), result.stdout
+    tools = fake_vboxmanage(tmp_path / "bin")
+    result = vagrant_validate(tmp_path, REPO, provider="virtualbox", path_prefix=tools,
+                              servers="3")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (REPO / ".vagrant").exists() == dotdir_before, "validate wrote into the checkout"
+
+
+@needs_vagrant
+@pytest.mark.parametrize("servers", ["0", "9", "three"])
+def test_a_bad_server_count_is_refused(tmp_path: Path, servers: str) -> None:
+    result = vagrant_validate(tmp_path, REPO, "--ignore-provider", servers=servers)
+    assert result.returncode != 0
+    assert "MRC_SERVERS must be a number from 1 to 8" in result.stdout + result.stderr
+
+
+def test_cluster_keys_make_what_provision_installs(tmp_path: Path) -> None:
+    """scripts/cluster-keys.sh (the Vagrant host) makes every file provision.sh's step 5
+    wants, its cluster file loads as the entry points load it, its ssh_config pins the lab's
+    host key and uses the lab's key from where provision.sh puts them, and a second run keeps
+    the keys."""
+    from topologies.cluster import from_file
+
+    if shutil.which("ssh-keygen") is None:
+        pytest.skip("ssh-keygen (openssh-client) is not installed")
+    keys = tmp_path / "keys"
+    script = REPO / "scripts" / "cluster-keys.sh"
+    done = subprocess.run([str(script), str(keys), "3", "192.168.56"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    provision = (REPO / "scripts" / "provision.sh").read_text()
+    wanted = re.search(r"for f in (id_ed25519 .*?); do", provision, re.S)
+    assert wanted, "provision.sh's cluster_node lists the files it installs"
+    names = wanted.group(1).replace("\\", " ").split()
+    assert sorted(p.name for p in keys.iterdir()) == sorted(names)
+    assert keys.stat().st_mode & 0o777 == 0o700
+    cluster = from_file(keys / "cluster.json")
+    assert cluster.names == ["mrc0", "mrc1", "mrc2"]
+    assert [s.address for s in cluster.servers] == ["192.168.56.10", "192.168.56.11",
+                                                     "192.168.56.12"]
+    config = (keys / "ssh_config").read_text()
+    assert config.count("StrictHostKeyChecking yes") == 3
+    assert "IdentityFile /etc/mrc-testbed/cluster/id_ed25519" in config
+    host_key = " ".join((keys / "host_ed25519.pub").read_text().split()[:2])
+    assert (keys / "known_hosts").read_text().splitlines()[1] == f"mrc1,192.168.56.11 {host_key}"
+    before = (keys / "id_ed25519").read_bytes()
+    again = subprocess.run([str(script), str(keys), "2", "10.1.2"], capture_output=True,
+                           text=True, timeout=60)
+    assert again.returncode == 0 and (keys / "id_ed25519").read_bytes() == before
+    assert from_file(keys / "cluster.json").names == ["mrc0", "mrc1"]
+    bad = subprocess.run([str(script), str(keys), "1", "10.1.2"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "SERVERS must be 2..8" in bad.stderr
