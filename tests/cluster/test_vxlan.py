@@ -151,10 +151,17 @@ def test_a_cable_cut_drops_one_tunnels_packets_only(servers: EmulatedServers) ->
     table = "mrc_cut_0badcafe"
     try:
         for vni, suffix, net in ((cut, "c", 78), (kept, "k", 79)):
-            make_end(a, b, vni, f"mrcx-{suffix}a", None, DEFAULT_UNDERLAY_MTU)
-            make_end(b, a, vni, f"mrcx-{suffix}b", None, DEFAULT_UNDERLAY_MTU)
-            assert a.cmd(f"ip addr add 192.168.{net}.1/24 dev mrcx-{suffix}a") == ""
-            assert b.cmd(f"ip addr add 192.168.{net}.2/24 dev mrcx-{suffix}b") == ""
+            # fixed MACs and permanent neighbours: a neighbour lookup that failed during the
+            # cut must not decide whether the mended link delivers
+            mac_a, mac_b = f"02:00:00:00:{net:02x}:01", f"02:00:00:00:{net:02x}:02"
+            make_end(a, b, vni, f"mrcx-{suffix}a", mac_a, DEFAULT_UNDERLAY_MTU)
+            make_end(b, a, vni, f"mrcx-{suffix}b", mac_b, DEFAULT_UNDERLAY_MTU)
+            assert a.cmd(f"ip addr add 192.168.{net}.1/24 dev mrcx-{suffix}a && ip neigh "
+                         f"replace 192.168.{net}.2 lladdr {mac_b} dev mrcx-{suffix}a "
+                         "nud permanent") == ""
+            assert b.cmd(f"ip addr add 192.168.{net}.2/24 dev mrcx-{suffix}b && ip neigh "
+                         f"replace 192.168.{net}.1 lladdr {mac_a} dev mrcx-{suffix}b "
+                         "nud permanent") == ""
         nft = servers.run(1, ["nft", "-f", "-"], input=ruleset(table, [cut]),
                           capture_output=True, text=True)
         assert nft.returncode == 0, nft.stderr
