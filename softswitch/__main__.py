@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import os
 import resource
 import signal
 import socket
@@ -46,6 +47,7 @@ LOG_LEVELS = {"trace": logging.DEBUG, "debug": logging.DEBUG, "info": logging.IN
 
 
 CLOSE_THREADS = 16  # 288 packet sockets: 5.4 s closed one by one
+EXIT_LOOP_FAILED = 70  # EX_SOFTWARE: the event loop raised (a bug; logged first)
 
 
 class ConfigError(ValueError):
@@ -313,6 +315,12 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: None)
     try:
         process.loop.run()
+    except Exception:  # a bug, not a frame: every frame's faults are counted in the pipeline
+        logging.getLogger("softswitch").exception("the event loop failed; the switch stops")
+        process.close()
+        # the gRPC pool's threads still serve open streams and would keep the process alive
+        # (the controller would see a switch that refuses connections but never exits)
+        os._exit(EXIT_LOOP_FAILED)
     finally:
         process.close()
         wake_w.close()

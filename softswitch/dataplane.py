@@ -25,6 +25,7 @@ import struct
 import time
 from collections.abc import Callable
 
+from softswitch import tagged
 from softswitch.loop import EventLoop
 from softswitch.pipeline import Pipeline
 from softswitch.queues import PortQueues, QueueConfigError, check_setting
@@ -92,22 +93,29 @@ class Dataplane:
         del self._registered[sock.fileno()]
 
     def open_ports(self) -> None:
+        """Two sockets per port: untagged frames, and frames whose VLAN tag the kernel
+        removed, which the reader puts back (softswitch.tagged says why)."""
         for port, ifname in self.names.items():
             s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
             try:
                 _set_rcvbuf(s)
+                tagged.attach_filter(s, tagged=False)
                 s.bind((ifname, 0))
+                t = tagged.tagged_socket(ifname, ETH_P_ALL)
             except OSError as err:
                 s.close()
                 raise OSError(f"cannot open port {port} on interface {ifname!r}: {err}") from err
             try:
-                s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+                for sock in (s, t):
+                    sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
                 read = self._reader(port, s)
             except OSError:
                 read = self._reader_skipping_outgoing(port, s)
-            s.setblocking(False)
+            for sock in (s, t):
+                sock.setblocking(False)
             self.socks[port] = s
             self.register(s, read)
+            self.register(t, self._reader_tagged(port, t))
 
     def open_control(self, port: int, token: str | None = None) -> None:
         """The runtime control socket, on loopback only; with `token`, a request that does
@@ -205,6 +213,26 @@ class Dataplane:
                     continue
                 stats["rx"] += 1
                 ingress(buf[:n], port)
+        return read
+
+    def _reader_tagged(self, port: int, sock: socket.socket) -> Callable[[], None]:
+        """Tagged frames, tag restored; our own (PACKET_OUTGOING, on old kernels) skipped."""
+        buf, stats, ingress = self._rx, self.stats, self._ingress
+        view = memoryview(buf)
+
+        def read() -> None:
+            for _ in range(RX_BATCH):
+                try:
+                    n, anc, _flags, addr = sock.recvmsg_into([buf], tagged.ANC_SIZE)
+                except BlockingIOError:
+                    return
+                except OSError as err:
+                    log.warning("port %d receive error: %s", port, err)
+                    return
+                if addr[2] == PACKET_OUTGOING:
+                    continue
+                stats["rx"] += 1
+                ingress(bytearray(tagged.retag(view[:n], anc)), port)
         return read
 
     def _ingress(self, frame: bytearray, port: int) -> None:

@@ -3,14 +3,14 @@
 Read p4src/include/{parser,ingress,egress}.p4 alongside: each step below mirrors one
 there, in the same order, with the same drop reasons and counters. Table, action and
 counter ids come from the installed P4Info through the names in p4rt/names.py.
-The ECMP hash is CRC-32 over the same selector fields the P4 program hashes (BMv2 uses
-crc16): deterministic per flow, not bit-identical to BMv2's member choice.
+The ECMP member choice is BMv2's: CRC-16/ARC over the selector fields bit-packed in key
+order, modulo the group's size, over the members in BMv2's handle order (p4src/README.md,
+"ECMP"), so both targets send every flow the same way.
 """
 
 from __future__ import annotations
 
 import struct
-import zlib
 
 from p4rt import names as N
 from softswitch.store import DeviceState
@@ -59,7 +59,40 @@ DROP_PORT = 511  # v1model: egress_spec 511 drops the packet
 _WORD = struct.Struct("!I")
 _OUTER = struct.Struct("!IHBB")  # ver/tc/flow, payload len, next header, hop limit
 _PORTS = struct.Struct("!HH")
-_FLOW = struct.Struct("!16s16sIBHH")  # ECMP selector fields
+# The selector's last fields bit-packed as BMv2's BufBuilder does: flow label (20 bits),
+# next header (8), L4 source and destination ports (16 each), then 4 zero bits to a byte.
+_FLOW_TAIL = struct.Struct("!Q")
+_TAIL_PAD = 4
+
+
+def _crc16_table() -> tuple[int, ...]:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0xA001 if crc & 1 else crc >> 1
+        table.append(crc)
+    return tuple(table)
+
+
+_CRC16 = _crc16_table()
+
+
+def crc16_arc(data: bytes) -> int:
+    """CRC-16/ARC (polynomial 0x8005 reflected, initial value 0, no final xor): what BMv2
+    calls `crc16`."""
+    crc = 0
+    for byte in data:
+        crc = (crc >> 8) ^ _CRC16[(crc ^ byte) & 0xFF]
+    return crc
+
+
+def ecmp_key(dst: bytes, src: bytes, flow_label: int, next_hdr: int, sport: int,
+             dport: int) -> bytes:
+    """The bytes BMv2 hashes for routing_v6_table's selector (outer DA, SA, flow label, next
+    header, L4 ports, in the P4 key's order)."""
+    tail = (flow_label << 40 | next_hdr << 32 | sport << 16 | dport) << _TAIL_PAD
+    return dst + src + _FLOW_TAIL.pack(tail)
 assert ETH_SRC == ETH_DST + MAC_LEN  # one slice rewrites both MACs
 _ETH_TYPE_HI, _ETH_TYPE_LO = ETH_TYPE_IPV6 >> 8, ETH_TYPE_IPV6 & 0xFF
 _DATA_HEADERS = BTH_LEN + METH_LEN + RETH_LEN  # after UDP: what a data opcode must carry
@@ -136,8 +169,12 @@ class Pipeline:
         out["EMPTY_ECMP_GROUP"] = self.empty_group
         return out
 
-    def _drop(self, reason: int) -> None:
-        self.drops[reason][0] += 1
+    def _drop(self, reason: int, n: int) -> None:
+        """Count a drop (packets and bytes: BMv2 counts both in every counter, whatever its
+        type, and reads both back; n is the frame's length as received)."""
+        cell = self.drops[reason]
+        cell[0] += 1
+        cell[1] += n
 
     def ingress(self, frame: bytes, in_port: int) -> tuple[int, int, bytes] | None:
         """(egress port, priority, frame) for a forwarded frame; None when dropped."""
@@ -159,9 +196,9 @@ class Pipeline:
         if eth_type == ETH_TYPE_IPV6 and next_hdr == IPPROTO_IPV6 and l4_proto == IPPROTO_UDP:
             reth = dport == ROCE_UDP_PORT and opcode in DATA_OPCODES
             if word >> 28 != 6 or inner >> 4 != 6 or n < INNER + payload_len:
-                return self._drop(N.DROP_MALFORMED)
+                return self._drop(N.DROP_MALFORMED, n)
             if hop_limit < MIN_HOP_LIMIT:
-                return self._drop(N.DROP_HOP_LIMIT)
+                return self._drop(N.DROP_HOP_LIMIT, n)
         else:
             parsed = self._parse(out, n)
             if parsed is None:
@@ -178,7 +215,7 @@ class Pipeline:
             entry.packets += 1
             entry.bytes += n
             if hop is None:
-                return self._drop(N.DROP_UNKNOWN_USID)
+                return self._drop(N.DROP_UNKNOWN_USID, n)
             if shift:  # the uSIDs after the active one move up by one; zeros come in last
                 _SHIFTED.pack_into(out, _SHIFT_TO, key & _USID_MASK, low, 0)
             hop.packets += 1
@@ -209,11 +246,13 @@ class Pipeline:
                     dscp = DSCP_TRIMMED_LASTHOP if host_facing else DSCP_TRIMMED
                     self._set_tc(out, word, dscp, ecn)
                     self.trims[port][0] += 1
+                    self.trims[port][1] += n
                     high = True
                 elif (depth >= ecn_threshold and not high and ecn_enabled and not host_facing
                       and ecn in ECT_CODES):
                     self._set_tc(out, word, dscp, ECN_CE)
                     self.ecn_marks[port][0] += 1
+                    self.ecn_marks[port][1] += n
         if port == DROP_PORT:
             return None
         return port, (_HIGH if high else _DATA), out
@@ -224,17 +263,17 @@ class Pipeline:
         present, uSID key, low 64 bits of the destination), or None when dropped (counted).
         A frame ending inside a header is a parser error."""
         if n < ETH_LEN:
-            return self._drop(N.DROP_MALFORMED)
+            return self._drop(N.DROP_MALFORMED, n)
         if out[ETH_TYPE] != _ETH_TYPE_HI or out[ETH_TYPE + 1] != _ETH_TYPE_LO:
-            return self._drop(N.DROP_NOT_IPV6)
+            return self._drop(N.DROP_NOT_IPV6, n)
         if n < INNER:
-            return self._drop(N.DROP_MALFORMED)
+            return self._drop(N.DROP_MALFORMED, n)
         word, payload_len, next_hdr, hop_limit = _OUTER.unpack_from(out, OUTER)
         inner_ok = True
         l4 = INNER
         if next_hdr == IPPROTO_IPV6:
             if n < _L4_AFTER_INNER:
-                return self._drop(N.DROP_MALFORMED)
+                return self._drop(N.DROP_MALFORMED, n)
             inner_ok = out[INNER] >> 4 == 6
             l4_proto = out[INNER_NEXT_HEADER]
             l4 = _L4_AFTER_INNER
@@ -244,25 +283,25 @@ class Pipeline:
         reth = False
         if l4_proto == IPPROTO_UDP:
             if n < l4 + UDP_LEN:
-                return self._drop(N.DROP_MALFORMED)
+                return self._drop(N.DROP_MALFORMED, n)
             sport, dport = _PORTS.unpack_from(out, l4)
             if dport == ROCE_UDP_PORT:
                 bth = l4 + UDP_LEN
                 if n < bth + BTH_LEN:
-                    return self._drop(N.DROP_MALFORMED)
+                    return self._drop(N.DROP_MALFORMED, n)
                 if out[bth] in DATA_OPCODES:
                     if n < bth + _DATA_HEADERS:
-                        return self._drop(N.DROP_MALFORMED)
+                        return self._drop(N.DROP_MALFORMED, n)
                     reth = True
         elif l4_proto == IPPROTO_TCP:
             if n < l4 + TCP_LEN:
-                return self._drop(N.DROP_MALFORMED)
+                return self._drop(N.DROP_MALFORMED, n)
             sport, dport = _PORTS.unpack_from(out, l4)
         # ---- ingress validity checks (ingress.p4 apply, first if-chain)
         if word >> 28 != 6 or not inner_ok or n < INNER + payload_len:
-            return self._drop(N.DROP_MALFORMED)
+            return self._drop(N.DROP_MALFORMED, n)
         if hop_limit < MIN_HOP_LIMIT:
-            return self._drop(N.DROP_HOP_LIMIT)
+            return self._drop(N.DROP_HOP_LIMIT, n)
         return (word, next_hdr, hop_limit, sport, dport, reth) + _DST.unpack_from(out, OUTER_DST)
 
     def _clear_caches(self, generation: int) -> None:
@@ -279,7 +318,7 @@ class Pipeline:
         if hop is None:
             hop = self._lpm_lookup(dst)
         if hop is _MISS:
-            return self._drop(N.DROP_NO_ROUTE)
+            return self._drop(N.DROP_NO_ROUTE, n)
         hop.packets += 1
         hop.bytes += n
         action = self._select(hop.action, out, word, next_hdr, sport, dport)
@@ -351,9 +390,9 @@ class Pipeline:
         group = self.groups.get(ref)
         if group is None or not group.slots:
             return None
-        key = _FLOW.pack(frame[OUTER_DST:_DST_END], frame[OUTER_SRC:_SRC_END],
-                         word & FLOW_LABEL_MASK, next_hdr, sport, dport)
-        return self.members.get(group.slots[zlib.crc32(key) % len(group.slots)])
+        key = ecmp_key(bytes(frame[OUTER_DST:_DST_END]), bytes(frame[OUTER_SRC:_SRC_END]),
+                       word & FLOW_LABEL_MASK, next_hdr, sport, dport)
+        return self.members.get(group.slots[crc16_arc(key) % len(group.slots)])
 
     def egress(self, port: int, priority: int, enq_qdepth: int, deq_qdepth: int) -> None:
         """egress.p4: a data packet leaving the data queue records the depth it leaves behind

@@ -24,12 +24,18 @@ DELETE = p4runtime_pb2.Update.DELETE
 
 
 class Group:
-    """An ECMP group: members expanded by weight so the data plane indexes by hash."""
+    """An ECMP group: members expanded by weight so the data plane indexes by hash.
 
-    def __init__(self, proto: p4runtime_pb2.ActionProfileGroup) -> None:
+    Slots follow the members' handles, as BMv2 orders a group (the hash modulo the size
+    picks the nth of its member handles in ascending order), so both targets pick the same
+    member."""
+
+    def __init__(self, proto: p4runtime_pb2.ActionProfileGroup,
+                 handles: dict[int, int]) -> None:
         self.proto = proto
         self.member_ids = [m.member_id for m in proto.members]
-        self.slots: list[int] = [m.member_id for m in proto.members for _ in range(m.weight)]
+        ordered = sorted(proto.members, key=lambda m: handles[m.member_id])
+        self.slots: list[int] = [m.member_id for m in ordered for _ in range(m.weight)]
 
 
 class DeviceState:
@@ -44,6 +50,8 @@ class DeviceState:
         self.member_protos: dict[int, dict[int, p4runtime_pb2.ActionProfileMember]] = {
             p: {} for p in index.profiles}
         self.groups: dict[int, dict[int, Group]] = {p: {} for p in index.profiles}
+        # BMv2 gives each new member the lowest free handle, and orders groups by handle
+        self.member_handles: dict[int, dict[int, int]] = {p: {} for p in index.profiles}
         self.counters = {cid: [[0, 0] for _ in range(c.size)] for cid, c in index.counters.items()}
         self.registers = {rid: [0] * r.size for rid, r in index.registers.items()}
         # moves after every Write: the data plane drops its cached lookups when it changes
@@ -199,6 +207,7 @@ class DeviceState:
                                 f"member {m.member_id} is still referenced")
             del members[m.member_id]
             del self.member_protos[prof][m.member_id]
+            del self.member_handles[prof][m.member_id]
             return
         if op == INSERT and m.member_id in members:
             raise P4RTError(grpc.StatusCode.ALREADY_EXISTS, f"member {m.member_id} exists")
@@ -211,6 +220,10 @@ class DeviceState:
         tables = self._profile_tables(prof)
         info = tables[0].info if tables else None
         members[m.member_id] = self.compile_action(info, m.action, f"member {m.member_id}")
+        handles = self.member_handles[prof]
+        if m.member_id not in handles:
+            used = set(handles.values())
+            handles[m.member_id] = next(h for h in range(len(used) + 1) if h not in used)
         proto = p4runtime_pb2.ActionProfileMember()
         proto.CopyFrom(m)
         for p in proto.action.params:
@@ -239,7 +252,7 @@ class DeviceState:
         self._check_group(prof, g, op)
         proto = p4runtime_pb2.ActionProfileGroup()
         proto.CopyFrom(g)
-        groups[g.group_id] = Group(proto)
+        groups[g.group_id] = Group(proto, self.member_handles[prof])
 
     def _check_group(self, prof: int, g: p4runtime_pb2.ActionProfileGroup, op: int) -> None:
         """Members exist, weights >= 1, and the P4Info's capacity holds (P4Runtime 1.4

@@ -15,7 +15,7 @@ from typing import Any
 
 from scapy.layers.inet import TCP, UDP
 from scapy.layers.inet6 import IPv6
-from scapy.layers.l2 import ARP, Ether
+from scapy.layers.l2 import ARP, Dot1AD, Dot1Q, Ether
 
 import wire as w
 from fabric.topology import Fabric, Switch, shift_usid, usid_address, usid_prefix
@@ -305,6 +305,81 @@ def _non_roce(frame: bytes) -> bytes:
     return bytes(pkt)
 
 
+def crc16_arc(data: bytes) -> int:
+    """CRC-16/ARC bit by bit (reflected 0x8005, initial 0, no final xor): BMv2's `crc16`,
+    written apart from the software switch's table-driven one so each checks the other."""
+    crc = 0
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0xA001 if crc & 1 else crc >> 1
+    return crc
+
+
+def ecmp_member(frame: bytes, members: int) -> int:
+    """Which of a group's members (in the order they were added) BMv2 sends a plain IPv6
+    TCP/UDP frame to: crc16 over routing_v6_table's selector fields (outer DA, SA, flow
+    label, next header, L4 ports) bit-packed in key order, 316 bits padded to 40 bytes,
+    modulo the group's size (p4src/README.md, "ECMP")."""
+    pkt = Ether(frame)
+    ip, l4 = pkt[IPv6], pkt[IPv6].payload
+    value = int(IPv6Address(ip.dst)) << 128 | int(IPv6Address(ip.src))
+    for field, bits in ((ip.fl, 20), (ip.nh, 8), (l4.sport, 16), (l4.dport, 16)):
+        value = value << bits | field
+    return crc16_arc((value << 4).to_bytes(40, "big")) % members
+
+
+def _with_ports(frame: bytes, sport: int) -> bytes:
+    pkt = Ether(frame)
+    pkt[IPv6].payload.sport = sport
+    del pkt[IPv6].payload.chksum
+    return bytes(pkt)
+
+
+def ecmp_member_cases() -> list[dict[str, Any]]:
+    """Flows to a remote subnet, each sent to exactly the spine BMv2's hash picks: two UDP
+    and two TCP flows per spine, by source port (the software switch hashed with CRC-32
+    until issue 33; the corpus then only said "one of the spines")."""
+    up, spines = FABRIC.host_port(0), FABRIC.t1_per_plane
+    cases, found = [], {}
+    for tcp in (False, True):
+        sport = 40000
+        while any(found.get((tcp, j), 0) < 2 for j in range(spines)):
+            frame = _with_ports(baseline_frame(H2.address, tcp=tcp), sport)
+            j = ecmp_member(frame, spines)
+            sport += 1
+            if found.get((tcp, j), 0) >= 2:
+                continue
+            found[tcp, j] = found.get((tcp, j), 0) + 1
+            kind = "tcp" if tcp else "udp"
+            cases.append(case(
+                f"baseline_ecmp_{kind}_sport_{sport - 1}", f"{kind.upper()} source port "
+                f"{sport - 1}: BMv2's crc16 picks spine {j}", T0A, up, frame,
+                out(FABRIC.uplink_port(j), edited(frame, T0A, FABRIC.t1(0, j).mac))))
+    return cases
+
+
+def vlan_cases() -> list[dict[str, Any]]:
+    """Tagged frames are not IPv6 to the parser, whatever they carry. A veth's receiving
+    kernel strips the outer tag before a packet socket sees it; BMv2's libpcap capture and
+    the software switch (softswitch.tagged) put it back, so both drop these."""
+    up = FABRIC.host_port(0)
+    f = Ether(data_frame(CROSS))
+    inner = f.payload
+    base = Ether(src=f.src, dst=f.dst)
+    return [
+        case("vlan_dot1q_mrc_data", "a valid MRC data frame behind an 802.1Q tag", T0A, up,
+             bytes(base / Dot1Q(vlan=5, prio=3) / inner), drop("NOT_IPV6")),
+        case("vlan_priority_tag", "802.1Q with VID 0 (a priority tag) around MRC data", T0A,
+             up, bytes(base / Dot1Q(vlan=0, prio=5) / inner), drop("NOT_IPV6")),
+        case("vlan_qinq_mrc_data", "802.1ad outer and 802.1Q inner tags around MRC data", T0A,
+             up, bytes(base / Dot1AD(vlan=7) / Dot1Q(vlan=9) / inner), drop("NOT_IPV6")),
+        case("vlan_dot1q_baseline", "a baseline UDP frame behind an 802.1Q tag", T0A, up,
+             bytes(Ether(src=H0.mac, dst=T0A.mac) / Dot1Q(vlan=12) /
+                   Ether(baseline_frame(H2.address)).payload), drop("NOT_IPV6")),
+    ]
+
+
 def baseline_cases() -> list[dict[str, Any]]:
     """Plain IPv6 routed by LPM; remote subnets spread over the spines by ECMP."""
     udp = baseline_frame(H2.address)
@@ -420,7 +495,7 @@ def _inner_version(frame: bytes, version: int) -> bytes:
 
 def build() -> dict[str, Any]:
     cases = (usid_cases() + queue_cases() + sequence_cases() + baseline_cases()
-             + malformed_cases())
+             + ecmp_member_cases() + malformed_cases() + vlan_cases())
     return {"format_version": FORMAT_VERSION,
             "generator": "python -m tests.golden.generate",
             "fabric": {"planes": FABRIC.planes, "t0_per_plane": FABRIC.t0_per_plane,

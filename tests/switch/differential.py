@@ -1,17 +1,22 @@
 """Switch against switch: the same frames, entries and queue states through BMv2
-(simple_switch_grpc running p4src/) and the software switch, outcome by outcome.
+(simple_switch_grpc running p4src/) and the software switch, outcome by outcome, nothing
+excused.
 
     sudo .venv/bin/python -m tests.switch.differential [--count 2000] [--seed 1] [--json]
+    sudo .venv/bin/python -m tests.switch.differential --seeds 1-5 --count 20000  # 100,000
 
-A seeded generator makes frames of every kind the fabric carries (MRC data of every opcode
-and length, SACK/NACK/probe/port-status, already-trimmed headers, baseline TCP/UDP) and
-mutations of them (truncations, wrong lengths and versions, hop limits 0/1/2, unknown or
-exhausted uSIDs, foreign ethertypes, random bytes), with queue-depth register presets
-around the trim and ECN thresholds. Each target runs as its own process on the same veth
-lab, programmed over P4Runtime with one switch's entries (p0l0 of the golden corpus
-fabric); each frame's outcome is the frame that left and its port, or the drop counter
-that moved. A queue-state sequence holds a port's data queue behind a 1 packet/s pacer
-and checks what overtakes it, what gets trimmed and the order the held frames drain in.
+tests/switch/difframes.py generates the frames: every kind a veth can deliver. Each target
+runs as its own process on the same veth lab, programmed over P4Runtime with one switch's
+entries (p0l0 of the golden corpus fabric). Before each frame every port's queue-depth
+register is set (IDLE_DEPTH, or the probe's preset on one port). A frame's outcome is what
+left, port and every byte, or the drop counter that moved (the reason), together with the
+register afterwards: a data-priority frame leaving a port writes the depth it leaves
+behind (0 here) over the preset, a high-priority one writes nothing, so equal registers
+mean equal priorities. After the run every counter is read back, packets and bytes: over
+P4Runtime from both, and over Thrift from BMv2 as well; the register over P4Runtime from
+the software switch and over Thrift from BMv2 (whose P4Runtime does not read registers).
+A queue-state sequence holds a port's data queue behind a 1 packet/s pacer and checks what
+overtakes it, what gets trimmed and the order the held frames drain in.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import argparse
 import json
 import os
 import random
+import re
 import select
 import socket
 import subprocess
@@ -27,7 +33,6 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
-from ipaddress import IPv6Address
 from pathlib import Path
 
 from p4.v1 import p4runtime_pb2
@@ -35,13 +40,13 @@ from p4runtime_sh.p4runtime import P4RuntimeClient
 
 import wire as W
 from controller import p4build
-from fabric.topology import shift_usid, usid_address
 from p4rt import corpus
 from p4rt import names as N
 from p4rt.corpus import case_updates
 from p4rt.p4info import load_committed
 from softswitch.cli import request
 from tests.golden import generate as G
+from tests.switch.difframes import PORTS, SWITCH, Probe, generate
 from tests.switch.p4rt_support import CODEC, IDX, free_port, register_update, wait_listening
 from topologies.bmv2_switch import LOG_LEVEL
 from topologies.procs import stop_process
@@ -49,16 +54,12 @@ from topologies.vethlab import PACKET_OUTGOING, VethLab
 
 REPO = Path(__file__).resolve().parents[2]
 DEVICE_ID = 3
-PORTS = (1, 2, 3, 4)  # p0l0: hosts h0 and h1 on 1 and 2, spines on 3 and 4
-SWITCH = G.T0A
 UPLINK, HOST_PORT = G.FABRIC.uplink_port(0), G.FABRIC.host_port(0)
-SPINE_PORTS = tuple(G.FABRIC.uplink_port(j) for j in range(G.FABRIC.t1_per_plane))
-DEPTHS = (0, G.ECN_THRESHOLD - 1, G.ECN_THRESHOLD, G.TRIM_THRESHOLD - 1, G.TRIM_THRESHOLD, 500)
+IDLE_DEPTH = 1  # every port's register before a frame: below both thresholds, and not 0
+COUNTERS = (N.DROP_COUNTER, N.TRIM_COUNTER, N.ECN_MARK_COUNTER)
 UNLIMITED_PPS = 1_000_000  # far above what the lab can send, the same on both targets
 HELD_PPS = 1  # the held data queue: one departure per second
 OUTPUT_WAIT_S, LOST_AFTER_S = 0.004, 1.5
-MAX_PAYLOAD = 1500 - 134 - 4  # the largest data payload a 1500-byte MTU carries (ImmDt)
-CUTS = (14, 20, 53, 54, 60, 93, 94, 101, 102, 113, 114, 133, 134)  # header boundaries, +-1
 
 
 @dataclass(frozen=True)
@@ -71,149 +72,6 @@ class Setup:
 
 def setup() -> Setup:
     return Setup(corpus.parse_entities(G.switch_entries(SWITCH), SWITCH.name))
-
-
-# ---- frames -------------------------------------------------------------------------------
-
-def _destinations(rng: random.Random) -> IPv6Address:
-    """An outer destination as p0l0 sees it: routable uSID paths, unknown or exhausted
-    uSID lists, or a plain IPv6 address (baseline routing)."""
-    f = G.FABRIC
-    arriving = f.paths(2, 0, 0)[rng.randrange(2)].address  # h2 -> h0, after T0B and spine
-    choices = [f.paths(0, 2, 0)[0].address, f.paths(0, 2, 0)[1].address,
-               f.paths(0, 1, 0)[0].address,
-               IPv6Address(shift_usid(shift_usid(int(arriving)))),
-               usid_address([SWITCH.usid, rng.randrange(1 << 16)]),
-               usid_address([rng.randrange(1 << 16)]), usid_address([SWITCH.usid]),
-               f.nic(1, 0).address, f.nic(2, 0).address, IPv6Address(rng.getrandbits(128))]
-    return rng.choice(choices)
-
-
-def _envelope(rng: random.Random, dscp: int) -> W.Envelope:
-    hop = rng.choice((64, 64, 64, 3, 2, 1, 0, rng.randrange(256)))
-    return W.Envelope(G.H0.mac, SWITCH.mac, G.H0.address, _destinations(rng), G.H0.address,
-                      G.H2.address, rng.getrandbits(32), dscp, rng.randrange(4), hop)
-
-
-def data_frame(rng: random.Random) -> bytes:
-    op = rng.choice(sorted(W.DATA_OPCODES))
-    n = rng.choice((0, 1, 16, 64, 256, 1024, rng.randrange(MAX_PAYLOAD + 1)))
-    imm = rng.getrandbits(32) if op in W.IMM_OPCODES else None
-    pkt = W.DataPacket(W.Bth(op, dest_qp=rng.randrange(1 << 24), psn=rng.randrange(1 << 24)),
-                       W.Meth(msn=rng.randrange(1 << 16)),
-                       W.Reth(va=rng.getrandbits(64), rkey=rng.getrandbits(32), dma_len=n),
-                       bytes(rng.getrandbits(8) for _ in range(n)), imm)
-    dscp = rng.choice((W.DSCP_TRIMMABLE, W.DSCP_TRIMMABLE, W.DSCP_TRIMMABLE_RETX,
-                       W.DSCP_NO_TRIM, rng.randrange(64)))
-    return W.encode_frame(_envelope(rng, dscp), W.encode_packet(pkt))
-
-
-def control_frame(rng: random.Random) -> bytes:
-    bth = W.Bth(W.OP_SACK, dest_qp=rng.randrange(1 << 24), psn=rng.randrange(1 << 24))
-    kind = rng.randrange(4)
-    if kind == 0:
-        pkt: W.Packet = W.SackPacket(bth, W.SackExt(cack_psn=rng.randrange(1 << 24),
-                                                    ack_psn_offset=rng.randrange(-100, 100),
-                                                    entropy=rng.getrandbits(32), sack_offset=0,
-                                                    sack_bitmap=rng.getrandbits(64)),
-                                     W.CcState(ooo_count=3, rcvd_bytes=4096))
-    elif kind == 1:
-        pkt = W.NackPacket(W.Bth(W.OP_NACK, bth.dest_qp, bth.psn),
-                           W.NackExt(rng.choice((W.NACK_TRIMMED, W.NACK_PSN_OOR_WINDOW)),
-                                     rng.getrandbits(32), nack_psn=rng.randrange(1 << 24),
-                                     cack_psn=rng.randrange(1 << 24)))
-    elif kind == 2:
-        pkt = W.ProbePacket(W.Bth(W.OP_PROBE, bth.dest_qp, bth.psn),
-                            W.ProbeExt(rng.getrandbits(32)))
-    else:
-        pkt = W.PortStatusPacket(W.Bth(rng.choice((W.OP_EP_REQ, W.OP_EP_RSP)), 0x2, bth.psn),
-                                 W.PortStatusExt(rng.randrange(1 << 16), rng.randrange(16)))
-    return W.encode_frame(_envelope(rng, W.DSCP_CONTROL), W.encode_packet(pkt))
-
-
-def trimmed_frame(rng: random.Random) -> bytes:
-    frame = bytearray(data_frame(rng)[:W.TRIMMED_FRAME_LEN])
-    dscp = rng.choice((W.DSCP_TRIMMED, W.DSCP_TRIMMED_LASTHOP))
-    frame[14:16] = ((6 << 12) | (dscp << 6) | (frame[15] & 0x3F) | 0).to_bytes(2, "big")
-    frame[18:20] = (W.TRIMMED_FRAME_LEN - 54).to_bytes(2, "big")
-    frame[58:60] = (W.TRIMMED_FRAME_LEN - 94).to_bytes(2, "big")
-    frame[98:100] = (W.TRIMMED_FRAME_LEN - 94).to_bytes(2, "big")
-    return bytes(frame)
-
-
-def baseline_frame(rng: random.Random) -> bytes:
-    dst = rng.choice((G.FABRIC.nic(1, 0).address, G.FABRIC.nic(2, 0).address,
-                      G.FABRIC.nic(3, 0).address, IPv6Address("fd00:0:7::1")))
-    frame = bytearray(G.baseline_frame(dst, tcp=rng.random() < 0.5,
-                                       hop_limit=rng.choice((64, 2, 1))))
-    frame[14:18] = ((6 << 28) | (rng.randrange(256) << 20) | rng.getrandbits(20)).to_bytes(4, "big")
-    frame[54:58] = rng.getrandbits(32).to_bytes(4, "big")  # L4 ports: spread the ECMP hash
-    return bytes(frame)
-
-
-def mutate(rng: random.Random, frame: bytes) -> tuple[str, bytes]:
-    f = bytearray(frame)
-    kind = rng.choice(("truncate", "outer_len", "inner_len", "version", "hop", "ethertype",
-                       "next_header", "udp_port", "flip"))
-    if kind == "truncate":
-        cut = rng.choice([c + d for c in CUTS for d in (-1, 0, 1)] + [rng.randrange(14, len(f))])
-        f = f[:max(14, min(cut, len(f)))]
-    elif kind in ("outer_len", "inner_len"):
-        at = 18 if kind == "outer_len" else 58
-        if len(f) >= at + 2:
-            value = int.from_bytes(f[at:at + 2], "big") + rng.choice((-9, -1, 1, 7, 3000))
-            f[at:at + 2] = (value % 65536).to_bytes(2, "big")
-    elif kind == "version":
-        at = rng.choice((14, 54))
-        if len(f) > at:
-            f[at] = (rng.choice((0, 4, 7, 15)) << 4) | (f[at] & 0x0F)
-    elif kind == "hop" and len(f) > 21:
-        f[21] = rng.choice((0, 1, 2))
-    elif kind == "ethertype":
-        f[12:14] = rng.choice((b"\x08\x00", b"\x81\x00", b"\x88\xb5"))
-    elif kind == "next_header" and len(f) > 20:
-        f[20] = rng.choice((6, 17, 41, 59, 43, rng.randrange(256)))
-    elif kind == "udp_port" and len(f) > 97:
-        f[96:98] = rng.choice((4790, 4792, 0, 53)).to_bytes(2, "big")
-    elif kind == "flip":
-        at = rng.randrange(len(f))
-        f[at] ^= 1 << rng.randrange(8)
-    return f"mutated_{kind}", bytes(f)
-
-
-def random_frame(rng: random.Random) -> bytes:
-    body = bytes(rng.getrandbits(8) for _ in range(rng.randrange(0, 300)))
-    ethertype = rng.choice((b"\x86\xdd", b"\x86\xdd", b"\x08\x00", bytes(2)))
-    return bytes(6) + bytes(6) + ethertype + body
-
-
-MAKERS = {"data": data_frame, "control": control_frame, "trimmed": trimmed_frame,
-          "baseline": baseline_frame}
-
-
-@dataclass(frozen=True)
-class Probe:
-    category: str
-    port: int
-    frame: bytes
-    preset: tuple[int, int] | None = None  # (egress port, depth) written before the frame
-
-
-def generate(seed: int, count: int) -> list[Probe]:
-    rng = random.Random(seed)
-    out = []
-    for _ in range(count):
-        roll = rng.random()
-        if roll < 0.08:
-            category, frame = "random", random_frame(rng)
-        else:
-            category = rng.choice(sorted(MAKERS))
-            frame = MAKERS[category](rng)
-            if roll < 0.45:
-                category, frame = mutate(rng, frame)
-        preset = (rng.choice(PORTS), rng.choice(DEPTHS)) if rng.random() < 0.35 else None
-        out.append(Probe(category, rng.choice(PORTS), frame, preset))
-    return out
 
 
 # ---- the targets --------------------------------------------------------------------------
@@ -288,13 +146,58 @@ class LiveTarget:
         self.write([register_update(N.QUEUE_DEPTH_REGISTER, p, d)
                     for p, d in depths.items()])
 
-    def counter(self, name: str) -> list[int]:
+    def counter(self, name: str) -> list[tuple[int, int]]:
+        """Every cell of an indexed counter over P4Runtime: (packets, bytes)."""
         assert self.client is not None
         entity = p4runtime_pb2.Entity(counter_entry=p4runtime_pb2.CounterEntry(
             counter_id=IDX.id_of(name)))
-        cells = {e.counter_entry.index.index: e.counter_entry.data.packet_count
+        cells = {e.counter_entry.index.index: (e.counter_entry.data.packet_count,
+                                               e.counter_entry.data.byte_count)
                  for r in self.client.read_one(entity) for e in r.entities}
+        return [cells.get(i, (0, 0)) for i in range(max(cells, default=-1) + 1)]
+
+    def direct_counters(self) -> dict[str, tuple[int, int]]:
+        """Every table entry's direct counter over P4Runtime: (packets, bytes), keyed by
+        table and match."""
+        assert self.client is not None
+        out = {}
+        for table in N.DIRECT_COUNTERS.values():
+            entity = p4runtime_pb2.Entity(direct_counter_entry=p4runtime_pb2.DirectCounterEntry(
+                table_entry=p4runtime_pb2.TableEntry(table_id=IDX.id_of(table))))
+            for r in self.client.read_one(entity):
+                for e in r.entities:
+                    d = e.direct_counter_entry
+                    key = f"{table} {d.table_entry.match}".replace("\n", " ")
+                    out[key] = (d.data.packet_count, d.data.byte_count)
+        return out
+
+    def register_p4rt(self, name: str, index: int | None = None) -> list[int]:
+        """A register's cells (or the one at `index`) over P4Runtime."""
+        assert self.client is not None
+        entry = p4runtime_pb2.RegisterEntry(register_id=IDX.id_of(name))
+        if index is not None:
+            entry.index.index = index
+        cells = {e.register_entry.index.index: int.from_bytes(
+            e.register_entry.data.bitstring, "big")
+            for r in self.client.read_one(p4runtime_pb2.Entity(register_entry=entry))
+            for e in r.entities}
+        if index is not None:
+            return [cells[index]]
         return [cells.get(i, 0) for i in range(max(cells, default=-1) + 1)]
+
+    def depths(self) -> list[int]:
+        """The ports' queue-depth register cells, after a frame (its priority shows here)."""
+        return [self.register_p4rt(N.QUEUE_DEPTH_REGISTER, p)[0] for p in PORTS]
+
+    def register(self, name: str) -> list[int]:
+        """A register's cells, over P4Runtime (BMv2 reads them over Thrift)."""
+        return self.register_p4rt(name)
+
+    def readback(self) -> dict:
+        """What the run left, read back: indexed and direct counters, the register."""
+        return {"counters": {name: self.counter(name) for name in COUNTERS},
+                "direct": self.direct_counters(),
+                "register": self.register(N.QUEUE_DEPTH_REGISTER)}
 
 
 class SoftTarget(LiveTarget):
@@ -358,6 +261,28 @@ class Bmv2Target(LiveTarget):
     def set_queue_depth(self, packets: int, port: int) -> None:
         self._thrift()[1].set_egress_queue_depth(port, packets)
 
+    def register(self, name: str) -> list[int]:
+        """Over Thrift: BMv2 1.15.1's P4Runtime answers register reads UNIMPLEMENTED
+        ("Register reads are not supported yet")."""
+        return list(self._thrift()[0].bm_register_read_all(0, name))
+
+    def depths(self) -> list[int]:
+        cells = self.register(N.QUEUE_DEPTH_REGISTER)
+        return [cells[p] for p in PORTS]
+
+    def readback(self) -> dict:
+        """P4Runtime's reading of the counters, and Thrift's: both interfaces of BMv2 must
+        say the same (thrift_differs)."""
+        out = super().readback()
+        standard = self._thrift()[0]
+        thrift = {name: [(v.packets, v.bytes) for v in (
+            standard.bm_counter_read(0, name, i) for i in range(len(out["counters"][name])))]
+            for name in COUNTERS}
+        out["thrift_differs"] = {
+            name: [thrift[name], out["counters"][name]] for name in COUNTERS
+            if thrift[name] != out["counters"][name]}
+        return out
+
 
 
 
@@ -401,7 +326,7 @@ class Wire:
 
 
 def exchange(target: LiveTarget, wire: Wire, port: int, frame: bytes) -> tuple:
-    """("out", [(port, hex)]), ("drop", reason) or ("lost",): what one frame became."""
+    """("out", [(port, hex)]), ("drop", reasons) or ("lost",): what one frame became."""
     before = target.counter(N.DROP_COUNTER)
     wire.send(port, frame)
     deadline = time.monotonic() + LOST_AFTER_S
@@ -474,7 +399,7 @@ def held_queue(target: LiveTarget, wire: Wire, seed: int) -> list:
 class Run:
     outcomes: list
     held: list
-    counters: dict
+    readback: dict
     seconds: float
 
 
@@ -489,54 +414,46 @@ def run_target(cls: type[LiveTarget], lab: VethLab, probes: list[Probe], seed: i
             wire.until_quiet(0.05)
             outcomes = []
             for probe in probes:
-                # Every frame starts from the same register state on both targets: after an
-                # ECMP frame took different spines, the ports' states would differ.
-                depths = dict.fromkeys(PORTS, 0)
+                # Every frame starts from the same register state on both targets.
+                depths = dict.fromkeys(PORTS, IDLE_DEPTH)
                 if probe.preset is not None:
                     depths[probe.preset[0]] = probe.preset[1]
                 target.set_depths(depths)
-                outcomes.append(exchange(target, wire, probe.port, probe.frame))
+                outcome = exchange(target, wire, probe.port, probe.frame)
+                outcomes.append((*outcome, target.depths()))
+            readback = target.readback()
             held = held_queue(target, wire, seed)
-            counters = {name: target.counter(name)
-                        for name in (N.DROP_COUNTER, N.TRIM_COUNTER, N.ECN_MARK_COUNTER)}
         finally:
             wire.close()
-    return Run(outcomes, held, counters, time.monotonic() - start)
-
-
-def ecmp_choice_only(a: tuple, b: tuple) -> bool:
-    """Both forwarded the frame, to different members of p0l0's spine group (the only
-    multi-member ECMP group): the software switch hashes with CRC-32, BMv2 with crc16
-    (p4src/README.md, "ECMP"). What follows the choice (next-hop MAC, and trim or ECN,
-    which read the chosen port's queue depth) is then not comparable."""
-    if a[0] != "out" or b[0] != "out" or len(a[1]) != 1 or len(b[1]) != 1:
-        return False
-    pa, pb = a[1][0][0], b[1][0][0]
-    return pa != pb and {pa, pb} <= set(SPINE_PORTS)
+    return Run(outcomes, held, readback, time.monotonic() - start)
 
 
 def compare(probes: list[Probe], soft: Run, bmv2: Run) -> list[dict]:
     """Every disagreement, with what a developer needs to reproduce it."""
     out = []
     for i, (probe, a, b) in enumerate(zip(probes, soft.outcomes, bmv2.outcomes, strict=True)):
-        if a != b and not ecmp_choice_only(a, b):
+        if a != b:
             out.append({"index": i, "category": probe.category, "port": probe.port,
                         "preset": probe.preset, "frame": probe.frame.hex(), "soft": a,
                         "bmv2": b})
     if soft.held != bmv2.held:
         out.append({"index": "held_queue", "soft": soft.held, "bmv2": bmv2.held})
-    differs = sum(a != b and ecmp_choice_only(a, b)
-                  for a, b in zip(soft.outcomes, bmv2.outcomes, strict=True))
-    # Trims and CE marks are per egress port: comparable only when every ECMP choice agreed.
-    names = [N.DROP_COUNTER] if differs else list(soft.counters)
-    for name in names:
-        width = max(len(soft.counters[name]), len(bmv2.counters[name]))
-        a = soft.counters[name] + [0] * (width - len(soft.counters[name]))
-        b = bmv2.counters[name] + [0] * (width - len(bmv2.counters[name]))
+    for name, cells in bmv2.readback["counters"].items():
+        width = max(len(cells), len(soft.readback["counters"][name]))
+        a = soft.readback["counters"][name] + [(0, 0)] * (width - len(
+            soft.readback["counters"][name]))
+        b = cells + [(0, 0)] * (width - len(cells))
         if a != b:
             out.append({"index": f"counter {name}",
-                        "soft": {i: v for i, v in enumerate(a) if v},
-                        "bmv2": {i: v for i, v in enumerate(b) if v}})
+                        "soft": {i: v for i, v in enumerate(a) if v != (0, 0)},
+                        "bmv2": {i: v for i, v in enumerate(b) if v != (0, 0)}})
+    for what in ("direct", "register"):
+        if soft.readback[what] != bmv2.readback[what]:
+            out.append({"index": what, "soft": soft.readback[what],
+                        "bmv2": bmv2.readback[what]})
+    if bmv2.readback["thrift_differs"]:
+        out.append({"index": "bmv2 thrift against p4runtime",
+                    "bmv2": bmv2.readback["thrift_differs"]})
     return out
 
 
@@ -549,34 +466,64 @@ def differential(seed: int, count: int) -> dict:
     kinds = Counter(o[0] for o in bmv2.outcomes)
     return {"seed": seed, "frames": count, "categories": dict(Counter(p.category for p in probes)),
             "outcomes": dict(kinds), "seconds": {"soft": soft.seconds, "bmv2": bmv2.seconds},
-            "lost": {"soft": sum(o == ("lost",) for o in soft.outcomes),
-                     "bmv2": sum(o == ("lost",) for o in bmv2.outcomes)},
-            "ecmp_member_differs": sum(a != b and ecmp_choice_only(a, b)
-                                       for a, b in zip(soft.outcomes, bmv2.outcomes, strict=True)),
+            "lost": {"soft": sum(o[0] == "lost" for o in soft.outcomes),
+                     "bmv2": sum(o[0] == "lost" for o in bmv2.outcomes)},
+            "priorities_seen": priorities_seen(bmv2.outcomes),
+            "readback": {"soft": soft.readback, "bmv2": bmv2.readback},
             "held_queue": bmv2.held, "disagreements": compare(probes, soft, bmv2)}
+
+
+def priorities_seen(outcomes: list) -> dict[str, int]:
+    """Forwarded frames whose priority the register shows: a data-priority departure wrote
+    0 over IDLE_DEPTH or the preset; high priority left it (a preset of 0 hides it)."""
+    seen: Counter[str] = Counter()
+    for outcome in outcomes:
+        if outcome[0] == "out" and len(outcome[1]) == 1:
+            depth = outcome[2][PORTS.index(outcome[1][0][0])]
+            seen["data" if depth == 0 else "high"] += 1
+    return dict(seen)
+
+
+def _seeds(text: str) -> list[int]:
+    m = re.fullmatch(r"(\d+)(?:-(\d+))?", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a seed (3) or a range (1-5)")
+    first, last = int(m.group(1)), int(m.group(2) or m.group(1))
+    if last < first:
+        raise argparse.ArgumentTypeError(f"{text!r}: the range is empty")
+    return list(range(first, last + 1))
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.switch.differential", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--count", type=int, default=2000, help="generated frames (default 2000)")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    p.add_argument("--count", type=int, default=2000,
+                   help="generated frames per seed (default 2000)")
+    p.add_argument("--seeds", type=_seeds, default=[1], help="a seed or a range: 1-5")
+    p.add_argument("--json", action="store_true", help="print every report as JSON")
     args = p.parse_args(argv)
     if args.count < 1:
         p.error("--count must be at least 1")
-    report = differential(args.seed, args.count)
-    if args.json:
-        print(json.dumps(report, default=str))
-    else:
-        print(f"seed {report['seed']}: {report['frames']} frames {report['categories']}")
-        print(f"outcomes {report['outcomes']}, lost {report['lost']}, ECMP member choices that "
-              f"differ {report['ecmp_member_differs']}, seconds "
+    total, disagreements = Counter(), 0
+    for seed in args.seeds:
+        report = differential(seed, args.count)
+        disagreements += len(report["disagreements"])
+        total.update(frames=args.count, soft_s=report["seconds"]["soft"],
+                     bmv2_s=report["seconds"]["bmv2"])
+        if args.json:
+            print(json.dumps(report, default=str))
+            continue
+        print(f"seed {seed}: {args.count} frames {report['categories']}")
+        print(f"  outcomes {report['outcomes']}, lost {report['lost']}, priorities "
+              f"{report['priorities_seen']}, seconds "
               f"{ {k: round(v, 1) for k, v in report['seconds'].items()} }")
         for d in report["disagreements"]:
-            print(f"DISAGREE {d}")
-        print(f"{len(report['disagreements'])} disagreement(s)")
-    return 1 if report["disagreements"] else 0
+            print(f"  DISAGREE {d}")
+    print(f"{total['frames']} frames over seeds {args.seeds[0]}-{args.seeds[-1]}: "
+          f"{disagreements} disagreement(s); frames/s soft "
+          f"{total['frames'] / total['soft_s']:.0f}, bmv2 {total['frames'] / total['bmv2_s']:.0f}",
+          file=sys.stderr if args.json else sys.stdout)
+    return 1 if disagreements else 0
 
 
 if __name__ == "__main__":
