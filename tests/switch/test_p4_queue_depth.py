@@ -57,7 +57,7 @@ def standing_queue(target: D.LiveTarget, wire: D.Wire) -> tuple[int, int, int]:
         wire.send(D.HOST_PORT, D._flow(D.W.DSCP_TRIMMABLE, rng))
     time.sleep(3.0 / STANDING_PPS)  # departures write the standing depth (>= 25)
     wire.until_quiet(0.01)
-    trims_before = target.counter(N.TRIM_COUNTER)[D.UPLINK]
+    trims_before = target.counter(N.TRIM_COUNTER)[D.UPLINK][0]  # packets
     seen: list[tuple[int, str]] = []
     headers = 0
     for i in range(MIXED):
@@ -69,7 +69,7 @@ def standing_queue(target: D.LiveTarget, wire: D.Wire) -> tuple[int, int, int]:
     seen += wire.until_quiet(0.05)
     short = sum(len(h) // 2 == D.W.TRIMMED_FRAME_LEN for _, h in seen)
     trimmed = short - headers  # every 134-byte frame is a trimmed data frame or our header
-    trims = target.counter(N.TRIM_COUNTER)[D.UPLINK] - trims_before
+    trims = target.counter(N.TRIM_COUNTER)[D.UPLINK][0] - trims_before
     target.set_queue_rate(D.UNLIMITED_PPS, D.UPLINK, N.PRIORITY_DATA)
     return MIXED, trimmed, trims
 
