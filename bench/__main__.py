@@ -35,7 +35,7 @@ from tqdm import tqdm  # noqa: E402
 from bench import calibrate, paper, plots, results, scenarios  # noqa: E402
 from bench.context import FULL, QUICK, Context  # noqa: E402
 from bench.runner import CONTENDERS  # noqa: E402
-from fabric.options import add_fabric_args, named_fabric  # noqa: E402
+from fabric.options import add_fabric_args, link_delay_s, named_fabric  # noqa: E402
 from fabric.topology import TopologyError  # noqa: E402
 from topologies import fidelity  # noqa: E402
 from topologies.cluster import ClusterError, add_cluster_args, cluster_from_args  # noqa: E402
@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             bar.set_description(name)
             ctx = Context(sizes, args.target, log, tick, args.contenders, args.rate,
-                          args.rx_hold_ms, args.fabric_model, args.cluster_model)
+                          args.rx_hold_ms, args.fabric_model, args.cluster_model,
+                          link_delay_s(args))
             began, cpu = time.monotonic(), fidelity.cpu_times()
             try:
                 sc = SCENARIOS[name](ctx)

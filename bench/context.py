@@ -68,6 +68,7 @@ class Context:
     rx_hold_ms: float = DEFAULT_RX_HOLD_MS  # the agents' interrupt moderation (--rx-hold-ms)
     fabric: Fabric | None = None  # --fabric: every scenario's fabric (victim's excepted)
     cluster: Cluster | None = None  # --servers/--cluster: the fabric over these servers
+    link_delay_s: float = 0.0  # --link-delay: every link's propagation delay, each way
 
     def fabric_for(self, own: Fabric) -> Fabric:
         """The fabric a scenario runs on: the one named on the command line, else its own."""
@@ -89,6 +90,7 @@ def network_params(net: MrcNetwork, capacity_pps: float) -> dict[str, Any]:
                     "queue_depth": c.queue_depth, "ecn_threshold": c.ecn_threshold,
                     "trim_threshold": c.trim_threshold,
                     "convergence_delay_s": c.convergence_delay, "rx_hold_ms": c.rx_hold_ms,
+                    "link_delay_s": c.link_delay_s,
                     "base_rtt_s": c.effective_base_rtt, "startup_s": net.timings},
         "capacity_pps": capacity_pps,
     }
@@ -99,7 +101,8 @@ def open_fabric(ctx: Context, fabric: Fabric, trimming: bool = True) -> MrcNetwo
                                       port_rate_pps=ctx.rate,
                                       convergence_delay=ctx.sizes.convergence_delay,
                                       trimming=trimming, rx_hold_ms=ctx.rx_hold_ms,
-                                      cluster=ctx.cluster), ctx.log)
+                                      cluster=ctx.cluster, link_delay_s=ctx.link_delay_s),
+                        ctx.log)
 
 
 def ideal_s(nbytes: int, capacity_pps: float) -> float:

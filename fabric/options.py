@@ -11,6 +11,11 @@ Fabric's reason.
 
 Paths per host pair on different T0s are planes x T1 (one route per spine per plane): the
 presets are named for that figure, or for the number of hosts.
+
+    --link-delay 2.5                   every link's propagation delay, each way, milliseconds
+
+The delay is part of the fabric: the emulation's software switches hold each frame that long
+on every link, the simulator's links take it, and the agents' base RTT counts it.
 """
 
 from __future__ import annotations
@@ -27,14 +32,16 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
     "paths-256": (8, 2, 32, 2),  # 272 switches, the paper's 256 paths
     "hosts-16": (8, 8, 8, 2),    # 128 switches, 16 hosts, 64 paths
 }
+MAX_LINK_DELAY_MS = 1000.0  # a fabric link of a second would be a satellite hop
 SIZES = (("planes", "planes"), ("t0", "T0 (leaf) switches per plane"),
          ("t1", "T1 (spine) switches per plane"), ("hosts_per_t0", "hosts per T0 switch"))
 
 
-def add_fabric_args(p: argparse.ArgumentParser, default: str | None = "default") -> None:
-    """--fabric NAME and --planes/--t0/--t1/--hosts-per-t0 (each overriding the preset's).
-    default=None: an entry point whose commands have fabrics of their own (bench, sim) uses
-    them unless a fabric is named (named_fabric)."""
+def add_fabric_args(p: argparse.ArgumentParser, default: str | None = "default",
+                    link_delay_ms: float = 0.0) -> None:
+    """--fabric NAME and --planes/--t0/--t1/--hosts-per-t0 (each overriding the preset's),
+    and --link-delay. default=None: an entry point whose commands have fabrics of their own
+    (bench, sim) uses them unless a fabric is named (named_fabric)."""
     names = ", ".join(f"{n} {'x'.join(map(str, s))}" for n, s in PRESETS.items())
     p.add_argument("--fabric", default=default, choices=sorted(PRESETS), metavar="NAME",
                    help=f"a named fabric, planes x T0 x T1 x hosts per T0 ({names}); "
@@ -42,6 +49,25 @@ def add_fabric_args(p: argparse.ArgumentParser, default: str | None = "default")
     for dest, what in SIZES:
         p.add_argument(f"--{dest.replace('_', '-')}", dest=dest, type=int, default=None,
                        help=f"{what} (default: the --fabric preset's)")
+    p.add_argument("--link-delay", type=_delay_ms, default=link_delay_ms, metavar="MS",
+                   help="propagation delay of every link, each way, in milliseconds "
+                        "(default %(default)g)")
+
+
+def _delay_ms(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give milliseconds, e.g. 2.5") from None
+    if not 0.0 <= value <= MAX_LINK_DELAY_MS:
+        raise argparse.ArgumentTypeError(f"{value:g} ms: the link delay must be 0 to "
+                                         f"{MAX_LINK_DELAY_MS:g} ms")
+    return value
+
+
+def link_delay_s(args: argparse.Namespace) -> float:
+    """--link-delay in seconds."""
+    return float(args.link_delay) / 1000.0
 
 
 def named_fabric(args: argparse.Namespace) -> Fabric | None:

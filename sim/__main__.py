@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from fabric.options import add_fabric_args, named_fabric
+from fabric.options import add_fabric_args, link_delay_s, named_fabric
 from fabric.topology import TopologyError
 from sim.harness import SimSettings
 from sim.network import NetworkConfigError, QueueConfig
@@ -26,14 +26,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--size", type=int, default=DEFAULT_SIZE, help="bytes moved in total")
     p.add_argument("--rate", type=float, default=SimSettings.rate_bps, help="link rate, bits/s")
-    p.add_argument("--delay", type=float, default=SimSettings.delay_s,
-                   help="per-link propagation delay, seconds")
     defaults = QueueConfig()
     p.add_argument("--queue", type=int, default=defaults.capacity, help="data queue, packets")
     p.add_argument("--ecn-threshold", type=int, default=defaults.ecn_threshold)
     p.add_argument("--trim-threshold", type=int, default=defaults.trim_threshold)
     p.add_argument("--chunk", type=int, default=SimSettings.chunk, help="bytes per RDMA WRITE")
-    add_fabric_args(p, default=None)
+    add_fabric_args(p, default=None, link_delay_ms=SimSettings.delay_s * 1000)
     return p
 
 
@@ -67,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         queues = QueueConfig(capacity=args.queue, ecn_threshold=args.ecn_threshold,
                              trim_threshold=args.trim_threshold)
-        settings = SimSettings(rate_bps=args.rate, delay_s=args.delay, queues=queues,
+        settings = SimSettings(rate_bps=args.rate, delay_s=link_delay_s(args), queues=queues,
                                seed=args.seed, chunk=args.chunk)
         if args.chunk < 1:
             raise ScenarioError("--chunk must be at least 1 byte")

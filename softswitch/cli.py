@@ -30,9 +30,15 @@ class ControlError(RuntimeError):
 def parse_command(words: list[str]) -> dict:
     """BMv2 CLI syntax -> JSON request; raises ValueError saying the expected form."""
     if not words:
-        raise ValueError("no command (set_queue_rate, set_queue_depth, queues, stats, detach, "
-                         "attach)")
+        raise ValueError("no command (set_queue_rate, set_queue_depth, set_link_delay, queues, "
+                         "stats, detach, attach)")
     cmd, args = words[0], words[1:]
+    if cmd == "set_link_delay" and args:
+        try:
+            return {"cmd": cmd, "delay": float(args[0]), "host_ports": [int(a) for a in args[1:]]}
+        except ValueError:
+            raise ValueError(f"usage: set_link_delay <seconds> [<host-facing port> ...] with "
+                             f"numbers, got {' '.join(args)!r}") from None
     if cmd in ("queues", "stats", "detach", "attach") and not args:
         return {"cmd": cmd}
     if cmd in ("set_queue_rate", "set_queue_depth") and 1 <= len(args) <= 3:
@@ -48,8 +54,8 @@ def parse_command(words: list[str]) -> dict:
                              f"with numbers, got {' '.join(args)!r}") from None
         return req
     raise ValueError(f"cannot parse {' '.join(words)!r}: use set_queue_rate <pps> "
-                     "[port [prio]], set_queue_depth <packets> [port [prio]], queues, stats, "
-                     "detach, attach")
+                     "[port [prio]], set_queue_depth <packets> [port [prio]], set_link_delay "
+                     "<seconds> [host ports], queues, stats, detach, attach")
 
 
 def request(port: int, req: dict, host: str = "127.0.0.1", token: str | None = None) -> dict:

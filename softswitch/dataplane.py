@@ -16,19 +16,18 @@ and counters as queueing and dequeuing it).
 from __future__ import annotations
 
 import errno
-import hmac
-import json
 import logging
 import select
 import socket
-import struct
 import time
+from collections import deque
 from collections.abc import Callable
 
 from softswitch import tagged
 from softswitch.loop import EventLoop
 from softswitch.pipeline import Pipeline
-from softswitch.queues import PortQueues, QueueConfigError, check_setting
+from softswitch.queues import PortQueues
+from softswitch.runtime import SOL_PACKET, RuntimeControl
 from softswitch.store import DeviceState
 
 log = logging.getLogger("softswitch.dataplane")
@@ -38,16 +37,13 @@ PACKET_OUTGOING = 4
 RX_BATCH = 64  # frames taken from one socket per wakeup before serving others
 RCVBUF = 4 << 20  # about 3,500 full frames: a switch paused by a busy host loses none
 SO_RCVBUFFORCE = 33  # not in Python's socket module; lets root exceed net.core.rmem_max
-SOL_PACKET, PACKET_STATISTICS = 263, 6
 PACKET_IGNORE_OUTGOING = 23  # Linux >= 4.20
-TPACKET_STATS = struct.Struct("=II")  # tp_packets, tp_drops (reset by each read)
 MAX_FRAME = 65535
-MAX_CONTROL_REQUEST = 4096
 TX_QUIET = (errno.ENOBUFS, errno.EAGAIN, errno.EMSGSIZE)  # counted, not logged
 _monotonic = time.monotonic  # one global load per frame instead of a module attribute too
 
 
-class Dataplane:
+class Dataplane(RuntimeControl):
     """Ports, queues and the current pipeline of one switch; `loop` is the process's event
     loop, shared by every switch the process serves (its own when not given)."""
 
@@ -64,7 +60,10 @@ class Dataplane:
         self.control_token: str | None = None
         self._registered: dict[int, socket.socket] = {}
         self.socks: dict[int, socket.socket] = {}
-        self.backlog: dict[int, PortQueues] = {}  # ports with queued packets
+        self.backlog: dict[int, PortQueues] = {}  # ports with queued or held packets
+        self.delay = 0.0  # the links' propagation delay, seconds (set_link_delay)
+        self.delayed_ingress: frozenset[int] = frozenset()  # host-facing ports, when delayed
+        self._arrivals: deque = deque()  # (time it arrives, frame, port) from those ports
         self._rx = bytearray(MAX_FRAME)
         self._pending: list[select.epoll] = []  # per port: is another frame waiting?
         self._control_buffers: dict[socket.socket, bytes] = {}
@@ -165,10 +164,12 @@ class Dataplane:
 
     def next_departure(self) -> float | None:
         times = [t for q in self.backlog.values() for t in (q.ready_at(),) if t is not None]
+        if self._arrivals:
+            times.append(self._arrivals[0][0])
         return min(times) if times else None
 
     def has_backlog(self) -> bool:
-        return bool(self.backlog)
+        return bool(self.backlog or self._arrivals)
 
     def _reader(self, port: int, sock: socket.socket) -> Callable[[], None]:
         buf, recv_into, stats, ingress = self._rx, sock.recv_into, self.stats, self._ingress
@@ -236,6 +237,15 @@ class Dataplane:
         return read
 
     def _ingress(self, frame: bytearray, port: int) -> None:
+        """A frame from a host-facing port of a delayed fabric arrives `delay` later: the
+        host's link delays it (the host's end has no switch to do it); others go on."""
+        if port in self.delayed_ingress:
+            self._arrivals.append((_monotonic() + self.delay, frame, port))
+            self.loop.mark_busy(self)
+            return
+        self._process(frame, port)
+
+    def _process(self, frame: bytearray, port: int) -> None:
         pipeline = self.pipeline
         if pipeline is None:
             self.stats["no_pipeline"] += 1
@@ -258,6 +268,11 @@ class Dataplane:
         # the frame leaves at once: _send, inlined, as this is every frame's path on a
         # switch whose ports keep up
         pipeline.egress(out_port, priority, 0, 0)
+        if q.delay:
+            q.hold(out, now)
+            self.backlog[out_port] = q
+            self.loop.mark_busy(self)
+            return
         sock = self.socks.get(out_port)
         if sock is None:
             return
@@ -291,130 +306,26 @@ class Dataplane:
                 break
             frame, pipeline, priority, enq_qdepth, deq_qdepth = item
             pipeline.egress(port, priority, enq_qdepth, deq_qdepth)
-            self._send(port, frame)
-        if q.occupancy:
+            if q.delay:
+                q.hold(frame, now)
+            else:
+                self._send(port, frame)
+        if q.flight:
+            for frame in q.landed(now):
+                self._send(port, frame)
+        if q.occupancy or q.flight:
             self.backlog[port] = q
             self.loop.mark_busy(self)
         else:
             self.backlog.pop(port, None)
 
     def drain_all(self, now: float) -> None:
+        arrivals = self._arrivals
+        while arrivals and arrivals[0][0] <= now:
+            _, frame, port = arrivals.popleft()
+            self._process(frame, port)
         for port, q in list(self.backlog.items()):
             self._drain(port, q, now)
-
-    # ---- runtime control (JSON lines over loopback TCP) ----------------------------
-
-    def _accept(self, srv: socket.socket) -> None:
-        try:
-            conn, _ = srv.accept()
-        except BlockingIOError:
-            return
-        conn.setblocking(False)
-        self._control_buffers[conn] = b""
-        self.register(conn, lambda: self._control_read(conn))
-
-    def _control_read(self, conn: socket.socket) -> None:
-        try:
-            chunk = conn.recv(MAX_CONTROL_REQUEST)
-        except BlockingIOError:
-            return
-        except OSError:
-            chunk = b""
-        buf = self._control_buffers[conn] + chunk
-        if chunk and b"\n" not in buf and len(buf) < MAX_CONTROL_REQUEST:
-            self._control_buffers[conn] = buf
-            return
-        self.unregister(conn)
-        del self._control_buffers[conn]
-        if b"\n" in buf:
-            reply = self.control(buf.split(b"\n", 1)[0])
-            try:
-                conn.setblocking(True)
-                conn.settimeout(1.0)
-                conn.sendall(json.dumps(reply).encode() + b"\n")
-            except OSError as err:
-                log.info("control client went away: %s", err)
-        conn.close()
-        if self._detaching and self.on_detach is not None:
-            self.on_detach()
-
-    def control(self, line: bytes) -> dict:
-        """Execute one runtime command (the equivalent of BMv2's runtime CLI)."""
-        try:
-            req = json.loads(line)
-            if not isinstance(req, dict):
-                raise ValueError("request must be a JSON object")
-            if self.control_token is not None and not hmac.compare_digest(
-                    str(req.get("token", "")).encode(), self.control_token.encode()):
-                self.stats["control_refused"] += 1
-                return {"ok": False, "error": "refused: this request lacks the run's control "
-                                              "token"}
-            cmd = req.get("cmd")
-            if cmd in ("attach", "detach") or self.down:
-                return self._power(cmd)
-            if cmd in ("set_queue_rate", "set_queue_depth"):
-                return self._set_queue(cmd, req)
-            if cmd == "queues":
-                return {"ok": True, "queues": {str(p): q.stats() for p, q in self.queues.items()}}
-            if cmd == "stats":
-                return self._stats()
-            raise ValueError(f"unknown command {cmd!r} (set_queue_rate, set_queue_depth, "
-                             "queues, stats, detach, attach)")
-        except (ValueError, TypeError, QueueConfigError, OSError) as err:
-            return {"ok": False, "error": str(err)}
-
-    def _stats(self) -> dict:
-        self._read_kernel_drops()
-        drops = self.pipeline.drop_stats() if self.pipeline else {}
-        reply = {"ok": True, "down": self.down, "stats": dict(self.stats), "pipeline": drops}
-        if self.process_stats is not None:
-            reply["process"] = dict(self.process_stats)
-        return reply
-
-    def _power(self, cmd: object) -> dict:
-        """detach (the switch crashes; done once the reply is sent), attach (it reboots), and
-        the only other command a down switch answers, stats."""
-        if cmd == "stats":
-            return self._stats()
-        if cmd == "detach" and not self.down and self.on_detach is not None:
-            self._detaching = True
-            return {"ok": True}
-        if cmd == "attach" and self.down and self.on_attach is not None:
-            self.on_attach()
-            return {"ok": True}
-        if self.on_detach is None:
-            raise ValueError(f"{cmd}: this switch is not served by a softswitch process")
-        state = "down" if self.down else "up"
-        raise ValueError(f"{cmd!r} refused: the switch is {state} (a down switch answers "
-                         "only attach and stats; detach crashes a switch that is up)")
-
-    def _read_kernel_drops(self) -> None:
-        """Frames the kernel dropped because a port's socket buffer was full (the switch
-        process was not scheduled in time): losses the queues never saw."""
-        for sock in self.socks.values():
-            _packets, drops = TPACKET_STATS.unpack(
-                sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, TPACKET_STATS.size))
-            self.stats["rx_kernel_drops"] += drops
-
-    def _set_queue(self, cmd: str, req: dict) -> dict:
-        key = "rate" if cmd == "set_queue_rate" else "depth"
-        value = req.get(key)
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise ValueError(f"{cmd} needs a numeric {key!r}")
-        port, priority = req.get("port"), req.get("priority")
-        if port is not None and port not in self.queues:
-            raise ValueError(f"port {port} is not a port of this switch "
-                             f"({sorted(self.queues)})")
-        check_setting(value, key, self.priorities, priority)
-        if key == "depth" and (value < 1 or value != int(value)):
-            raise ValueError(f"depth must be a whole number of packets >= 1, got {value}")
-        for p, q in self.queues.items():
-            if port is None or p == port:
-                if key == "rate":
-                    q.set_rate(float(value), priority)
-                else:
-                    q.set_depth(int(value), priority)
-        return {"ok": True}
 
 
 def _set_rcvbuf(sock: socket.socket) -> None:

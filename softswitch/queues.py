@@ -10,6 +10,11 @@ queued after it, not to those already waiting. `enq_qdepth` is the length of the
 own priority FIFO before it joins, `deq_qdepth` that FIFO's length after it leaves, as
 simple_switch 1.15.1 reports them (`egress_buffers.size(port, priority)`, behavioral-model
 PR #1270).
+
+A port may also have a propagation delay (the link's, `--link-delay`): a packet that has
+left its FIFO (serialized at the port's rate) goes out on the wire `delay` seconds later.
+It waits in the port's flight line meanwhile, which no queue depth counts: a link holds
+its bandwidth-delay product in flight, not in the switch's buffer.
 """
 
 from __future__ import annotations
@@ -36,6 +41,20 @@ class PortQueues:
     def __init__(self, priorities: int) -> None:
         self.fifos = [Fifo() for _ in range(priorities)]
         self.occupancy = 0
+        self.delay = 0.0  # seconds between leaving the FIFO and leaving the port
+        self.flight: deque = deque()  # (time it goes out, frame), in that order
+
+    def hold(self, frame: bytes, left: float) -> None:
+        """A frame that left its FIFO at `left`: out on the wire `delay` later."""
+        self.flight.append((left + self.delay, frame))
+
+    def landed(self, now: float) -> list[bytes]:
+        """Frames whose delay is over at `now`, in order (one delay per port: FIFO order)."""
+        out = []
+        flight = self.flight
+        while flight and flight[0][0] <= now:
+            out.append(flight.popleft()[1])
+        return out
 
     def enqueue(self, priority: int, frame: bytes, meta: object, now: float) -> int | None:
         """Queue a frame arriving at `now`; returns enq_qdepth, or None if the FIFO was full
@@ -70,8 +89,10 @@ class PortQueues:
         return True
 
     def ready_at(self) -> float | None:
-        """Earliest time any non-empty FIFO may send, or None when all are empty."""
+        """Earliest time any non-empty FIFO may send or a held frame goes out, or None."""
         times = [f.items[0][3] for f in self.fifos if f.items]
+        if self.flight:
+            times.append(self.flight[0][0])
         return min(times) if times else None
 
     def dequeue(self, now: float) -> tuple[bytes, object, int, int, int] | None:

@@ -117,10 +117,23 @@ def set_queues(net: Mininet, names: list[str], config: NetworkConfig) -> None:
             f"set_queue_rate {rate}",
             *(f"set_queue_rate {rate * CONTROL_RATE_FACTOR} {port} {PRIORITY_HIGH}"
               for port in sorted(node._data_ports()))]
+        if config.link_delay_s and isinstance(node, SoftSwitch):  # BMv2: topologies.linkdelay
+            hosts = host_ports(config.fabric, name)
+            commands.append(" ".join(["set_link_delay", repr(config.link_delay_s),
+                                      *map(str, hosts)]))
         node.cli([*commands, f"set_queue_depth {config.queue_depth}"])
 
     with ThreadPoolExecutor(QUEUE_SETUP_WORKERS) as pool:
         list(pool.map(one, names))
+
+
+def host_ports(fabric: Fabric, name: str) -> list[int]:
+    """The ports of switch `name` that face hosts (a T0's; none on a T1)."""
+    sw = fabric.by_name[name]
+    if sw.role != fabric.t0(sw.plane, 0).role:
+        return []
+    return sorted(fabric.host_port(fabric.nic(h, sw.plane).local) for h in range(fabric.hosts)
+                  if fabric.nic(h, sw.plane).t0 == sw.index)
 
 
 def remove_links(net: Mininet) -> None:

@@ -51,6 +51,9 @@ RTT_HOPS = 7
 # 500 pps) a 4:1 incast saw 24-32 timeouts per flow; with 8 packets more (33 ms, before the
 # NIC hop was counted), none.
 STANDING_QUEUE = 8
+# Links a round trip across spines crosses: host-T0, T0-T1, T1-T0, T0-host, each way.
+RTT_LINKS = 8
+MAX_LINK_DELAY_S = 1.0
 NO_TRIM_THRESHOLD = (1 << QDEPTH_BITS) - 1  # the largest trim threshold; trimming=False uses it
 
 
@@ -64,11 +67,11 @@ def default_rate_for(target: str) -> int:
     return BMV2_PORT_RATE_PPS if concrete == "bmv2" else DEFAULT_PORT_RATE_PPS
 
 
-def base_rtt_for(port_rate_pps: int | None) -> float:
-    """RTT across spines: a packet time per rate-limited hop and a short standing queue, plus
-    the agents' own processing."""
+def base_rtt_for(port_rate_pps: int | None, link_delay_s: float = 0.0) -> float:
+    """RTT across spines: a packet time per rate-limited hop and a short standing queue, the
+    links' propagation delay, plus the agents' own processing."""
     serialization = (RTT_HOPS + STANDING_QUEUE) / port_rate_pps if port_rate_pps else 0.0
-    return serialization + AGENT_OVERHEAD_S
+    return serialization + RTT_LINKS * link_delay_s + AGENT_OVERHEAD_S
 
 
 MAX_RX_HOLD_MS = MAX_HOLD * 1000  # the agents' event loop refuses a longer hold
@@ -90,7 +93,7 @@ class NetworkConfig:
     ecn_threshold: int = DEFAULT_ECN_THRESHOLD
     trim_threshold: int = DEFAULT_TRIM_THRESHOLD
     convergence_delay: float = DEFAULT_DELAY
-    base_rtt: float | None = None  # None: base_rtt_for(port_rate_pps)
+    base_rtt: float | None = None  # None: base_rtt_for(port_rate_pps, link_delay_s)
     agents: bool = True
     keep_ipv6: bool = False
     single_path: bool = False
@@ -103,6 +106,9 @@ class NetworkConfig:
     switch_processes: int | None = None
     # the servers the fabric is spread over (topologies.cluster); None: this machine alone
     cluster: Cluster | None = None
+    # every link's propagation delay, each way (fabric.options --link-delay); the software
+    # switches hold frames that long, BMv2 needs the kernel's netem (topologies.linkdelay)
+    link_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.port_rate_pps == TARGET_RATE:
@@ -127,6 +133,9 @@ class NetworkConfig:
         if self.base_rtt is not None and self.base_rtt <= 0:
             raise NetworkError(f"base_rtt must be a positive number of seconds, got "
                                f"{self.base_rtt}")
+        if not 0.0 <= self.link_delay_s <= MAX_LINK_DELAY_S:
+            raise NetworkError(f"link_delay_s must be 0 to {MAX_LINK_DELAY_S:g} s, got "
+                               f"{self.link_delay_s}")
         if self.switch_processes is not None and self.switch_processes < 1:
             raise NetworkError(f"switch_processes must be >= 1 (or None: one per CPU), got "
                                f"{self.switch_processes}")
@@ -148,4 +157,6 @@ class NetworkConfig:
     def effective_base_rtt(self) -> float:
         if self.port_rate_pps == AUTO_RATE:
             raise NetworkError("the port rate is 'auto': MrcNetwork.start measures it first")
-        return self.base_rtt if self.base_rtt is not None else base_rtt_for(self.port_rate_pps)
+        if self.base_rtt is not None:
+            return self.base_rtt
+        return base_rtt_for(self.port_rate_pps, self.link_delay_s)

@@ -56,6 +56,7 @@ from topologies.credentials import RunCredentials
 from topologies.faults import FaultInjection
 from topologies.hostsetup import configure_kernel_ipv6, pace_nics
 from topologies.impair import remove_loss
+from topologies.linkdelay import refuse_on_bmv2
 from topologies.netconfig import AUTO_RATE, NetworkConfig, NetworkError
 from topologies.privdir import check_workdir
 from topologies.remote import RemoteProcess
@@ -129,6 +130,9 @@ class MrcNetwork(FaultInjection):
         """Build, program and start everything; on any failure clean up and re-raise. A
         fabric this machine's memory cannot hold is refused before anything starts."""
         capacity.check(self.fabric, self.target, self.config.soft_processes)
+        refused = refuse_on_bmv2(self.config.link_delay_s, self.target)
+        if refused:
+            raise NetworkError(refused)
         if self.config.port_rate_pps == AUTO_RATE:
             self.rate_choice = calibrate_transfer(self.config, 0, self.fabric.hosts - 1,
                                                   self.log)

@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     _bootstrap()
     from mininet.log import setLogLevel
 
-    from fabric.options import fabric_from_args
+    from fabric.options import fabric_from_args, link_delay_s
     from fabric.topology import Fabric, TopologyError
     from topologies.calibration import CalibrationError
     from topologies.cli_commands import MrcCLI
@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
                                trim_threshold=args.trim_threshold,
                                convergence_delay=args.convergence_delay,
                                single_path=args.baseline, rx_hold_ms=args.rx_hold_ms,
-                               cluster=cluster_from_args(args))
+                               cluster=cluster_from_args(args),
+                               link_delay_s=link_delay_s(args))
     except (TopologyError, NetworkError, ClusterError, ValueError) as exc:
         print(f"two_tier.py: {exc}", file=sys.stderr)
         return 2

@@ -125,3 +125,23 @@ def test_cli_help_lists_every_scenario(capsys: pytest.CaptureFixture[str]) -> No
     assert exit_info.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "1% random loss on every link" in out and "link-failure:" in out
+
+
+def test_link_delay_option_sets_the_links_and_the_base_rtt(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """--link-delay (milliseconds, the emulation's option) is every simulated link's delay:
+    the unloaded RTT across spines grows by 8 links x the delay, and the agents' base RTT
+    (what their timers start from) with it."""
+    out = {}
+    for ms in ("0.001", "0.5"):
+        assert main(["clean", "--json", "--size", "100000", "--link-delay", ms]) == 0
+        out[ms] = json.loads(capsys.readouterr().out)
+    grew = out["0.5"]["base_rtt_s"] - out["0.001"]["base_rtt_s"]
+    assert grew == pytest.approx(8 * (0.5e-3 - 0.001e-3), rel=1e-6)
+    assert out["0.5"]["fabric"]["delay_s"] == pytest.approx(0.5e-3)
+
+
+def test_link_delay_out_of_range_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["clean", "--link-delay", "2000"])
+    assert "link delay must be 0 to 1000 ms" in capsys.readouterr().err
