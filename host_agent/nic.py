@@ -93,7 +93,8 @@ class Nics:
         for nic in self.nics:
             try:
                 index = socket.if_nametoindex(nic.ifname)
-                sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_TYPE_IPV6))
+                # protocol 0 until bound: no frame of another NIC slips in before bind
+                sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
             except OSError as exc:
                 self.close()
                 raise NicError(f"cannot open plane {nic.plane} NIC {nic.ifname!r}: {exc} "

@@ -95,11 +95,13 @@ class Dataplane(RuntimeControl):
         """Two sockets per port: untagged frames, and frames whose VLAN tag the kernel
         removed, which the reader puts back (softswitch.tagged says why)."""
         for port, ifname in self.names.items():
-            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+            # protocol 0: nothing is received until bind names the port (a socket made
+            # with ETH_P_ALL takes every interface's frames until then)
+            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
             try:
                 _set_rcvbuf(s)
                 tagged.attach_filter(s, tagged=False)
-                s.bind((ifname, 0))
+                s.bind((ifname, ETH_P_ALL))
                 t = tagged.tagged_socket(ifname, ETH_P_ALL)
             except OSError as err:
                 s.close()
@@ -199,32 +201,32 @@ class Dataplane(RuntimeControl):
 
     def _reader_skipping_outgoing(self, port: int, sock: socket.socket) -> Callable[[], None]:
         """For kernels without PACKET_IGNORE_OUTGOING: our own frames come back; skip them."""
-        buf, recvfrom_into, stats, ingress = self._rx, sock.recvfrom_into, self.stats, self._ingress
+        buf, recvfrom_into = self._rx, sock.recvfrom_into
 
-        def read() -> None:
-            for _ in range(RX_BATCH):
-                try:
-                    n, addr = recvfrom_into(buf)
-                except BlockingIOError:
-                    return
-                except OSError as err:
-                    log.warning("port %d receive error: %s", port, err)
-                    return
-                if addr[2] == PACKET_OUTGOING:
-                    continue
-                stats["rx"] += 1
-                ingress(buf[:n], port)
-        return read
+        def receive() -> tuple[bytearray, tuple]:
+            n, addr = recvfrom_into(buf)
+            return buf[:n], addr
+        return self._addressed_reader(port, receive)
 
     def _reader_tagged(self, port: int, sock: socket.socket) -> Callable[[], None]:
-        """Tagged frames, tag restored; our own (PACKET_OUTGOING, on old kernels) skipped."""
-        buf, stats, ingress = self._rx, self.stats, self._ingress
-        view = memoryview(buf)
+        """Tagged frames, tag restored (softswitch.tagged)."""
+        buf, view = self._rx, memoryview(self._rx)
+
+        def receive() -> tuple[bytearray, tuple]:
+            n, anc, _flags, addr = sock.recvmsg_into([buf], tagged.ANC_SIZE)
+            return bytearray(tagged.retag(view[:n], anc)), addr
+        return self._addressed_reader(port, receive)
+
+    def _addressed_reader(self, port: int, receive: Callable[[], tuple[bytearray, tuple]]
+                          ) -> Callable[[], None]:
+        """Up to RX_BATCH frames from `receive` (frame, sender address), skipping the frames
+        this switch sent (PACKET_OUTGOING, on kernels that return them)."""
+        stats, ingress = self.stats, self._ingress
 
         def read() -> None:
             for _ in range(RX_BATCH):
                 try:
-                    n, anc, _flags, addr = sock.recvmsg_into([buf], tagged.ANC_SIZE)
+                    frame, addr = receive()
                 except BlockingIOError:
                     return
                 except OSError as err:
@@ -233,7 +235,7 @@ class Dataplane(RuntimeControl):
                 if addr[2] == PACKET_OUTGOING:
                     continue
                 stats["rx"] += 1
-                ingress(bytearray(tagged.retag(view[:n], anc)), port)
+                ingress(frame, port)
         return read
 
     def _ingress(self, frame: bytearray, port: int) -> None:

@@ -55,11 +55,11 @@ def attach_filter(sock: socket.socket, tagged: bool) -> None:
 
 def tagged_socket(ifname: str, protocol: int) -> socket.socket:
     """The port's second socket: tagged frames only, with their tags beside them."""
-    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(protocol))
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)  # nothing until bound
     try:
         attach_filter(s, tagged=True)
         s.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
-        s.bind((ifname, 0))
+        s.bind((ifname, protocol))
     except OSError:
         s.close()
         raise

@@ -114,8 +114,8 @@ class Bmv2Harness:
                 subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{ifname}.disable_ipv6=1"],
                                check=True)
                 subprocess.run(["ip", "link", "set", ifname, "up"], check=True)
-            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-            sock.bind((self._host(p), 0))
+            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)  # nothing until bound
+            sock.bind((self._host(p), ETH_P_ALL))
             self.socks[p] = sock
         # the same protection as a fabric's switches: Thrift shielded, P4Runtime over mTLS
         self.shield = shield.install([self.thrift_port, self.grpc_port])

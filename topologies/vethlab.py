@@ -84,9 +84,9 @@ class VethLab:
                 raise LabError(f"setns into {self.namespaces[port]}: "
                                f"{os.strerror(ctypes.get_errno())}")
             try:
-                s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+                s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)  # nothing until bound
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-                s.bind(("eth0", 0))
+                s.bind(("eth0", ETH_P_ALL))
             finally:
                 if libc.setns(home.fileno(), CLONE_NEWNET) != 0:
                     raise LabError(f"setns back home: {os.strerror(ctypes.get_errno())}")

@@ -45,9 +45,9 @@ def _read_all(sock: socket.socket, with_tags: bool) -> list[bytes]:
 def test_tagged_frames_reach_the_tagged_socket_whole_and_only_it() -> None:
     with VethLab(f"tg{os.getpid() % 100000}", 1) as lab:
         ifname = lab.ports[1]
-        main = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+        main = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         tagged.attach_filter(main, tagged=False)
-        main.bind((ifname, 0))
+        main.bind((ifname, 0x0003))
         tags = tagged.tagged_socket(ifname, 0x0003)
         sender = lab.host_socket(1)
         try:
