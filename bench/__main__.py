@@ -35,7 +35,12 @@ from tqdm import tqdm  # noqa: E402
 from bench import calibrate, paper, plots, results, scenarios  # noqa: E402
 from bench.context import FULL, QUICK, Context  # noqa: E402
 from bench.runner import CONTENDERS  # noqa: E402
-from fabric.options import add_fabric_args, link_delay_s, named_fabric  # noqa: E402
+from fabric.options import (  # noqa: E402
+    add_fabric_args,
+    add_link_delay_arg,
+    link_delay_s,
+    named_fabric,
+)
 from fabric.topology import TopologyError  # noqa: E402
 from topologies import fidelity  # noqa: E402
 from topologies.cluster import ClusterError, add_cluster_args, cluster_from_args  # noqa: E402
@@ -67,6 +72,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "due (host_agent.loop; default %(default)g; 0: off)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
     add_fabric_args(p, default=None)
+    add_link_delay_arg(p)
     add_cluster_args(p)
     args = p.parse_args(argv)
     try:

@@ -37,11 +37,10 @@ SIZES = (("planes", "planes"), ("t0", "T0 (leaf) switches per plane"),
          ("t1", "T1 (spine) switches per plane"), ("hosts_per_t0", "hosts per T0 switch"))
 
 
-def add_fabric_args(p: argparse.ArgumentParser, default: str | None = "default",
-                    link_delay_ms: float = 0.0) -> None:
-    """--fabric NAME and --planes/--t0/--t1/--hosts-per-t0 (each overriding the preset's),
-    and --link-delay. default=None: an entry point whose commands have fabrics of their own
-    (bench, sim) uses them unless a fabric is named (named_fabric)."""
+def add_fabric_args(p: argparse.ArgumentParser, default: str | None = "default") -> None:
+    """--fabric NAME and --planes/--t0/--t1/--hosts-per-t0 (each overriding the preset's).
+    default=None: an entry point whose commands have fabrics of their own (bench, sim) uses
+    them unless a fabric is named (named_fabric)."""
     names = ", ".join(f"{n} {'x'.join(map(str, s))}" for n, s in PRESETS.items())
     p.add_argument("--fabric", default=default, choices=sorted(PRESETS), metavar="NAME",
                    help=f"a named fabric, planes x T0 x T1 x hosts per T0 ({names}); "
@@ -49,7 +48,11 @@ def add_fabric_args(p: argparse.ArgumentParser, default: str | None = "default",
     for dest, what in SIZES:
         p.add_argument(f"--{dest.replace('_', '-')}", dest=dest, type=int, default=None,
                        help=f"{what} (default: the --fabric preset's)")
-    p.add_argument("--link-delay", type=_delay_ms, default=link_delay_ms, metavar="MS",
+
+
+def add_link_delay_arg(p: argparse.ArgumentParser, default_ms: float = 0.0) -> None:
+    """--link-delay MS, on the entry points that build a fabric (two_tier.py, bench, sim)."""
+    p.add_argument("--link-delay", type=_delay_ms, default=default_ms, metavar="MS",
                    help="propagation delay of every link, each way, in milliseconds "
                         "(default %(default)g)")
 

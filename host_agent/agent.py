@@ -44,6 +44,7 @@ from host_agent.driver import Driver
 from host_agent.hostconfig import HostConfig, HostConfigError
 from host_agent.modes import MODE_HELP, MRC_MODE, AgentMode
 from host_agent.nic import NicError, kernel_setup
+from wire.layout import FULL_DATA_FRAME_LEN
 
 log = logging.getLogger("host_agent")
 
@@ -131,6 +132,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--base-rtt", type=float, default=DEFAULT_BASE_RTT,
                    help="base RTT in seconds, including the agents' own processing; scales "
                    f"every core timer (EndpointConfig.for_base_rtt). Default {DEFAULT_BASE_RTT}")
+    p.add_argument("--nic-rate", type=float, default=None, metavar="PPS",
+                   help="each NIC's rate in full data frames per second: sizes the congestion "
+                   "window from the path's bandwidth-delay product with --base-rtt (never "
+                   "below the defaults); default: the defaults")
     p.add_argument("--seed", type=int,
                    help="INSECURE, for reproducible experiments only: derive rkeys, addresses "
                         "and EV tags from this seed, so anyone who knows it can forge them "
@@ -166,13 +171,24 @@ def load_host_config(args: argparse.Namespace) -> HostConfig:
     return HostConfig.from_paths(args.host, fabric.planes, paths)
 
 
-def roce_endpoint_config(base_rtt: float, **overrides: Any) -> EndpointConfig:
+def line_rate_bps(nic_rate_pps: float | None, planes: int, sprays: bool) -> float | None:
+    """What one connection can send at: every NIC for an MRC QP, which sprays over all
+    planes; one NIC for a RoCE-like QP, which keeps to one path."""
+    if nic_rate_pps is None:
+        return None
+    if nic_rate_pps <= 0:
+        raise ValueError(f"--nic-rate {nic_rate_pps:g}: must be > 0 packets/s")
+    return nic_rate_pps * FULL_DATA_FRAME_LEN * 8 * (planes if sprays else 1)
+
+
+def roce_endpoint_config(base_rtt: float, line_rate_bps: float | None = None,
+                         **overrides: Any) -> EndpointConfig:
     """Per QP: one EV, no backups, the floor at one EV (a failed path keeps being retried, as
     in RoCE), go-back-N recovery."""
     ev = EvConfig.for_base_rtt(base_rtt, evs_per_connection=1, backups_per_plane=0,
                                ev_min_active=1)
-    return EndpointConfig.for_base_rtt(base_rtt, ev=ev, recovery=RecoveryMode.GO_BACK_N,
-                                       **overrides)
+    return EndpointConfig.for_base_rtt(base_rtt, line_rate_bps, ev=ev,
+                                       recovery=RecoveryMode.GO_BACK_N, **overrides)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -183,11 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_host_config(args)
         mode = AgentMode.parse(args.mode, config.planes)
+        line = line_rate_bps(args.nic_rate, config.planes, mode.is_mrc)
         if not mode.is_mrc:
-            endpoint_config = roce_endpoint_config(args.base_rtt,
+            endpoint_config = roce_endpoint_config(args.base_rtt, line_rate_bps=line,
                                                    write_timeout=args.write_timeout)
         else:
-            endpoint_config = EndpointConfig.for_base_rtt(args.base_rtt,
+            endpoint_config = EndpointConfig.for_base_rtt(args.base_rtt, line_rate_bps=line,
                                                           write_timeout=args.write_timeout)
         if not args.no_kernel_setup:
             for nic in config.nics:

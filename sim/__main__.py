@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from fabric.options import add_fabric_args, link_delay_s, named_fabric
+from fabric.options import add_fabric_args, add_link_delay_arg, link_delay_s, named_fabric
 from fabric.topology import TopologyError
 from sim.harness import SimSettings
 from sim.network import NetworkConfigError, QueueConfig
@@ -31,7 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ecn-threshold", type=int, default=defaults.ecn_threshold)
     p.add_argument("--trim-threshold", type=int, default=defaults.trim_threshold)
     p.add_argument("--chunk", type=int, default=SimSettings.chunk, help="bytes per RDMA WRITE")
-    add_fabric_args(p, default=None, link_delay_ms=SimSettings.delay_s * 1000)
+    add_fabric_args(p, default=None)
+    add_link_delay_arg(p, SimSettings.delay_s * 1000)
     return p
 
 

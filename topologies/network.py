@@ -251,7 +251,8 @@ class MrcNetwork(FaultInjection):
         agent = AgentProcess(node, host, self.fabric, self.workdir,
                              base_rtt=self.config.effective_base_rtt,
                              keep_ipv6=self.config.keep_ipv6, mode=mode,
-                             rx_hold_ms=self.config.rx_hold_ms, **remote)
+                             rx_hold_ms=self.config.rx_hold_ms,
+                             nic_rate_pps=self.config.port_rate_pps, **remote)
         self.agents[host] = agent
         agent.start()
         self.record_pids()

@@ -54,7 +54,7 @@ def _bootstrap() -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from controller.tables import DEFAULT_ECN_THRESHOLD, DEFAULT_TRIM_THRESHOLD
-    from fabric.options import add_fabric_args
+    from fabric.options import add_fabric_args, add_link_delay_arg
     from topologies.cluster import add_cluster_args
     from topologies.netconfig import (
         BMV2_PORT_RATE_PPS,
@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="two_tier.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fabric_args(p)
+    add_link_delay_arg(p)
     add_cluster_args(p)
     p.add_argument("--rate", type=_rate, default="auto",
                    help="egress rate of every switch port and host NIC, packets/s; 'auto' "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -77,12 +78,21 @@ class EndpointConfig:
             raise ConfigError("cc_factory must be a zero-argument callable returning a controller")
 
     @classmethod
-    def for_base_rtt(cls, base_rtt: float, **overrides: object) -> EndpointConfig:
-        """Every timer as the same multiple of `base_rtt` as the defaults are of 1 ms."""
+    def for_base_rtt(cls, base_rtt: float, line_rate_bps: float | None = None,
+                     **overrides: object) -> EndpointConfig:
+        """Every timer as the same multiple of `base_rtt` as the defaults are of 1 ms. With
+        `line_rate_bps` (what one connection can send at), the window starts at the path's
+        bandwidth-delay product and may grow to 1.5 times it (NsccConfig.for_link), never
+        below the defaults: a long path (--link-delay) is filled from the first RTT."""
         if isinstance(base_rtt, bool) or not isinstance(base_rtt, (int, float)) or base_rtt <= 0:
             raise ConfigError(f"base_rtt={base_rtt!r}: must be a positive number of seconds")
         mtu = overrides.get("mtu", DEFAULT_MTU)
         nscc = NsccConfig(mtu=mtu, base_rtt=base_rtt, min_cwnd=mtu)  # type: ignore[arg-type]
+        if line_rate_bps is not None:
+            path = NsccConfig.for_link(line_rate_bps, base_rtt, mtu=mtu)  # type: ignore[arg-type]
+            nscc = dataclasses.replace(
+                nscc, max_cwnd=max(nscc.max_cwnd, path.max_cwnd),
+                initial_cwnd=max(nscc.initial_cwnd, path.initial_cwnd))
         values: dict[str, object] = {
             "rto_initial": 5 * base_rtt,
             "rto_min": 2 * base_rtt,
