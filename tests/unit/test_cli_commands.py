@@ -13,17 +13,28 @@ from topologies.cli_commands import MrcCLI  # noqa: E402
 class FakeNetwork:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, str]] = []
+        self.link_log: list[dict] = []
 
     def link_down(self, a: str, b: str) -> None:
         self.calls.append(("down", a, b))
+        self.link_log.append({"event": "down", "a": a, "b": b})
 
     def link_up(self, a: str, b: str) -> None:
         self.calls.append(("up", a, b))
+        event = {"event": "up", "a": a, "b": b}
+        if ("cut", a, b) in self.calls:
+            event["cut_dropped"] = 17
+        self.link_log.append(event)
+
+    def link_cut(self, a: str, b: str) -> None:
+        self.calls.append(("cut", a, b))
+        self.link_log.append({"event": "cut", "a": a, "b": b})
 
 
 def make_cli() -> tuple[MrcCLI, FakeNetwork]:
     cli = MrcCLI.__new__(MrcCLI)  # CLI.__init__ would start the interactive loop
     cli.mrc = FakeNetwork()
+    cli.failures = 0
     return cli, cli.mrc
 
 
@@ -36,3 +47,16 @@ def test_mininet_link_command_uses_the_fabric_failure(capsys: pytest.CaptureFixt
     cli.do_link("p0l0")
     assert net.calls == [("down", "p0l0", "p0s1"), ("up", "p0l0", "p0s1")]
     assert "usage" in capsys.readouterr().err
+
+
+def test_mrc_link_cut_and_mend_report_what_the_cut_dropped(
+        capsys: pytest.CaptureFixture) -> None:
+    cli, net = make_cli()
+    cli.do_mrc_link("cut p0l1 h3")
+    cli.do_mrc_link("up p0l1 h3")
+    assert net.calls == [("cut", "p0l1", "h3"), ("up", "p0l1", "h3")]
+    out = capsys.readouterr().out
+    assert "link p0l1 - h3 cut" in out and "(the cut dropped 17 frames)" in out
+    assert cli.failures == 0
+    cli.do_mrc_link("snip p0l1 h3")
+    assert cli.failures == 1 and "mrc_link down|up|cut A B" in capsys.readouterr().err
