@@ -8,10 +8,12 @@ time scales (timers, queue sizes in packets) that do not shrink with the rate.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from bench import metrics
 from bench.context import (
+    QUICK,
     Context,
     bound,
     ideal_s,
@@ -22,7 +24,9 @@ from bench.context import (
 )
 from bench.mrc_flows import FlowSpec
 from fabric.topology import Fabric
+from host_agent.core import DEFAULT_MTU
 from topologies.impair import LinkLoss, loss_unavailable
+from topologies.netconfig import NetworkConfig
 
 LOSS_PERCENT = 1.0
 LOSS_CONTENDERS = ("mrc", "roce", "roce:8", "tcp")
@@ -50,6 +54,20 @@ PAPER = {
 }
 
 
+LOSS_FLOW_RTTS = 12  # the loss flow lasts at least this many base RTTs at capacity
+
+
+def loss_flow_bytes(size: int, config: NetworkConfig) -> int:
+    """The loss flow's size: `size`, or LOSS_FLOW_RTTS of the path's bandwidth-delay
+    product if that is more. On a long path (--link-delay) a short flow would measure its
+    first and last RTTs, not loss recovery; at the default rates the size is unchanged."""
+    rate = config.port_rate_pps
+    if not isinstance(rate, int):
+        return size
+    bdp = config.fabric.planes * rate * config.effective_base_rtt * DEFAULT_MTU
+    return max(size, math.ceil(LOSS_FLOW_RTTS * bdp / DEFAULT_MTU) * DEFAULT_MTU)
+
+
 def loss(ctx: Context) -> dict[str, Any]:
     """One flow h0 -> h3 across spines with every switch port dropping 1% (topologies.impair):
     goodput / capacity per contender."""
@@ -58,8 +76,10 @@ def loss(ctx: Context) -> dict[str, Any]:
     if why:
         return {"skipped": why, "contenders": {}, "figures": {}, "targets": [],
                 "fabric": {}, "network": {}, "capacity_pps": None}
-    spec = FlowSpec(0, fabric.hosts - 1, ctx.sizes.loss_bytes)
     with open_fabric(ctx, fabric) as net:
+        size = ctx.sizes.loss_bytes  # --quick (a smoke test) keeps its small flow
+        spec = FlowSpec(0, fabric.hosts - 1,
+                        size if ctx.sizes is QUICK else loss_flow_bytes(size, net.config))
         cap = metrics.capacity_pps(fabric, net.config.port_rate_pps, [spec.src], [spec.dst])
         timeout = 40 * ideal_s(spec.nbytes, cap) * fabric.planes + 30
         result = network_params(net, cap)
