@@ -72,7 +72,14 @@ def test_demo_over_three_servers(servers: EmulatedServers, target: str) -> None:
     failure = report["failure"]
     a, b = failure["link"]
     assert {a, b} == {"p0l1", "h3"}, failure["link"]  # p0l1 on srv0, h3 on srv2: a tunnel
-    assert failure["bypass_s"] is not None, failure.get("bypass_note")
+    # The failed link is h3's NIC, which h3's agent announces (PORT_STATUS): the sender may
+    # stop using that plane before it sends there again (1 CI run in 2 on soft), and then
+    # there is nothing to bypass. Either way the transfer kept its goodput.
+    note = failure.get("bypass_note") or ""
+    assert failure["bypass_s"] is not None or note == (
+        "nothing to bypass: no data went onto the failed route after the failure began"), note
+    checks = report["checks"]  # not judged when the run was emulation-bound (the CPUs)
+    assert checks["goodput_after_failure_ok"] or not checks["judged"], checks
     assert failure["reinstated_after_up"]
     assert report["checks"]["no_healthy_route_retirements"], failure["retired"]
     for i in range(3):
