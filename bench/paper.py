@@ -23,6 +23,7 @@ from bench.context import (
     target,
 )
 from bench.mrc_flows import FlowSpec
+from bench.runner import path_bdp_bytes
 from fabric.topology import Fabric
 from host_agent.core import DEFAULT_MTU
 from topologies.impair import LinkLoss, loss_unavailable
@@ -61,10 +62,9 @@ def loss_flow_bytes(size: int, config: NetworkConfig) -> int:
     """The loss flow's size: `size`, or LOSS_FLOW_RTTS of the path's bandwidth-delay
     product if that is more. On a long path (--link-delay) a short flow would measure its
     first and last RTTs, not loss recovery; at the default rates the size is unchanged."""
-    rate = config.port_rate_pps
-    if not isinstance(rate, int):
+    bdp = path_bdp_bytes(config)
+    if bdp is None:
         return size
-    bdp = config.fabric.planes * rate * config.effective_base_rtt * DEFAULT_MTU
     return max(size, math.ceil(LOSS_FLOW_RTTS * bdp / DEFAULT_MTU) * DEFAULT_MTU)
 
 

@@ -102,11 +102,17 @@ def write_depth(config: NetworkConfig) -> int:
     than DEPTH. An application that posts less measures itself, not the transport: under 1%
     loss a chunk with a lost packet holds its slot two or three RTTs, and on 28 ms links
     (--link-delay) 8 chunks held MRC to 0.43 of capacity, 2 BDPs to 0.70, 64 chunks to 0.91."""
+    bdp = path_bdp_bytes(config)
+    return DEPTH if bdp is None else max(DEPTH, math.ceil(BDP_WRITES * bdp / CHUNK))
+
+
+def path_bdp_bytes(config: NetworkConfig) -> float | None:
+    """Payload bytes one host's NICs hold in flight: every plane at the port rate over the
+    agents' base RTT; None when the rate is unlimited (no product to size from)."""
     rate = config.port_rate_pps
     if not isinstance(rate, int):
-        return DEPTH
-    bdp = config.fabric.planes * rate * config.effective_base_rtt * DEFAULT_MTU
-    return max(DEPTH, math.ceil(BDP_WRITES * bdp / CHUNK))
+        return None
+    return config.fabric.planes * rate * config.effective_base_rtt * DEFAULT_MTU
 
 
 def payload_bytes(name: str, flows: list[dict[str, Any]]) -> int:
