@@ -290,6 +290,11 @@ class ClusterRun:
 
     # ---- failures -----------------------------------------------------------------------------
 
+    def is_cut(self, a: str, b: str) -> bool:
+        """The link a - b is between servers and cut."""
+        vni = self.link_vnis.get(link_key(a, b))
+        return vni is not None and vni in self.cut_vnis
+
     def cut(self, a: str, b: str, on: bool) -> int:
         """Cut (on) or mend the link a - b between two servers (topologies.cablecut) on both
         its servers; returns the packets the cut had dropped when mending, else 0."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from controller.tables import LinkKey, check_links, link_key
+from controller.tables import check_links, link_key
 from fabric.topology import Fabric, TopologyError
 from topologies.hostsetup import restore_nic_ipv6
 from topologies.netconfig import NetworkConfig, NetworkError
@@ -32,7 +32,6 @@ class FaultInjection:
 
     fabric: Fabric
     cluster_run: ClusterRun | None
-    cut_links: set[LinkKey]
     config: NetworkConfig
     link_log: list[dict[str, Any]]
     convergence: Convergence | None
@@ -65,9 +64,9 @@ class FaultInjection:
         blackhole on each switch end's egress (a pfifo qdisc of limit 0 drops every frame the
         switch sends; the kernel delivers nothing else to it), and a host's end, the NIC the
         agent watches, goes down for real (its switch end then has no carrier)."""
-        key, link = self._link(a, b)
+        _key, link = self._link(a, b)
         state = "up" if up else "down"
-        if key in self.cut_links:
+        if self.cluster_run is not None and self.cluster_run.is_cut(a, b):
             if not up:
                 raise NetworkError(f"{a} - {b} is cut: bring it up first")
             self._mend(a, b)
@@ -88,15 +87,14 @@ class FaultInjection:
     def link_cut(self, a: str, b: str) -> None:
         """Cut the cable a - b between two servers: both ends stay up and every frame is lost
         on the underlay (topologies.cablecut); link_up mends it."""
-        key, _link = self._link(a, b)
+        self._link(a, b)  # a cable of this fabric, or NetworkError
         if self.cluster_run is None:
             raise NetworkError("a cable cut drops a tunnel's packets on the underlay: only "
                                "links between servers (--servers) have one; take the link "
                                "down instead")
-        if key in self.cut_links:
+        if self.cluster_run.is_cut(a, b):
             raise NetworkError(f"{a} - {b} is already cut")
         self.cluster_run.cut(a, b, on=True)
-        self.cut_links.add(key)
         self.link_log.append({"time": time.monotonic(), "event": "cut", "a": a, "b": b})
         assert self.convergence is not None
         self.convergence.link_down(a, b)
@@ -104,7 +102,6 @@ class FaultInjection:
     def _mend(self, a: str, b: str) -> None:
         assert self.cluster_run is not None and self.convergence is not None
         dropped = self.cluster_run.cut(a, b, on=False)
-        self.cut_links.discard(link_key(a, b))
         self.link_log.append({"time": time.monotonic(), "event": "up", "a": a, "b": b,
                               "cut_dropped": dropped})
         self.convergence.link_up(a, b)

@@ -40,7 +40,6 @@ from mininet.node import Host
 
 from controller.convergence import Convergence
 from controller.install import Controller
-from controller.tables import LinkKey
 from host_agent.modes import MRC_MODE, ROCE, AgentMode
 from topologies import capacity, fabricnet
 from topologies.agents import (
@@ -97,7 +96,6 @@ class MrcNetwork(FaultInjection):
         self.convergence: Convergence | None = None
         self.agents: dict[int, AgentProcess] = {}
         self.link_log: list[dict[str, Any]] = []
-        self.cut_links: set[LinkKey] = set()  # links between servers cut (FaultInjection)
         self.timings: dict[str, float] = {}
         self.rate_choice: dict[str, Any] | None = None  # port_rate_pps "auto": what and why
         self._handles: list[TransferHandle] = []
