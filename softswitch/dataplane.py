@@ -214,7 +214,7 @@ class Dataplane(RuntimeControl):
 
         def receive() -> tuple[bytearray, tuple]:
             n, anc, _flags, addr = sock.recvmsg_into([buf], tagged.ANC_SIZE)
-            return bytearray(tagged.retag(view[:n], anc)), addr
+            return tagged.retag(view[:n], anc), addr
         return self._addressed_reader(port, receive)
 
     def _addressed_reader(self, port: int, receive: Callable[[], tuple[bytearray, tuple]]

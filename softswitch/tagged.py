@@ -66,16 +66,19 @@ def tagged_socket(ifname: str, protocol: int) -> socket.socket:
     return s
 
 
-def retag(frame: memoryview | bytes, ancdata: list) -> bytes:
+def retag(frame: memoryview | bytes, ancdata: list) -> bytearray:
     """The frame with the tag the kernel removed put back (libpcap's rule), or as it is when
-    the auxiliary data reports none."""
+    the auxiliary data reports none; a new bytearray either way (the pipeline rewrites it)."""
     for level, kind, data in ancdata:
         if level != SOL_PACKET or kind != PACKET_AUXDATA or len(data) < _AUXDATA.size:
             continue
         status, _len, _snap, _mac, _net, tci, tpid = _AUXDATA.unpack_from(data)
         if not status & TP_STATUS_VLAN_VALID and not tci:
-            return bytes(frame)
+            return bytearray(frame)
         if not status & TP_STATUS_VLAN_TPID_VALID:
             tpid = ETH_P_8021Q
-        return bytes(frame[:MAC_PAIR]) + _TAG.pack(tpid, tci) + bytes(frame[MAC_PAIR:])
-    return bytes(frame)
+        out = bytearray(frame[:MAC_PAIR])
+        out += _TAG.pack(tpid, tci)
+        out += frame[MAC_PAIR:]
+        return out
+    return bytearray(frame)
