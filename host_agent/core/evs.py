@@ -31,12 +31,15 @@ Rules chosen where the sources are silent [choice]:
   different: EVs in SKIP lower their plane's weight, so the excess spreads over every plane
   instead of all landing on the congested plane's other spine (planes in plain turns slowed
   permutation flows, docs/decisions.md). A plane with no usable EV passes its turn.
-- Floor: while fewer than ev_min_active EVs are usable (GOOD, active, plane usable), choose()
-  also sprays over stand-ins on usable planes, best first: GOOD backups, then SKIP EVs
-  (soonest expiry first), then ASSUMED_BAD EVs least recently failed first (the failure that
-  is oldest is the likeliest to have healed), until ev_min_active EVs are in use. DENIED EVs
-  are never used, so choose() returns None when no plane is usable or every EV on the usable
-  planes is DENIED.
+- Floor, per plane (evfloor): while a usable plane has fewer usable EVs (GOOD, active) than
+  its share of ev_min_active (rounded up), or the set fewer than ev_min_active, choose() takes
+  the plane by weight as above and sprays over that plane's usable EVs plus stand-ins of its
+  own, best first: GOOD backups, then SKIP EVs (soonest expiry first), then ASSUMED_BAD EVs
+  least recently failed first (the failure that is oldest is the likeliest to have healed).
+  A failed EV stands in only once its path has delivered again, while any plane has
+  something else. DENIED EVs are never
+  used, so choose() returns None when no plane is usable or every EV on the usable planes is
+  DENIED.
 - Probes: an ASSUMED_BAD EV on a usable plane is probed every probe_interval (one probe
   outstanding at a time); a reply is a success, no reply within probe_timeout a failure that
   resets the run of successes. Ordinary deliveries on an ASSUMED_BAD EV do not count.
@@ -53,7 +56,8 @@ from collections import deque
 from collections.abc import Sequence
 
 from host_agent.core.errors import LocalProtocolError
-from host_agent.core.evcontrol import ControlChooser, stand_in_rank
+from host_agent.core.evcontrol import ControlChooser
+from host_agent.core.evfloor import Floor
 from host_agent.core.evstate import TRANSITIONS, EvConfig, EvEntry, EvTrigger, Pool
 from host_agent.core.types import EvState, PathInfo
 
@@ -131,6 +135,8 @@ class EvSet:
         self._credit[actives[start].path.plane] = 1
         self._skipping: dict[int, int] = dict.fromkeys(self.planes, 0)
         self._usable_count = 0
+        self._plane_good: dict[int, int] = dict.fromkeys(self.planes, 0)  # usable EVs per plane
+        self._starved: bool | None = None  # below the floor somewhere (_below_floor), cached
         self._deadline: float | None = None  # next_deadline(), while _deadline_ok
         self._deadline_ok = False  # cleared by every change of state, pool, plane or probe
         self._deferred: set[int] = set()  # planes whose last _refill deferred, nothing changed
@@ -140,8 +146,8 @@ class EvSet:
         self._path_size: dict[PathInfo, int] = {}
         for entry in self._entries.values():
             self._path_size[entry.path] = self._path_size.get(entry.path, 0) + 1
-        self._fallback: list[EvEntry] | None = None
-        self._fallback_pos = 0
+        self._floor = Floor(self.planes, self._plane_entries, self._plane_usable,
+                            self._skipping, self.config.ev_min_active)
         self._changes: list[tuple[int, EvState, EvState, EvTrigger]] = []
         self.counters: dict[str, int] = dict.fromkeys(
             ("chosen", "control_chosen", "floor_picks", "control_fallback", "ecn",
@@ -194,10 +200,12 @@ class EvSet:
         if usable != entry.usable:
             entry.usable = usable
             self._usable_count += 1 if usable else -1
+            self._plane_good[entry.path.plane] += 1 if usable else -1
             if usable and not entry.in_ring:
                 entry.in_ring = True
                 self._rings[entry.path.plane].append(entry)
-        self._fallback = None
+        self._floor.forget()
+        self._starved = None
         self._control.forget()  # its candidates depend on usability and the ASSUMED_BAD set
         self._deadline_ok = False
         self._deferred.clear()
@@ -338,10 +346,9 @@ class EvSet:
     def choose(self, now: float) -> EvEntry | None:
         """EV for the next data packet: the plane by weight (_next_plane), then round-robin
         over that plane's usable EVs (module docstring, "Spraying"); O(planes) per packet plus
-        one pop per loss of usability. The floor rule applies below ev_min_active usable
-        EVs."""
+        one pop per loss of usability. Below the floor, the floor rule (module docstring)."""
         self._expire_skips(now)
-        if self._usable_count >= self.config.ev_min_active:
+        if not self._below_floor():
             # BEGIN exercise 4 spray
             entry = None
             while entry is None:
@@ -355,13 +362,9 @@ class EvSet:
                     candidate.in_ring = False
             # END exercise 4 spray
         else:
-            if self._fallback is None:
-                self._fallback = self._build_fallback()
-                self._fallback_pos = 0
-            if not self._fallback:
+            entry = self._floor.choose(self._next_plane, self._shortage())
+            if entry is None:
                 return None
-            entry = self._fallback[self._fallback_pos % len(self._fallback)]
-            self._fallback_pos += 1
             if not entry.usable:
                 self.counters["floor_picks"] += 1
         self.counters["chosen"] += 1
@@ -386,17 +389,15 @@ class EvSet:
         credit[best] -= total
         return best
 
-    def _build_fallback(self) -> list[EvEntry]:
-        """Usable EVs plus the best stand-ins (module docstring, "Floor"); rebuilt only after
-        a state, pool or plane change, so degraded sending is O(1) per packet too."""
-        usable = [e for e in self._entries.values() if e.usable]
-        spare = [
-            e for e in self._entries.values()
-            if not e.usable and e.state is not EvState.DENIED
-            and self._plane_usable[e.path.plane]
-        ]  # fmt: skip
-        spare.sort(key=stand_in_rank)
-        return usable + spare[: self.config.ev_min_active - len(usable)]
+    def _below_floor(self) -> bool:
+        """Fewer than ev_min_active usable EVs, or a usable plane below its share of them."""
+        if self._starved is None:
+            starved, good = self._floor.starved, self._plane_good
+            self._starved = self._shortage() or any(starved(p, good[p]) for p in self.planes)
+        return self._starved
+
+    def _shortage(self) -> bool:
+        return self._usable_count < self.config.ev_min_active
 
     def choose_control(
         self, now: float, *, plane: int | None = None, echo_ev: int | None = None
@@ -438,6 +439,7 @@ class EvSet:
 
     def on_delivered(self, ev: int, now: float) -> None:
         self._feedback(ev, now, "delivered", None)
+        self._floor.delivered(self._entries[ev].path, now)
         if any(self._vacant.values()):
             self._refill_all()
 
@@ -499,6 +501,7 @@ class EvSet:
             return False
         entry.counters["probe_replies"] += 1
         self.counters["probe_replies"] += 1
+        self._floor.delivered(entry.path, now)
         entry.probe_successes += 1
         if entry.probe_successes >= self.config.probe_successes_to_reinstate:
             self._apply(entry, T.PROBE_SUCCESS_ENOUGH, now)
