@@ -184,11 +184,14 @@ def line_rate_bps(nic_rate_pps: float | None, planes: int, sprays: bool) -> floa
 def roce_endpoint_config(base_rtt: float, line_rate_bps: float | None = None,
                          **overrides: Any) -> EndpointConfig:
     """Per QP: one EV, no backups, the floor at one EV (a failed path keeps being retried, as
-    in RoCE), go-back-N recovery."""
+    in RoCE), go-back-N recovery, and a window a timeout does not shrink (RoCE has no window;
+    DCQCN lowers the rate on congestion notifications only, so after a timeout a QP resends
+    at the rate it had: docs/decisions.md, "The RoCE-like baseline keeps its rate")."""
     ev = EvConfig.for_base_rtt(base_rtt, evs_per_connection=1, backups_per_plane=0,
                                ev_min_active=1)
     return EndpointConfig.for_base_rtt(base_rtt, line_rate_bps, ev=ev,
-                                       recovery=RecoveryMode.GO_BACK_N, **overrides)
+                                       recovery=RecoveryMode.GO_BACK_N,
+                                       cc_overrides={"timeout_factor": 1.0}, **overrides)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -110,7 +110,7 @@ class Harness:
         rtt = self.base_rtt_for(host)
         line_rate = self.fabric.planes * self.settings.rate_bps
         nscc = NsccConfig.for_link(line_rate, rtt, mtu=DEFAULT_MTU)
-        return EndpointConfig.for_base_rtt(rtt, cc_factory=functools.partial(Nscc, nscc))
+        return EndpointConfig.for_base_rtt(rtt, line_rate, cc_factory=functools.partial(Nscc, nscc))
 
     def base_rtt_for(self, host: int) -> float:
         """The longest unloaded RTT from `host` to any other host (the endpoint's RTT hint)."""

@@ -79,7 +79,8 @@ class NsccConfig:
     fi_gain: fair increase = fi_gain * mtu * acked_bytes / cwnd (fi_gain MTUs per window).
     md_gain / md_max: multiplicative decrease by min(md_max, md_gain * (delay - target) / delay).
     nack_decrease_mtus: a trimmed packet (NACK) shrinks the window by this many MTUs.
-    timeout_factor: an RTO multiplies the window by this factor.
+    timeout_factor: an RTO multiplies the window by this factor; 1 leaves it (the RoCE-like
+        baseline: DCQCN cuts its rate on congestion notifications, not on a timeout).
     """
 
     mtu: int = DEFAULT_MTU
@@ -115,10 +116,10 @@ class NsccConfig:
                 "NsccConfig needs min_cwnd <= initial_cwnd <= max_cwnd, got "
                 f"{self.min_cwnd} / {self.initial_cwnd} / {self.max_cwnd}"
             )
-        if self.md_max >= 1 or self.timeout_factor >= 1:
+        if self.md_max >= 1 or self.timeout_factor > 1:
             raise ConfigError(
-                f"NsccConfig.md_max ({self.md_max}) and timeout_factor ({self.timeout_factor}) "
-                "must be < 1 so a decrease actually shrinks the window"
+                f"NsccConfig.md_max ({self.md_max}) must be < 1 and timeout_factor "
+                f"({self.timeout_factor}) at most 1, so a decrease never grows the window"
             )
 
     @classmethod

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -12,6 +13,8 @@ from host_agent.core.errors import ConfigError
 from host_agent.core.evstate import EvConfig
 from host_agent.core.types import StrEnum
 from wire import PSN_MOD
+
+PSN_WINDOW_BDPS = 8  # PSN window, in bandwidth-delay products, when the line rate is known
 
 
 class RecoveryMode(StrEnum):
@@ -78,22 +81,32 @@ class EndpointConfig:
             raise ConfigError("cc_factory must be a zero-argument callable returning a controller")
 
     @classmethod
-    def for_base_rtt(cls, base_rtt: float, line_rate_bps: float | None = None,
+    def for_base_rtt(cls, base_rtt: float, line_rate_bps: float | None = None, *,
+                     cc_overrides: dict[str, object] | None = None,
                      **overrides: object) -> EndpointConfig:
         """Every timer as the same multiple of `base_rtt` as the defaults are of 1 ms. With
         `line_rate_bps` (what one connection can send at), the window starts at the path's
         bandwidth-delay product and may grow to 1.5 times it (NsccConfig.for_link), never
-        below the defaults: a long path (--link-delay) is filled from the first RTT."""
+        below the defaults: a long path (--link-delay) is filled from the first RTT. The PSN
+        window then spans PSN_WINDOW_BDPS of those products: a lost packet holds the
+        cumulative ack for one or two RTTs (three or more when its resend is lost too), and
+        a window of a few products would stop the sender there (docs/decisions.md, "PSN
+        window"). `cc_overrides`: NsccConfig fields to set on top."""
         if isinstance(base_rtt, bool) or not isinstance(base_rtt, (int, float)) or base_rtt <= 0:
             raise ConfigError(f"base_rtt={base_rtt!r}: must be a positive number of seconds")
         mtu = overrides.get("mtu", DEFAULT_MTU)
         nscc = NsccConfig(mtu=mtu, base_rtt=base_rtt, min_cwnd=mtu)  # type: ignore[arg-type]
+        values: dict[str, object] = {}
         if line_rate_bps is not None:
             path = NsccConfig.for_link(line_rate_bps, base_rtt, mtu=mtu)  # type: ignore[arg-type]
             nscc = dataclasses.replace(
                 nscc, max_cwnd=max(nscc.max_cwnd, path.max_cwnd),
                 initial_cwnd=max(nscc.initial_cwnd, path.initial_cwnd))
-        values: dict[str, object] = {
+            bdp_packets = math.ceil(line_rate_bps / 8 * base_rtt / mtu)  # type: ignore[operator]
+            values["window"] = min(PSN_MOD // 4, max(cls.window, PSN_WINDOW_BDPS * bdp_packets))
+        if cc_overrides:
+            nscc = dataclasses.replace(nscc, **cc_overrides)  # type: ignore[arg-type]
+        values.update({
             "rto_initial": 5 * base_rtt,
             "rto_min": 2 * base_rtt,
             "rto_max": 500 * base_rtt,
@@ -102,6 +115,6 @@ class EndpointConfig:
             "oor_backoff": base_rtt,
             "ev": EvConfig.for_base_rtt(base_rtt),
             "cc_factory": functools.partial(Nscc, nscc),
-        }
+        })
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 
 import wire
-from host_agent.core.config import EndpointConfig
+from host_agent.core.config import EndpointConfig, RecoveryMode
 from host_agent.core.errors import RemoteProtocolError
 from host_agent.core.events import Event, EvStateChanged
 from host_agent.core.evs import INDEX_BITS, EvSet
@@ -51,7 +51,8 @@ class Connection:
                              stats=stats, emit=emit)
         self.receiver = Receiver(window=config.window, memory=memory, local_qpn=local_qpn,
                                  remote_qpn=remote_qpn, expected_psn=expected_psn, stats=stats,
-                                 emit=emit)
+                                 emit=emit,
+                                 in_order=config.recovery is RecoveryMode.GO_BACK_N)
         self.tx_per_ev: Counter[int] = Counter()
         self.peer_tag: int | None = None  # the tag of the peer's EVs, once an answer proved it
         self._probe_seq = 0

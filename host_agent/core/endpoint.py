@@ -45,6 +45,7 @@ STAT_KEYS = (
     "resyncs",  # the peer restarted: outstanding writes failed, PSNs adopted (Sender._resync)
     "port_status_refused",  # PORT_STATUS not on the peer's EVs (Endpoint._on_port_status)
     "rx_data_bytes",  # payload bytes placed in memory (duplicates, trims and refusals not)
+    "out_of_order_dropped",  # go-back-N receiver: a PSN above the expected one, not placed
 )  # fmt: skip
 
 

@@ -5,6 +5,11 @@ window), `_ends` maps the last PSN of each message seen above cack to its (msn, 
 counts the bytes of messages not yet delivered. A SACK is generated for every accepted or duplicate
 data packet (no coalescing: the sender's loss detection and NSCC both work per packet).
 
+In order (`in_order`, the RoCE-like baseline's go-back-N QPs): as an IBTA RC responder, only
+the expected PSN is placed; a packet above it is a sequence error, dropped unplaced and
+answered (the sender reads an answer above its cumulative ack as RoCE's NAK), so everything
+from a lost packet on must be resent, as a RoCE NIC must.
+
 A refused packet (rkey/bounds) does not consume its PSN: it is answered with the refusal NACK
 and forgotten, so a forged packet cannot use up a PSN of the legitimate stream (the genuine
 packet at that PSN is still accepted). As in IBTA RC, a genuine refusal is fatal to the
@@ -48,8 +53,10 @@ class Receiver:
         expected_psn: int,
         stats: dict[str, int],
         emit: Callable[[Event], None],
+        in_order: bool = False,
     ) -> None:
         self._window = window
+        self._in_order = in_order
         self._memory = memory
         self._qpn = local_qpn
         self._remote_qpn = remote_qpn
@@ -73,6 +80,9 @@ class Receiver:
             return self._nack(wire.NACK_PSN_OOR_WINDOW, psn, ev, ecn)
         if rel < 0 or self._bits >> rel & 1:
             self._stats["duplicates"] += 1
+            return self._sack(psn, ev, ecn)
+        if rel > 0 and self._in_order:
+            self._stats["out_of_order_dropped"] += 1
             return self._sack(psn, ev, ecn)
         length = len(payload)
         if length < dma_len:

@@ -193,26 +193,43 @@ def test_single_ev_transfer_with_loss_completes(recovery: str) -> None:
     assert {tx.ev for tx in sent} == set(conn.evs.states())
 
 
+def _drop_first_send_of(psn: int, dropped: list):  # type: ignore[no-untyped-def]
+    """A link filter that loses A's first transmission of `psn` (appended to `dropped`)."""
+    def drop(src: str, tx) -> bool:  # type: ignore[no-untyped-def]
+        if (src == "A" and tx.dscp == wire.DSCP_TRIMMABLE and not dropped
+                and wire.decode_packet(tx.payload).bth.psn == psn):
+            dropped.append(tx)
+            return False
+        return True
+    return drop
+
+
 def test_go_back_n_resends_everything_after_the_lost_psn() -> None:
     counts = {}
     for recovery in ("go_back_n", "selective"):
         h = _single_path(recovery, seed=42)
         target: list = []
-
-        def drop_psn_40(src: str, tx, target: list = target) -> bool:
-            if (src == "A" and tx.dscp == wire.DSCP_TRIMMABLE and not target
-                    and wire.decode_packet(tx.payload).bth.psn == 40):
-                target.append(tx)
-                return False
-            return True
-
-        h.link.filter = drop_psn_40
+        h.link.filter = _drop_first_send_of(40, target)
         assert _transfer(h, 200_000)
         assert len(target) == 1
         counts[recovery] = h.a.stats()["retransmits"]
     assert counts["selective"] == 1
     # everything in flight behind PSN 40 (a 16-packet window) went again
     assert counts["go_back_n"] >= 8
+
+
+def test_a_go_back_n_receiver_places_only_the_expected_psn() -> None:
+    """As a RoCE responder: after PSN 40 is lost, what follows it is dropped unplaced until
+    40 is resent, so it all has to be resent; a selective receiver keeps it."""
+    dropped, resent = {}, {}
+    for recovery in ("go_back_n", "selective"):
+        h = _single_path(recovery, seed=43)
+        h.link.filter = _drop_first_send_of(40, [])
+        assert _transfer(h, 200_000)
+        dropped[recovery] = h.b.stats()["out_of_order_dropped"]
+        resent[recovery] = h.a.stats()["retransmits"]
+    assert dropped["selective"] == 0 and dropped["go_back_n"] >= 8
+    assert resent["go_back_n"] >= dropped["go_back_n"] + 1  # the lost one and all it held up
 
 
 def test_recovery_mode_is_validated() -> None:
