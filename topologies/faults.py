@@ -7,11 +7,14 @@ made and undone.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from controller.tables import check_links, link_key
 from fabric.topology import Fabric, TopologyError
+from topologies.capture import capture as capture_link
 from topologies.hostsetup import restore_nic_ipv6
+from topologies.linkdelay import link_end_qdisc
 from topologies.netconfig import NetworkConfig, NetworkError
 from topologies.p4switch import P4RuntimeSwitch
 
@@ -25,6 +28,14 @@ if TYPE_CHECKING:
 
 # Drops every frame sent (limit 0 also disables the empty-queue bypass); see _set_link.
 BLACKHOLE_QDISC = "pfifo limit 0"
+
+
+def restore_cmd(ifname: str, delay_qdisc: str | None) -> str:
+    """What brings a blackholed switch end back: its link delay's qdisc (BMv2 with
+    --link-delay, topologies.linkdelay), else the interface's default qdisc."""
+    if delay_qdisc is None:
+        return f"tc qdisc del dev {ifname} root"
+    return f"tc qdisc replace dev {ifname} root {delay_qdisc}"
 
 
 class FaultInjection:
@@ -73,7 +84,7 @@ class FaultInjection:
             return
         for intf in (link.intf1, link.intf2):
             if isinstance(intf.node, P4RuntimeSwitch):
-                cmd = (f"tc qdisc del dev {intf.name} root" if up
+                cmd = (restore_cmd(intf.name, link_end_qdisc(self.config)) if up
                        else f"tc qdisc replace dev {intf.name} root {BLACKHOLE_QDISC}")
             else:
                 cmd = f"ip link set dev {intf.name} {state}"
@@ -83,6 +94,13 @@ class FaultInjection:
         self.link_log.append({"time": time.monotonic(), "event": state, "a": a, "b": b})
         assert self.convergence is not None
         (self.convergence.link_up if up else self.convergence.link_down)(a, b)
+
+    def capture(self, a: str, b: str, seconds: float, path: Path) -> int:
+        """A pcap of the link a - b for `seconds` (topologies.capture); the frames captured."""
+        _key, link = self._link(a, b)
+        manifest = getattr(self, "_manifest", None)
+        return capture_link(link, seconds, path,
+                            record=manifest.add_pid if manifest is not None else None)
 
     def link_cut(self, a: str, b: str) -> None:
         """Cut the cable a - b between two servers: both ends stay up and every frame is lost

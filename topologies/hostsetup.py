@@ -12,10 +12,18 @@ from topologies.netconfig import NetworkError
 from topologies.nicpacing import pacing_cmds
 
 
-def pace_nics(node: Host, fabric: Fabric, host: int, port_rate_pps: int) -> None:
-    """Every NIC of h`host` sends at the port rate (topologies.nicpacing)."""
+def pace_nics(node: Host, fabric: Fabric, host: int, port_rate_pps: int,
+              leaf: str | None = None) -> None:
+    """Every NIC of h`host` sends at the port rate (topologies.nicpacing); `leaf`: its class
+    queues' qdisc (the link delay on BMv2)."""
     _run(node, host, [cmd for p in range(fabric.planes)
-                      for cmd in pacing_cmds(fabric.nic(host, p).ifname, port_rate_pps)])
+                      for cmd in pacing_cmds(fabric.nic(host, p).ifname, port_rate_pps, leaf)])
+
+
+def delay_nics(node: Host, fabric: Fabric, host: int, qdisc: str) -> None:
+    """Every NIC of h`host` holds what it sends for the link delay (an unpaced NIC on BMv2)."""
+    _run(node, host, [f"tc qdisc replace dev {fabric.nic(host, p).ifname} root {qdisc}"
+                      for p in range(fabric.planes)])
 
 
 def configure_kernel_ipv6(node: Host, fabric: Fabric, host: int) -> None:

@@ -53,9 +53,9 @@ from topologies.calibration import calibrate_transfer
 from topologies.clusternet import ClusterRun
 from topologies.credentials import RunCredentials
 from topologies.faults import FaultInjection
-from topologies.hostsetup import configure_kernel_ipv6, pace_nics
+from topologies.hostsetup import configure_kernel_ipv6, delay_nics, pace_nics
 from topologies.impair import remove_loss
-from topologies.linkdelay import refuse_on_bmv2
+from topologies.linkdelay import delay_switch_ends, link_end_qdisc, refuse_on_bmv2
 from topologies.netconfig import AUTO_RATE, NetworkConfig, NetworkError
 from topologies.privdir import check_workdir
 from topologies.remote import RemoteProcess
@@ -206,9 +206,13 @@ class MrcNetwork(FaultInjection):
                 fabricnet.start(self.net, self.fabric)
         finally:
             self.record_pids()
-        if self.config.pace_nics and self.config.port_rate_pps is not None:
-            for h in range(self.fabric.hosts):
-                pace_nics(self._host_node(h), self.fabric, h, self.config.port_rate_pps)
+        delay = link_end_qdisc(self.config)  # BMv2 with --link-delay: netem (linkdelay)
+        for h in range(self.fabric.hosts):
+            if self.config.pace_nics and self.config.port_rate_pps is not None:
+                pace_nics(self._host_node(h), self.fabric, h, self.config.port_rate_pps, delay)
+            elif delay is not None:
+                delay_nics(self._host_node(h), self.fabric, h, delay)
+        delay_switch_ends(self.net, self.config)
 
     def record_pids(self) -> None:
         """Record every process this run owns (for a second Ctrl-C and for the next start);

@@ -37,8 +37,9 @@ _DSCP_MASK = 0x3F << _DSCP_SHIFT
 CONTROL_CLASS, DATA_CLASS = "1:10", "1:20"
 
 
-def pacing_cmds(ifname: str, port_rate_pps: int) -> list[str]:
-    """tc commands that pace one NIC at `port_rate_pps` full data frames per second."""
+def pacing_cmds(ifname: str, port_rate_pps: int, leaf: str | None = None) -> list[str]:
+    """tc commands that pace one NIC at `port_rate_pps` full data frames per second; `leaf`:
+    the class queues' qdisc instead of a FIFO (the link delay on BMv2, topologies.linkdelay)."""
     if port_rate_pps < 1:
         raise ValueError(f"NIC rate must be at least 1 packet/s, got {port_rate_pps}")
     data_bps = port_rate_pps * FULL_DATA_FRAME_LEN * 8
@@ -49,7 +50,7 @@ def pacing_cmds(ifname: str, port_rate_pps: int) -> list[str]:
         *(f"tc class replace dev {ifname} parent 1: classid {cls} htb rate {bps}bit "
           f"ceil {bps}bit burst {bucket} cburst {bucket} prio {prio} "
           f"quantum {FULL_DATA_FRAME_LEN}" for cls, bps, prio in classes),
-        *(f"tc qdisc replace dev {ifname} parent {cls} pfifo limit {CLASS_LIMIT}"
+        *(f"tc qdisc replace dev {ifname} parent {cls} {leaf or f'pfifo limit {CLASS_LIMIT}'}"
           for cls, _, _ in classes),
         f"tc filter replace dev {ifname} parent 1: protocol ipv6 prio 1 u32 "
         f"match u16 {DSCP_CONTROL << _DSCP_SHIFT:#06x} {_DSCP_MASK:#06x} at 0 "
