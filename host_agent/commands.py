@@ -95,6 +95,7 @@ class Commands:
         self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY)
         self.messages: deque[dict[str, Any]] = deque(maxlen=HISTORY)
         self._seq = 0
+        self._evicted = 0  # seq of the newest message record the full log dropped
         self.table: dict[str, Callable[[dict[str, Any], Reply], dict[str, Any] | None]] = {
             "status": self.status, "register": self.register, "deregister": self.deregister,
             "write": self.write, "verify": self.verify, "messages": self.list_messages,
@@ -129,6 +130,8 @@ class Commands:
             log.log(level, "event %s", json.dumps(record, default=str))
         if isinstance(event, MessageReceived):
             peer = self.agent.endpoint.connection(event.qpn).peer
+            if len(self.messages) == self.messages.maxlen:
+                self._evicted = self.messages[0]["seq"]
             self.messages.append({**record, "peer": peer})
         elif isinstance(event, (WriteCompleted, WriteFailed)):
             pending = self.pending.pop((event.qpn, event.wr_id), None)
@@ -251,8 +254,11 @@ class Commands:
         return {"match": first is None, "first_mismatch": first, "length": length}
 
     def list_messages(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        """Records after `since`; `evicted_through` > since says some of them are gone (the
+        log keeps HISTORY), so a caller knows its count is short instead of guessing."""
         since = _int_arg(request, "since", 0)
-        return {"messages": [m for m in self.messages if m["seq"] > since]}
+        return {"messages": [m for m in self.messages if m["seq"] > since],
+                "evicted_through": self._evicted}
 
     def events(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
         since = _int_arg(request, "since", 0)

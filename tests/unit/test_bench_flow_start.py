@@ -4,6 +4,8 @@ before the flow began when the set-up calls were slow)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from bench import mrc_flows
@@ -50,3 +52,40 @@ def test_on_start_runs_once_for_several_flows(monkeypatch: pytest.MonkeyPatch) -
     mrc_flows.run_flows(net, [FlowSpec(i, i + 1, 1000) for i in range(4)], timeout=1.0,
                         on_start=lambda: calls.append(1))
     assert calls == [1]
+
+
+class GrowingLog:
+    """A receiver whose message log keeps its last `keep` records, growing by `per_read`
+    records between two reads, as an agent's does while a flow runs."""
+
+    def __init__(self, keep: int, per_read: int) -> None:
+        self.keep, self.per_read, self.seq, self.reads = keep, per_read, 0, 0
+
+    def call(self, command: str, since: int = 0, **_: object) -> dict:
+        assert command == "messages"
+        self.reads += 1
+        self.seq += self.per_read
+        first = max(1, self.seq - self.keep + 1)
+        return {"messages": [{"seq": s, "length": 1} for s in range(max(first, since + 1),
+                                                                   self.seq + 1)],
+                "evicted_through": first - 1}
+
+
+def test_the_message_reader_gathers_more_records_than_the_log_keeps(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mrc_flows, "MESSAGE_POLL_S", 0.01)
+    log = GrowingLog(keep=100, per_read=60)
+    with mrc_flows.MessageReader(log, since=0) as reader:
+        while log.reads < 5:
+            time.sleep(0.001)
+    assert [m["seq"] for m in reader.records] == list(range(1, log.seq + 1))
+    assert log.seq > log.keep and not reader.overflowed
+
+
+def test_the_message_reader_says_when_records_were_lost(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mrc_flows, "MESSAGE_POLL_S", 60.0)  # only the final read
+    log = GrowingLog(keep=100, per_read=150)
+    with mrc_flows.MessageReader(log, since=0) as reader:
+        pass
+    assert reader.overflowed and len(reader.records) == 100
