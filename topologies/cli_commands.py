@@ -6,12 +6,14 @@
     mrc_reboot SWITCH                  kill a switch process, restart it, reinstall its tables
     mrc_nic down|up HOST PLANE         take a host NIC (one plane) down/up
     mrc_stats [HOST]                   agent counters (all hosts when HOST is omitted)
+    mrc_capture LINK SECONDS FILE      pcap of a link (A-B or "A B"), for Wireshark/tshark
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from mininet.cli import CLI
 
@@ -101,6 +103,17 @@ class MrcCLI(CLI):
                 print(f"--- h{h}")
                 print(json.dumps(stats) if "json" in w else format_stats(stats))
         self._run(line, "mrc_stats [HOST] [json]", run)
+
+    def do_mrc_capture(self, line: str) -> None:
+        """mrc_capture LINK SECONDS FILE: capture the link A-B (or A B) for SECONDS into the
+        new pcap FILE; decode it with docs/wireshark/mrc.lua."""
+        def run(w: list[str]) -> None:
+            ends = w[0].split("-", 1) if "-" in w[0] else [w[0], w.pop(1)]
+            seconds, path = float(w[1]), Path(w[2])
+            frames = self.mrc.capture(ends[0], ends[1], seconds, path)
+            print(f"{frames} frames of {ends[0]} - {ends[1]} in {path}; decode with: tshark "
+                  f"-X lua_script:docs/wireshark/mrc.lua -r {path}")
+        self._run(line, "mrc_capture LINK SECONDS FILE", run)
 
     def do_mrc_help(self, _line: str) -> None:
         """mrc_help: the MRC commands."""

@@ -1,0 +1,63 @@
+"""mrc_capture's checks (topologies.capture): bad requests are refused before tcpdump starts,
+and the pcap is never written through a file or symlink someone else put there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from topologies.capture import MAX_CAPTURE_S, _copy_new, check_request, local_end
+from topologies.netconfig import NetworkError
+
+
+def test_seconds_and_the_file_are_checked_first(tmp_path: Path) -> None:
+    new = tmp_path / "link.pcap"
+    check_request(1.0, new)
+    for seconds in (0.0, -1.0, MAX_CAPTURE_S + 1):
+        with pytest.raises(NetworkError, match="SECONDS"):
+            check_request(seconds, new)
+    new.write_bytes(b"")
+    with pytest.raises(NetworkError, match="exists"):
+        check_request(1.0, new)
+    with pytest.raises(NetworkError, match="not a directory"):
+        check_request(1.0, tmp_path / "nowhere" / "link.pcap")
+
+
+def test_the_copy_refuses_a_planted_symlink(tmp_path: Path) -> None:
+    src = tmp_path / "captured.pcap"
+    src.write_bytes(b"pcap bytes")
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me")
+    planted = tmp_path / "out.pcap"
+    planted.symlink_to(victim)
+    with pytest.raises(OSError):
+        _copy_new(src, planted)
+    assert victim.read_bytes() == b"keep me"
+    with pytest.raises(NetworkError, match="exists"):
+        check_request(1.0, planted)
+    fresh = tmp_path / "fresh.pcap"
+    _copy_new(src, fresh)
+    assert fresh.read_bytes() == b"pcap bytes"
+
+
+class _Node:
+    def __init__(self, name: str, remote: bool) -> None:
+        self.name, self.isRemote = name, remote
+
+
+class _Intf:
+    def __init__(self, node: _Node) -> None:
+        self.node = node
+
+
+class _Link:
+    def __init__(self, a: _Node, b: _Node) -> None:
+        self.intf1, self.intf2 = _Intf(a), _Intf(b)
+
+
+def test_the_end_on_this_server_is_captured() -> None:
+    link = _Link(_Node("p0l0", True), _Node("p0s0", False))
+    assert local_end(link).node.name == "p0s0"
+    with pytest.raises(NetworkError, match="other servers"):
+        local_end(_Link(_Node("p0l0", True), _Node("p0s0", True)))
