@@ -55,13 +55,14 @@ PAPER = {
 }
 
 
-LOSS_FLOW_RTTS = 12  # the loss flow lasts at least this many base RTTs at capacity
+LOSS_FLOW_RTTS = 100  # the loss flow lasts at least this many base RTTs at capacity
 
 
 def loss_flow_bytes(size: int, config: NetworkConfig) -> int:
     """The loss flow's size: `size`, or LOSS_FLOW_RTTS of the path's bandwidth-delay
-    product if that is more. On a long path (--link-delay) a short flow would measure its
-    first and last RTTs, not loss recovery; at the default rates the size is unchanged."""
+    product if that is more. A short flow measures its first and last RTTs, not loss
+    recovery: the last resend that is lost again is found only by the RTO, two to four RTTs
+    after the rest (docs/benchmarks.md, "The loss experiment")."""
     bdp = path_bdp_bytes(config)
     if bdp is None:
         return size

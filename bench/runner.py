@@ -93,15 +93,17 @@ def run_contender(net: MrcNetwork, name: str, specs: list[FlowSpec], timeout: fl
                      on_start=on_start)
 
 
-BDP_WRITES = 4  # bandwidth-delay products of writes a flow keeps outstanding
+BDP_WRITES = 16  # bandwidth-delay products of writes a flow keeps outstanding
 
 
 def write_depth(config: NetworkConfig) -> int:
     """Writes a flow keeps outstanding: enough CHUNKs to hold BDP_WRITES times the path's
     bandwidth-delay product (every plane at the port rate over the base RTT), never fewer
     than DEPTH. An application that posts less measures itself, not the transport: under 1%
-    loss a chunk with a lost packet holds its slot two or three RTTs, and on 28 ms links
-    (--link-delay) 8 chunks held MRC to 0.43 of capacity, 2 BDPs to 0.70, 64 chunks to 0.91."""
+    loss a chunk with a lost packet holds its slot two or three RTTs, and one whose resend
+    is lost too holds it for an RTO, when the RTT has grown by the NIC's queue as well: on
+    59 ms links 4 BDPs stalled the sender for a second at a time (MRC 0.73 of capacity), 16
+    did not (docs/benchmarks.md, "The loss experiment")."""
     bdp = path_bdp_bytes(config)
     return DEPTH if bdp is None else max(DEPTH, math.ceil(BDP_WRITES * bdp / CHUNK))
 
