@@ -37,6 +37,7 @@ from fabric.topology import Fabric
 from topologies.cpupressure import EMULATION_BOUND_SHARE, CpuPressure
 from topologies.fidelity import EMULATION_BOUND, Monitor
 from topologies.network import MrcNetwork
+from topologies.runview import RunRecorder
 
 MTU = 1024  # payload bytes per data packet (docs/wire-format.md §6)
 RTT_SAMPLES = 5
@@ -234,7 +235,10 @@ def classify_retirements(events: list[dict], qpn: int, evs: dict[int, dict],
 
 
 def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
-             seconds: float = 6.0, single_path: bool = False, log=print) -> dict[str, Any]:
+             seconds: float = 6.0, single_path: bool = False, log=print,
+             record: bool = False) -> dict[str, Any]:
+    """The demo (module docstring); `record`: report["recording"] holds what the run report
+    replays (topologies.runview), sampled from before the transfer until the EVs are back."""
     fabric = net.fabric
     src, dst = 0, fabric.hosts - 1  # first and last host: different T0s when t0 > 1
     rate = net.config.port_rate_pps
@@ -251,6 +255,7 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
     pressure = CpuPressure().start()
     monitor = Monitor(net)
     monitor.start()
+    recorder = RunRecorder(net, src, dst).start() if record else None
     handle = net.start_transfer(src, dst, nbytes, single_path=single_path)
     sampler = ProgressSampler(net, dst).start()
     started = time.monotonic()
@@ -297,9 +302,12 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
     if failure:  # let probes reinstate the retired EVs before counting them
         failure["reinstated_after_up"] = _await_reinstated(net, src, before[src], after[src])
         after[src] = net.stats(src)
+    recording = recorder.stop() if recorder is not None else None
     report = build_report(net, src, dst, result, before, after, failure, rtt, capacity,
                           single_path)
     report["switch_frames_consumed"] = {k: v for k, v in consumed.items() if v}
+    if recording is not None:
+        report["recording"] = recording
     report["bringup_s"] = dict(net.timings)
     if net.cluster_run is not None:
         report["cluster"] = net.cluster_run.summary()

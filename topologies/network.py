@@ -409,6 +409,10 @@ class MrcNetwork(FaultInjection):
         """Frames each port of a switch has sent (all priorities), from the kernel."""
         return fabricnet.port_counters(self._need_net(), name, "tx_packets")
 
+    def port_received(self, name: str) -> dict[int, int]:
+        """Frames each port of a switch has received, from the kernel."""
+        return fabricnet.port_counters(self._need_net(), name, "rx_packets")
+
     def port_sent_bytes(self, name: str) -> dict[int, int]:
         """Bytes each port of a switch has sent (all priorities), from the kernel."""
         return fabricnet.port_counters(self._need_net(), name, "tx_bytes")

@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the CLI commands in FILE, one per line (mrc_link cut p0l1 h3, "
                    "mrc_write 0 3 100000, ...) instead of the interactive CLI; the exit "
                    "status is 1 if any failed")
+    p.add_argument("--report", metavar="FILE",
+                   help="write the demo's replayable report, one self-contained HTML file "
+                        "that opens from disk (a new file)")
     p.add_argument("--json", action="store_true",
                    help="print the report as one JSON object on the last line")
     p.add_argument("--workdir", help="keep switch and agent logs here (default: a temp dir, "
@@ -125,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     from topologies.demo import run_demo
     from topologies.demoreport import format_report
     from topologies.network import MrcNetwork, NetworkConfig, NetworkError
+    from topologies.runreport import ReportError, check_report_path, write_report
     from topologies.runstate import terminate_as_interrupt
     from topologies.targets import TargetError
 
@@ -148,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
                                single_path=args.baseline, rx_hold_ms=args.rx_hold_ms,
                                cluster=cluster_from_args(args),
                                link_delay_s=link_delay_s(args))
-    except (TopologyError, NetworkError, ClusterError, ValueError) as exc:
+        if args.report:
+            check_report_path(Path(args.report))
+    except (TopologyError, NetworkError, ClusterError, ValueError, ReportError) as exc:
         print(f"two_tier.py: {exc}", file=sys.stderr)
         return 2
     terminate_as_interrupt()  # so the `with` block below cleans up on SIGTERM too
@@ -157,9 +163,16 @@ def main(argv: list[str] | None = None) -> int:
         with MrcNetwork(config, workdir=workdir, log=log) as net:
             net.start()
             if not args.no_demo:
-                report = run_demo(net, single_path=args.baseline, log=log)
+                report = run_demo(net, single_path=args.baseline, log=log,
+                                  record=args.report is not None)
                 report["rate_choice"] = net.rate_choice
                 log(format_report(report))
+                if args.report:
+                    size = write_report(Path(args.report), report.pop("recording"),
+                                        title=f"MRC demo on {fabric.planes} planes "
+                                              f"({config.target})",
+                                        capacity_bps=report["transfer"]["capacity_bps"])
+                    log(f"report: {args.report} ({size} bytes); open it in a browser")
             if args.script:
                 if MrcCLI(net, script=args.script).failures:
                     return 1

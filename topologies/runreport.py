@@ -1,0 +1,75 @@
+"""The replayable run report: one self-contained HTML file (`--report FILE`).
+
+The recording (topologies.runview) goes into the page as JSON; the page's script and style
+(topologies/view/) are inlined, so the file opens from disk with no server and no network,
+and can be attached to a lab hand-in. It replays the run: the fabric by plane with every
+link's packets/s and the links that were down, the sender's EV grid, and goodput against
+capacity with the link events on a timeline, under a slider and a play button.
+
+The file is created new and never written through a symlink (the demo runs as root; the
+path may be in /tmp): an existing file is refused with what to do.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+VIEW = Path(__file__).resolve().parent / "view"
+
+
+class ReportError(ValueError):
+    """The report cannot be written where asked."""
+
+
+def check_report_path(path: Path) -> None:
+    """Refuse before the run what would fail after it."""
+    if path.exists() or path.is_symlink():
+        raise ReportError(f"{path} exists: name a new file for the report")
+    if not path.parent.is_dir():
+        raise ReportError(f"{path.parent} is not a directory")
+
+
+def render(recording: dict[str, Any], *, title: str,
+           capacity_bps: float | None = None) -> str:
+    """The page as text: no reference to anything outside it."""
+    data = json.dumps({"recording": recording, "capacity_bps": capacity_bps},
+                      separators=(",", ":"), default=str)
+    data = data.replace("</", "<\\/")  # a string in the data cannot close the script element
+    style = (VIEW / "report.css").read_text()
+    script = (VIEW / "report.js").read_text()
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>{style}</style></head>
+<body>
+<h1>{html.escape(title)}</h1>
+<div id="controls"><button id="play">play / pause</button>
+<input id="slider" type="range" min="0" value="0"><span id="time"></span></div>
+<h2>Fabric by plane: link width grows with packets/s (hover for both directions); red dashed:
+down</h2>
+<div id="fabric"></div>
+<h2>EVs of the sender's QP: <span class="legend"><span class="ev-GOOD"></span>in use
+<span class="ev-SKIP"></span>resting (ECN, trim) <span class="ev-ASSUMED_BAD"></span>retired,
+probed <span class="ev-DENIED"></span>denied</span></h2>
+<div id="evs"></div>
+<h2>Goodput against capacity, link events</h2>
+<div id="timeline"></div>
+<p id="counters" class="note"></p>
+<script type="application/json" id="run-data">{data}</script>
+<script>{script}</script>
+</body></html>
+"""
+
+
+def write_report(path: Path, recording: dict[str, Any], *, title: str,
+                 capacity_bps: float | None = None) -> int:
+    """Write the report into the new file `path`; its size in bytes."""
+    text = render(recording, title=title, capacity_bps=capacity_bps).encode()
+    check_report_path(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as out:
+        out.write(text)
+    return len(text)
