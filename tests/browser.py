@@ -22,13 +22,19 @@ def chromium() -> str | None:
 
 def dump_dom(page: Path, fragment: str = "") -> str:
     """The page's DOM after load, opened as file://PAGE#FRAGMENT."""
+    return dump_url(page.resolve().as_uri() + (f"#{fragment}" if fragment else ""))
+
+
+def dump_url(url: str, budget_ms: int | None = None) -> str:
+    """The DOM at `url` after load, and after `budget_ms` of the page's own time (timers,
+    polls) when given."""
     binary = chromium()
     assert binary is not None, "chromium is not installed (apt install chromium)"
+    budget = [f"--virtual-time-budget={budget_ms}"] if budget_ms else []
     with tempfile.TemporaryDirectory(prefix="mrc-chromium-") as profile:
         run = subprocess.run(
             [binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             f"--user-data-dir={profile}", "--dump-dom",
-             page.resolve().as_uri() + (f"#{fragment}" if fragment else "")],
+             f"--user-data-dir={profile}", *budget, "--dump-dom", url],
             capture_output=True, text=True, timeout=CHROMIUM_TIMEOUT_S, check=False)
     assert run.returncode == 0, run.stderr[-2000:]
     return run.stdout

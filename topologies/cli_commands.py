@@ -7,18 +7,21 @@
     mrc_nic down|up HOST PLANE         take a host NIC (one plane) down/up
     mrc_stats [HOST]                   agent counters (all hosts when HOST is omitted)
     mrc_capture LINK SECONDS FILE      pcap of a link (A-B or "A B"), for Wireshark/tshark
+    mrc_web [PORT]                     the live view's address (started on 127.0.0.1 if off)
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 from mininet.cli import CLI
 
 from host_agent.cli import format_stats
 from topologies.agents import AgentError
+from topologies.liveview import DEFAULT_WEB_PORT, LiveViewError, start_view
 from topologies.network import MrcNetwork, NetworkError
 
 USAGE = __doc__.split("\n\n", 1)[1]
@@ -27,9 +30,11 @@ USAGE = __doc__.split("\n\n", 1)[1]
 class MrcCLI(CLI):
     prompt = "mrc> "
 
-    def __init__(self, mrc: MrcNetwork, **kwargs) -> None:
+    def __init__(self, mrc: MrcNetwork, views: ExitStack | None = None, **kwargs) -> None:
         self.mrc = mrc  # set before CLI.__init__, which runs the command loop (or script=)
         self.failures = 0  # commands that failed: a script's caller exits non-zero
+        self.views = views  # closes the live view mrc_web starts (two_tier.py owns it)
+        self.view_url: str | None = None
         super().__init__(mrc.net, **kwargs)
 
     def _run(self, line: str, usage: str, fn) -> None:
@@ -38,7 +43,7 @@ class MrcCLI(CLI):
         except (ValueError, IndexError, KeyError):
             self.failures += 1
             print(f"usage: {usage}", file=sys.stderr)
-        except (NetworkError, AgentError) as exc:
+        except (NetworkError, AgentError, LiveViewError) as exc:
             self.failures += 1
             print(f"error: {exc}", file=sys.stderr)
 
@@ -114,6 +119,18 @@ class MrcCLI(CLI):
             print(f"{frames} frames of {ends[0]} - {ends[1]} in {path}; decode with: tshark "
                   f"-X lua_script:docs/wireshark/mrc.lua -r {path}")
         self._run(line, "mrc_capture LINK SECONDS FILE", run)
+
+    def do_mrc_web(self, line: str) -> None:
+        """mrc_web [PORT]: the live view's address; starts it on 127.0.0.1:PORT if it is not
+        running (it stops with the fabric)."""
+        def run(w: list[str]) -> None:
+            if self.view_url is None:
+                if self.views is None:
+                    raise NetworkError("no live view here: start two_tier.py with --web")
+                port = int(w[0]) if w else DEFAULT_WEB_PORT
+                self.view_url = start_view(self.mrc, self.views, port)
+            print(f"live view: {self.view_url}")
+        self._run(line, "mrc_web [PORT]", run)
 
     def do_mrc_help(self, _line: str) -> None:
         """mrc_help: the MRC commands."""

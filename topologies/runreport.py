@@ -33,10 +33,12 @@ def check_report_path(path: Path) -> None:
         raise ReportError(f"{path.parent} is not a directory")
 
 
-def render(recording: dict[str, Any], *, title: str,
-           capacity_bps: float | None = None) -> str:
-    """The page as text: no reference to anything outside it."""
-    data = json.dumps({"recording": recording, "capacity_bps": capacity_bps},
+def render(recording: dict[str, Any], *, title: str, capacity_bps: float | None = None,
+           live_token: str | None = None) -> str:
+    """The page as text: no reference to anything outside it. `live_token`: the live view's
+    page (topologies.liveview), which polls its server, the one that gave it this token."""
+    live = {"token": live_token} if live_token is not None else None
+    data = json.dumps({"recording": recording, "capacity_bps": capacity_bps, "live": live},
                       separators=(",", ":"), default=str)
     data = data.replace("</", "<\\/")  # a string in the data cannot close the script element
     style = (VIEW / "report.css").read_text()
@@ -47,7 +49,8 @@ def render(recording: dict[str, Any], *, title: str,
 <body>
 <h1>{html.escape(title)}</h1>
 <div id="controls"><button id="play">play / pause</button>
-<input id="slider" type="range" min="0" value="0"><span id="time"></span></div>
+<input id="slider" type="range" min="0" value="0"><span id="time"></span>
+<span id="live" class="note"></span></div>
 <h2>Fabric by plane: link width grows with packets/s (hover for both directions); red dashed:
 down</h2>
 <div id="fabric"></div>

@@ -75,14 +75,22 @@ class RunRecorder:
         return self
 
     def stop(self) -> dict[str, Any]:
-        """Stop sampling; the recording (fabric layout, samples, link events)."""
+        """Stop sampling (idempotent); the recording: layout, samples and link events."""
         self._stop.set()
-        self._thread.join(10.0)
-        events = [{"t": round(e["time"] - self.started, 3), "event": e["event"],
-                   "a": e.get("a", ""), "b": e.get("b", "")}
-                  for e in self._net.link_log if e.get("time", 0.0) >= self.started]
-        return {"fabric": self._layout, "period_s": self._period, "samples": self.samples,
-                "events": events, "src": self._src, "dst": self._dst}
+        if self._thread.is_alive():
+            self._thread.join(10.0)
+        return {**self.layout(), "samples": self.samples, "events": self.events()}
+
+    def layout(self) -> dict[str, Any]:
+        """What does not change during the run: the fabric, the period, the hosts."""
+        return {"fabric": self._layout, "period_s": self._period, "src": self._src,
+                "dst": self._dst, "events": []}
+
+    def events(self) -> list[dict[str, Any]]:
+        """The fabric's link events since sampling began, in seconds from then."""
+        return [{"t": round(e["time"] - self.started, 3), "event": e["event"],
+                 "a": e.get("a", ""), "b": e.get("b", "")}
+                for e in list(self._net.link_log) if e.get("time", 0.0) >= self.started]
 
     def _run(self) -> None:
         due = time.monotonic()

@@ -36,6 +36,7 @@ import json
 import os
 import signal
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     from controller.tables import DEFAULT_ECN_THRESHOLD, DEFAULT_TRIM_THRESHOLD
     from fabric.options import add_fabric_args, add_link_delay_arg
     from topologies.cluster import add_cluster_args
+    from topologies.liveview import DEFAULT_WEB_PORT
     from topologies.netconfig import (
         BMV2_PORT_RATE_PPS,
         DEFAULT_PORT_RATE_PPS,
@@ -93,6 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the CLI commands in FILE, one per line (mrc_link cut p0l1 h3, "
                    "mrc_write 0 3 100000, ...) instead of the interactive CLI; the exit "
                    "status is 1 if any failed")
+    p.add_argument("--web", nargs="?", type=int, const=DEFAULT_WEB_PORT, default=None,
+                   metavar="PORT",
+                   help="serve the live view on 127.0.0.1:PORT (default "
+                        f"{DEFAULT_WEB_PORT}) while the fabric runs; the address printed "
+                        "carries this run's token")
     p.add_argument("--report", metavar="FILE",
                    help="write the demo's replayable report, one self-contained HTML file "
                         "that opens from disk (a new file)")
@@ -127,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     from topologies.cluster import ClusterError, cluster_from_args
     from topologies.demo import run_demo
     from topologies.demoreport import format_report
+    from topologies.liveview import LiveViewError, start_view
     from topologies.network import MrcNetwork, NetworkConfig, NetworkError
     from topologies.runreport import ReportError, check_report_path, write_report
     from topologies.runstate import terminate_as_interrupt
@@ -160,8 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     terminate_as_interrupt()  # so the `with` block below cleans up on SIGTERM too
     workdir = Path(args.workdir) if args.workdir else None
     try:
-        with MrcNetwork(config, workdir=workdir, log=log) as net:
+        with MrcNetwork(config, workdir=workdir, log=log) as net, ExitStack() as views:
             net.start()
+            if args.web is not None:
+                log(f"live view: {start_view(net, views, args.web, args.baseline)}")
             if not args.no_demo:
                 report = run_demo(net, single_path=args.baseline, log=log,
                                   record=args.report is not None)
@@ -174,10 +184,10 @@ def main(argv: list[str] | None = None) -> int:
                                         capacity_bps=report["transfer"]["capacity_bps"])
                     log(f"report: {args.report} ({size} bytes); open it in a browser")
             if args.script:
-                if MrcCLI(net, script=args.script).failures:
+                if MrcCLI(net, script=args.script, views=views).failures:
                     return 1
             elif not args.no_cli and sys.stdin.isatty():
-                MrcCLI(net)
+                MrcCLI(net, views=views)
             if args.json and not args.no_demo:
                 print(json.dumps(report, default=str))
             if not args.no_demo and not report["transfer"]["ok"]:
@@ -185,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: everything started was stopped", file=sys.stderr)
         return 130
-    except (NetworkError, TargetError, TopologyError, OSError, CalibrationError) as exc:
+    except (NetworkError, TargetError, TopologyError, OSError, CalibrationError,
+            LiveViewError) as exc:
         print(f"two_tier.py: {exc}", file=sys.stderr)
         return 1
     return 0

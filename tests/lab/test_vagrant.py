@@ -195,3 +195,13 @@ def test_cluster_keys_make_what_provision_installs(tmp_path: Path) -> None:
     bad = subprocess.run([str(script), str(keys), "1", "10.1.2"], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "SERVERS must be 2..8" in bad.stderr
+
+
+def test_vagrant_ssh_forwards_the_live_view_on_loopback() -> None:
+    """The live view listens on the VM's 127.0.0.1 only; `vagrant ssh` carries it to the
+    host's 127.0.0.1 on the same port, the one --web uses by default."""
+    from topologies.liveview import DEFAULT_WEB_PORT, LOOPBACK
+
+    text = VAGRANTFILE.read_text()
+    forward = f'config.ssh.extra_args = ["-L", "{DEFAULT_WEB_PORT}:{LOOPBACK}:{DEFAULT_WEB_PORT}"]'
+    assert forward in text

@@ -77,3 +77,13 @@ def test_mrc_capture_takes_the_link_either_way_and_refuses_bad_seconds(capsys) -
     assert "12 frames of p0l0 - p0s1" in capsys.readouterr().out
     cli.do_mrc_capture("p0l0-p0s1 soon /tmp/z.pcap")
     assert cli.failures == 1 and "usage: mrc_capture" in capsys.readouterr().err
+
+
+def test_mrc_web_without_a_view_owner_says_how_to_get_one(capsys) -> None:
+    cli, _net = make_cli()
+    cli.views, cli.view_url = None, None
+    cli.do_mrc_web("")
+    assert cli.failures == 1 and "--web" in capsys.readouterr().err
+    cli.view_url = "http://127.0.0.1:8765/?token=abc"
+    cli.do_mrc_web("")
+    assert cli.failures == 1 and "token=abc" in capsys.readouterr().out

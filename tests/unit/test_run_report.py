@@ -39,6 +39,7 @@ def test_the_page_carries_its_recording_and_nothing_from_outside() -> None:
     assert data is not None  # the string with </script> in it did not end the element early
     parsed = json.loads(data.group(1))
     assert parsed["recording"] == _recording() and parsed["capacity_bps"] == 2e6
+    assert parsed["live"] is None
 
 
 def test_the_report_goes_into_a_new_file_only(tmp_path: Path) -> None:
@@ -108,3 +109,57 @@ def test_the_recorder_turns_counters_into_rates_and_log_into_state() -> None:
     assert second["counters"]["retransmits"] == 2 and second["goodput_bps"] > 0
     net.broken = True
     assert rec.sample()["missing"] == "h0: restarting"
+
+
+def test_the_live_view_serves_this_run_only_on_loopback() -> None:
+    """The server, on a fake fabric: the page and the samples need the run's token; a bad
+    `since` is refused; samples come in as the recorder takes them."""
+    import urllib.error
+    import urllib.request
+
+    from topologies.liveview import LOOPBACK, LiveView
+
+    view = LiveView(_Net(), 0, 1, title="t", port=0)
+    url = view.start()
+    try:
+        base, token = url.split("/?token=")
+        assert base.startswith(f"http://{LOOPBACK}:") and len(token) >= 32
+
+        def get(path: str) -> bytes:
+            with urllib.request.urlopen(base + path, timeout=10) as answer:  # noqa: S310
+                return answer.read()
+
+        for path in ("/", "/samples?since=0", f"/samples?since=0&token={token}x"):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                get(path)
+            assert refused.value.code == 403
+        with pytest.raises(urllib.error.HTTPError) as bad:
+            get(f"/samples?since=-1&token={token}")
+        assert bad.value.code == 400
+        assert f'"live":{{"token":"{token}"}}' in get(f"/?token={token}").decode()
+        got = json.loads(get(f"/samples?since=0&token={token}"))
+        assert len(got["samples"]) >= 1 and got["events"] == []
+        later = json.loads(get(f"/samples?since={len(got['samples'])}&token={token}"))
+        assert all(s["t"] >= got["samples"][-1]["t"] for s in later["samples"])
+    finally:
+        view.stop()
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(url, timeout=2)  # noqa: S310 (stopped: nothing listens)
+
+
+def test_chromium_renders_what_the_live_page_polled() -> None:
+    """The live page's script on a fake fabric: after a few polls the EV grid is built from
+    the samples, the goodput line drawn, and the page says it is live."""
+    from tests.browser import chromium, dump_url
+    from topologies.liveview import LiveView
+
+    if chromium() is None:
+        pytest.skip("chromium is not installed (apt install chromium; CI installs it)")
+    view = LiveView(_Net(), 0, 1, title="t", port=0)
+    url = view.start()
+    try:
+        dom = dump_url(url, budget_ms=3000)
+    finally:
+        view.stop()
+    assert 'class="ev ev-GOOD"' in dom and '<polyline points="' in dom
+    assert re.search(r"live: \d+ samples", dom), dom[-2000:]

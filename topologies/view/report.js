@@ -1,5 +1,6 @@
-// MRC run report: replays a recording (topologies/runview.py) embedded in the page as JSON.
-// No libraries and no network: the page is one file that opens from disk.
+// MRC run view: replays a recording (topologies/runview.py) embedded in the page as JSON, or,
+// on the live page (topologies/liveview.py), polls the run's new samples twice a second.
+// No libraries and no network beyond that loopback poll: the report is one file.
 "use strict";
 const DATA = JSON.parse(document.getElementById("run-data").textContent);
 const REC = DATA.recording;
@@ -44,7 +45,7 @@ for (const link of REC.fabric.links) {
   linkLines[link.id] = [line, el("title", {}, line, link.a + " - " + link.b)];
 }
 for (const key of Object.keys(pos)) {
-  const [plane, name] = key.split(":");
+  const [, name] = key.split(":");
   const role = name.startsWith("h") ? "host" : /s\d+$/.test(name) ? "t1" : "t0";
   const [x, y] = pos[key];
   el("rect", {x: x - 16, y: y - 9, width: 32, height: 18, rx: 3, class: "node-" + role},
@@ -52,51 +53,68 @@ for (const key of Object.keys(pos)) {
   el("text", {x: x - 13, y: y + 4}, fabricSvg, name);
 }
 
-// ---- EV grid: one square per EV of the sender's QP, a row per plane ----------------------
-const evIds = Object.keys((SAMPLES.find(s => s.evs && Object.keys(s.evs).length) || {}).evs || {});
-const evSvg = el("svg", {width: 16 * Math.max(8, Math.ceil(evIds.length / 4)) + 60,
-  height: 20 * REC.fabric.planes.length + 10}, document.getElementById("evs"));
+// ---- EV grid: one square per EV of the sender's QP, a row per plane (built when the first
+// sample with EVs is there) -----------------------------------------------------------------
 const evRects = {};
-const perPlane = {};
-const first = (SAMPLES.find(s => s.evs && Object.keys(s.evs).length) || {}).evs || {};
-for (const ev of evIds) {
-  const plane = first[ev][0];
-  const col = perPlane[plane] = (perPlane[plane] || 0) + 1;
-  const rect = el("rect", {x: 50 + 16 * (col - 1), y: 5 + 20 * plane, width: 14, height: 14,
-    class: "ev"}, evSvg);
-  evRects[ev] = [rect, el("title", {}, rect, "")];
+let evBuilt = false;
+function buildEvGrid() {
+  const first = SAMPLES.find(s => s.evs && Object.keys(s.evs).length);
+  if (evBuilt) return;
+  if (!first) {
+    document.getElementById("evs").textContent = DATA.live ? "waiting for the sender's EVs"
+      : "no MRC QP in this run";
+    return;
+  }
+  evBuilt = true;
+  const ids = Object.keys(first.evs);
+  const holder = document.getElementById("evs");
+  holder.textContent = "";
+  const svg = el("svg", {width: 16 * Math.max(8, Math.ceil(ids.length / REC.fabric.planes.length))
+    + 60, height: 20 * REC.fabric.planes.length + 10}, holder);
+  const perPlane = {};
+  for (const ev of ids) {
+    const plane = first.evs[ev][0];
+    const col = perPlane[plane] = (perPlane[plane] || 0) + 1;
+    const rect = el("rect", {x: 50 + 16 * (col - 1), y: 5 + 20 * plane, width: 14, height: 14,
+      class: "ev"}, svg);
+    evRects[ev] = [rect, el("title", {}, rect, "")];
+  }
+  REC.fabric.planes.forEach(p => el("text", {x: 0, y: 16 + 20 * p.plane}, svg, "plane " + p.plane));
 }
-REC.fabric.planes.forEach(p => el("text", {x: 0, y: 16 + 20 * p.plane}, evSvg, "plane " + p.plane));
-if (!evIds.length) document.getElementById("evs").textContent = "no MRC QP in this run";
 
-// ---- timeline: goodput against capacity, link events, a cursor ---------------------------
+// ---- timeline: goodput against capacity, link events, a cursor (redrawn as samples come) --
 const TL_W = 760, TL_H = 160, PAD = 40;
-const tEnd = Math.max(0.001, ...SAMPLES.map(s => s.t));
-const peak = Math.max(DATA.capacity_bps || 0, ...SAMPLES.map(s => s.goodput_bps || 0), 1);
 const tl = el("svg", {width: TL_W, height: TL_H}, document.getElementById("timeline"));
-const X = t => PAD + (TL_W - PAD - 10) * t / tEnd;
-const Y = v => TL_H - 20 - (TL_H - 30) * v / peak;
-el("line", {x1: PAD, y1: Y(0), x2: TL_W - 10, y2: Y(0), stroke: "#999"}, tl);
-if (DATA.capacity_bps) {
-  el("line", {x1: PAD, y1: Y(DATA.capacity_bps), x2: TL_W - 10, y2: Y(DATA.capacity_bps),
-    class: "capacity"}, tl);
-  el("text", {x: 2, y: Y(DATA.capacity_bps) + 4}, tl, "capacity");
+let X = t => PAD, cursor = null;
+function drawTimeline() {
+  while (tl.firstChild) tl.removeChild(tl.firstChild);
+  const tEnd = Math.max(0.001, ...SAMPLES.map(s => s.t));
+  const peak = Math.max(DATA.capacity_bps || 0, ...SAMPLES.map(s => s.goodput_bps || 0), 1);
+  X = t => PAD + (TL_W - PAD - 10) * t / tEnd;
+  const Y = v => TL_H - 20 - (TL_H - 30) * v / peak;
+  el("line", {x1: PAD, y1: Y(0), x2: TL_W - 10, y2: Y(0), stroke: "#999"}, tl);
+  if (DATA.capacity_bps) {
+    el("line", {x1: PAD, y1: Y(DATA.capacity_bps), x2: TL_W - 10, y2: Y(DATA.capacity_bps),
+      class: "capacity"}, tl);
+    el("text", {x: 2, y: Y(DATA.capacity_bps) + 4}, tl, "capacity");
+  }
+  const points = SAMPLES.filter(s => s.goodput_bps !== undefined)
+    .map(s => X(s.t).toFixed(1) + "," + Y(s.goodput_bps).toFixed(1)).join(" ");
+  el("polyline", {points: points, class: "goodput"}, tl);
+  for (const e of REC.events) {
+    el("line", {x1: X(e.t), y1: 10, x2: X(e.t), y2: TL_H - 20,
+      class: e.event === "up" ? "event-up" : "event-down"}, tl);
+    el("text", {x: X(e.t) + 2, y: 20}, tl, e.event + " " + e.a + "-" + e.b);
+  }
+  el("text", {x: PAD, y: TL_H - 4}, tl, "0 s");
+  el("text", {x: TL_W - 50, y: TL_H - 4}, tl, tEnd.toFixed(1) + " s");
+  cursor = el("line", {x1: PAD, y1: 5, x2: PAD, y2: TL_H - 20, class: "cursor"}, tl);
 }
-const points = SAMPLES.filter(s => s.goodput_bps !== undefined)
-  .map(s => X(s.t).toFixed(1) + "," + Y(s.goodput_bps).toFixed(1)).join(" ");
-el("polyline", {points: points, class: "goodput"}, tl);
-for (const e of REC.events) {
-  el("line", {x1: X(e.t), y1: 10, x2: X(e.t), y2: TL_H - 20,
-    class: e.event === "up" ? "event-up" : "event-down"}, tl);
-  el("text", {x: X(e.t) + 2, y: 20}, tl, e.event + " " + e.a + "-" + e.b);
-}
-el("text", {x: PAD, y: TL_H - 4}, tl, "0 s");
-el("text", {x: TL_W - 50, y: TL_H - 4}, tl, tEnd.toFixed(1) + " s");
-const cursor = el("line", {x1: PAD, y1: 5, x2: PAD, y2: TL_H - 20, class: "cursor"}, tl);
 
 // ---- one sample on screen ------------------------------------------------------------------
 function show(i) {
   const s = SAMPLES[i];
+  if (!s) return;
   document.getElementById("time").textContent = "t = " + s.t.toFixed(2) + " s";
   cursor.setAttribute("x1", X(s.t));
   cursor.setAttribute("x2", X(s.t));
@@ -122,8 +140,15 @@ function show(i) {
       + (s.goodput_bps !== undefined ? " · goodput " + (s.goodput_bps / 1e6).toFixed(2)
         + " Mbit/s" : "");
 }
+
 const slider = document.getElementById("slider");
-slider.max = Math.max(0, SAMPLES.length - 1);
+function refresh(index) {
+  buildEvGrid();
+  drawTimeline();
+  slider.max = Math.max(0, SAMPLES.length - 1);
+  slider.value = index;
+  show(index);
+}
 slider.addEventListener("input", () => show(Number(slider.value)));
 let timer = null;
 document.getElementById("play").addEventListener("click", () => {
@@ -136,8 +161,25 @@ document.getElementById("play").addEventListener("click", () => {
     show(next);
   }, 1000 * REC.period_s);
 });
-// #sample=N opens the report at sample N (a link to a moment of the run, and the tests' way in)
-const asked = /^#sample=(\d+)$/.exec(window.location.hash);
-const start = asked ? Math.min(Number(asked[1]), SAMPLES.length - 1) : 0;
-slider.value = start;
-if (SAMPLES.length) show(start);
+
+if (DATA.live) {
+  // the live page: new samples from the run that served it, following the newest one
+  document.getElementById("play").disabled = true;
+  const poll = () => fetch("samples?token=" + encodeURIComponent(DATA.live.token)
+      + "&since=" + SAMPLES.length, {cache: "no-store"})
+    .then(r => r.ok ? r.json() : Promise.reject(r.status))
+    .then(got => {
+      SAMPLES.push(...got.samples);
+      REC.events = got.events;
+      if (got.samples.length) refresh(SAMPLES.length - 1);
+      document.getElementById("live").textContent = "live: " + SAMPLES.length + " samples";
+    })
+    .catch(err => { document.getElementById("live").textContent = "live: stopped (" + err + ")"; })
+    .finally(() => setTimeout(poll, 1000 * REC.period_s));
+  refresh(0);
+  poll();
+} else {
+  // #sample=N opens the report at sample N (a link to a moment of the run, and the tests' way)
+  const asked = /^#sample=(\d+)$/.exec(window.location.hash);
+  refresh(asked ? Math.min(Number(asked[1]), Math.max(0, SAMPLES.length - 1)) : 0);
+}
