@@ -3,13 +3,13 @@
 tcpdump runs in the namespace of one end of the link, on this server (a veth end sees both
 directions), for the seconds asked, and is stopped by its PID. It writes into a private
 directory of ours; the result is then copied to the caller's file, which must not exist yet
-and is opened without following a symlink: the CLI runs as root and the file may be in a
-directory other users can write (/tmp). Open it with tshark and docs/wireshark/mrc.lua.
+and is opened without following a symlink (privdir.open_new_file): the CLI runs as root and
+the file may be in a directory other users can write (/tmp). Open it with tshark and
+docs/wireshark/mrc.lua.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from topologies.netconfig import NetworkError
+from topologies.privdir import new_file_problem, open_new_file
 from topologies.procs import stop_process
 
 MAX_CAPTURE_S = 600.0
@@ -31,10 +32,9 @@ def check_request(seconds: float, path: Path) -> None:
     """Refuse what cannot work before anything starts, saying what to change."""
     if not 0 < seconds <= MAX_CAPTURE_S:
         raise NetworkError(f"capture for 0 < SECONDS <= {MAX_CAPTURE_S:g}, got {seconds:g}")
-    if path.exists() or path.is_symlink():
-        raise NetworkError(f"{path} exists: name a new file")
-    if not path.parent.is_dir():
-        raise NetworkError(f"{path.parent} is not a directory")
+    problem = new_file_problem(path)
+    if problem:
+        raise NetworkError(problem)
     if shutil.which("tcpdump") is None:
         raise NetworkError("tcpdump is not installed (apt install tcpdump)")
 
@@ -68,13 +68,7 @@ def capture(link: Any, seconds: float, path: Path,
         said = proc.stderr.read() if proc.stderr else ""
         if not raw.exists():
             raise NetworkError(f"tcpdump on {intf.name} wrote nothing: {said.strip()}")
-        _copy_new(raw, path)
+        with open_new_file(path) as out, raw.open("rb") as data:
+            shutil.copyfileobj(data, out)
     found = _CAPTURED.search(said)
     return int(found.group(1)) if found else 0
-
-
-def _copy_new(src: Path, dst: Path) -> None:
-    """Copy into a file that must not exist, never through a symlink."""
-    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as out, src.open("rb") as data:
-        shutil.copyfileobj(data, out)

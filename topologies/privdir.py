@@ -24,6 +24,7 @@ import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 RUN_DIR_ENV = "MRC_RUN_DIR"
 ROOT_RUN_DIR = Path("/run/mrc-testbed")
@@ -188,6 +189,25 @@ def _check_workdir(fd: int, path: Path | str) -> None:
     if st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise _refuse(path, f"a work directory must be ours and writable by nobody else "
                             f"(uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o})")
+
+
+def new_file_problem(path: Path) -> str | None:
+    """Why an output file the user named (a report, a capture) cannot be made new at `path`,
+    or None: it must not exist yet, not even as a dangling link, in an existing directory."""
+    if path.exists() or path.is_symlink():
+        return f"{path} exists: name a new file"
+    if not path.parent.is_dir():
+        return f"{path.parent} is not a directory"
+    return None
+
+
+def open_new_file(path: Path) -> BinaryIO:
+    """An output file the user named, created new and never through a symlink (we run as
+    root; the directory may be one others write, like /tmp): a file already there, whoever
+    made it, is an error (FileExistsError or, for a link, OSError), never overwritten."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o644)
+    return os.fdopen(fd, "wb")
 
 
 def check_workdir(path: Path) -> None:

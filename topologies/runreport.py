@@ -6,17 +6,18 @@ and can be attached to a lab hand-in. It replays the run: the fabric by plane wi
 link's packets/s and the links that were down, the sender's EV grid, and goodput against
 capacity with the link events on a timeline, under a slider and a play button.
 
-The file is created new and never written through a symlink (the demo runs as root; the
-path may be in /tmp): an existing file is refused with what to do.
+The file is created new and never written through a symlink (privdir.open_new_file: the demo
+runs as root; the path may be in /tmp): an existing file is refused with what to do.
 """
 
 from __future__ import annotations
 
 import html
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from topologies.privdir import new_file_problem, open_new_file
 
 VIEW = Path(__file__).resolve().parent / "view"
 
@@ -27,10 +28,9 @@ class ReportError(ValueError):
 
 def check_report_path(path: Path) -> None:
     """Refuse before the run what would fail after it."""
-    if path.exists() or path.is_symlink():
-        raise ReportError(f"{path} exists: name a new file for the report")
-    if not path.parent.is_dir():
-        raise ReportError(f"{path.parent} is not a directory")
+    problem = new_file_problem(path)
+    if problem:
+        raise ReportError(problem)
 
 
 def render(recording: dict[str, Any], *, title: str, capacity_bps: float | None = None,
@@ -72,7 +72,6 @@ def write_report(path: Path, recording: dict[str, Any], *, title: str,
     """Write the report into the new file `path`; its size in bytes."""
     text = render(recording, title=title, capacity_bps=capacity_bps).encode()
     check_report_path(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as out:
+    with open_new_file(path) as out:
         out.write(text)
     return len(text)

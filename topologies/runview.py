@@ -23,6 +23,7 @@ import threading
 import time
 from typing import Any
 
+from controller.tables import LinkKey, link_key
 from fabric.topology import Fabric
 from topologies.agents import AgentError
 from topologies.netconfig import NetworkError
@@ -62,6 +63,7 @@ class RunRecorder:
             raise ValueError(f"sample period must be > 0 s, got {period!r}")
         self._net, self._src, self._dst, self._period = net, src, dst, period
         self._layout = fabric_layout(net.fabric)
+        self._ids = {link_key(lk["a"], lk["b"]): lk["id"] for lk in self._layout["links"]}
         self.samples: list[dict[str, Any]] = []
         self.started = time.monotonic()
         self._last: tuple[float, dict[str, list[int]], int] | None = None
@@ -127,9 +129,9 @@ class RunRecorder:
         """Packets each link carried so far, [a -> b, b -> a], from switch ends."""
         tx: dict[str, dict[int, int]] = {}
         rx: dict[str, dict[int, int]] = {}
-        for name in {s.name for s in self._net.fabric.switches}:
-            tx[name] = self._net.port_sent(name)
-            rx[name] = self._net.port_received(name)
+        for sw in self._net.fabric.switches:
+            tx[sw.name] = self._net.port_sent(sw.name)
+            rx[sw.name] = self._net.port_received(sw.name)
         counts = {}
         for link in self._layout["links"]:
             a, b = link["a"], link["b"]
@@ -140,19 +142,13 @@ class RunRecorder:
         return counts
 
     def _down(self) -> set[str]:
-        state: dict[str, bool] = {}
+        """The ids of links whose last event in the log took them down or cut them (the
+        log names a link's ends in either order)."""
+        down: dict[LinkKey, bool] = {}
         for e in self._net.link_log:
-            if e.get("event") in ("down", "cut"):
-                state[link_id(e["a"], e["b"])] = True
-            elif e.get("event") == "up":
-                state[link_id(e["a"], e["b"])] = False
-        ids = {link["id"] for link in self._layout["links"]}
-        down = set()
-        for lid, is_down in state.items():
-            a, b = lid.split("|")
-            if is_down:
-                down.add(lid if lid in ids else link_id(b, a))
-        return down
+            if e.get("event") in ("down", "cut", "up"):
+                down[link_key(e["a"], e["b"])] = e["event"] != "up"
+        return {self._ids[key] for key, is_down in down.items() if is_down and key in self._ids}
 
     def _ev_states(self, stats: dict[str, Any]) -> dict[str, list[Any]]:
         """EV -> [plane, route, state, tx packets] of the sender's QP towards dst (empty

@@ -37,9 +37,8 @@ Rules chosen where the sources are silent [choice]:
   own, best first: GOOD backups, then SKIP EVs (soonest expiry first), then ASSUMED_BAD EVs
   least recently failed first (the failure that is oldest is the likeliest to have healed).
   A failed EV stands in only once its path has delivered again, while any plane has
-  something else. DENIED EVs are never
-  used, so choose() returns None when no plane is usable or every EV on the usable planes is
-  DENIED.
+  something else. DENIED EVs are never used, so choose() returns None when no plane is
+  usable or every EV on the usable planes is DENIED.
 - Probes: an ASSUMED_BAD EV on a usable plane is probed every probe_interval (one probe
   outstanding at a time); a reply is a success, no reply within probe_timeout a failure that
   resets the run of successes. Ordinary deliveries on an ASSUMED_BAD EV do not count.

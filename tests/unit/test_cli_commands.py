@@ -62,8 +62,9 @@ def test_mrc_link_cut_and_mend_report_what_the_cut_dropped(
     assert cli.failures == 1 and "mrc_link down|up|cut A B" in capsys.readouterr().err
 
 
-def test_mrc_capture_takes_the_link_either_way_and_refuses_bad_seconds(capsys) -> None:
+def test_mrc_capture_takes_the_link_either_way_and_refuses_bad_seconds(capsys, tmp_path) -> None:
     cli, net = make_cli()
+    x, y, z = (tmp_path / f"{n}.pcap" for n in "xyz")
     captured: list[tuple] = []
 
     def capture(a: str, b: str, seconds: float, path) -> int:
@@ -71,11 +72,11 @@ def test_mrc_capture_takes_the_link_either_way_and_refuses_bad_seconds(capsys) -
         return 12
 
     net.capture = capture  # type: ignore[attr-defined]
-    cli.do_mrc_capture("p0l0-p0s1 2 /tmp/x.pcap")
-    cli.do_mrc_capture("h0 p0l0 0.5 /tmp/y.pcap")
-    assert captured == [("p0l0", "p0s1", 2.0, "/tmp/x.pcap"), ("h0", "p0l0", 0.5, "/tmp/y.pcap")]
+    cli.do_mrc_capture(f"p0l0-p0s1 2 {x}")
+    cli.do_mrc_capture(f"h0 p0l0 0.5 {y}")
+    assert captured == [("p0l0", "p0s1", 2.0, str(x)), ("h0", "p0l0", 0.5, str(y))]
     assert "12 frames of p0l0 - p0s1" in capsys.readouterr().out
-    cli.do_mrc_capture("p0l0-p0s1 soon /tmp/z.pcap")
+    cli.do_mrc_capture(f"p0l0-p0s1 soon {z}")
     assert cli.failures == 1 and "usage: mrc_capture" in capsys.readouterr().err
 
 

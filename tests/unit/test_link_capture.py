@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from topologies.capture import MAX_CAPTURE_S, _copy_new, check_request, local_end
+from topologies.capture import MAX_CAPTURE_S, check_request, local_end
 from topologies.netconfig import NetworkError
+from topologies.privdir import open_new_file
 
 
 def test_seconds_and_the_file_are_checked_first(tmp_path: Path) -> None:
@@ -25,19 +26,18 @@ def test_seconds_and_the_file_are_checked_first(tmp_path: Path) -> None:
 
 
 def test_the_copy_refuses_a_planted_symlink(tmp_path: Path) -> None:
-    src = tmp_path / "captured.pcap"
-    src.write_bytes(b"pcap bytes")
     victim = tmp_path / "victim"
     victim.write_bytes(b"keep me")
     planted = tmp_path / "out.pcap"
     planted.symlink_to(victim)
-    with pytest.raises(OSError):
-        _copy_new(src, planted)
+    with pytest.raises(OSError), open_new_file(planted) as out:
+        out.write(b"pcap bytes")
     assert victim.read_bytes() == b"keep me"
     with pytest.raises(NetworkError, match="exists"):
         check_request(1.0, planted)
     fresh = tmp_path / "fresh.pcap"
-    _copy_new(src, fresh)
+    with open_new_file(fresh) as out:
+        out.write(b"pcap bytes")
     assert fresh.read_bytes() == b"pcap bytes"
 
 
