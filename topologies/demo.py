@@ -255,7 +255,8 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
     pressure = CpuPressure().start()
     monitor = Monitor(net)
     monitor.start()
-    recorder = RunRecorder(net, src, dst).start() if record else None
+    recorder = (RunRecorder(net, [(src, dst)], name=f"h{src} -> h{dst}", capacity_bps=capacity)
+                .start() if record else None)
     handle = net.start_transfer(src, dst, nbytes, single_path=single_path)
     sampler = ProgressSampler(net, dst).start()
     started = time.monotonic()

@@ -2,19 +2,22 @@
 
 aiohttp (docs/decisions.md, "The live view") serves two things, both only to a request that
 carries this run's token (from `secrets`, in the address printed at start): the page
-(topologies.runreport with no samples and the token) and `samples?since=N`, the recorder's
-samples from N on and the link events so far, which the page polls twice a second. There
+(topologies.runreport with no samples and the token) and `samples?run=K&since=N`, the shown
+run's samples from N on and the link events so far, which the page polls twice a second. There
 are no control actions. The server listens on 127.0.0.1 only, in a thread with its own event
 loop, and is stopped with the fabric; its port is free (0) unless one is asked for. Every
 asset is the page itself: nothing is fetched from elsewhere.
 
-The recorder (topologies.runview) samples for as long as the view is up; memory grows by a
-sample per half second (a few kB with the default fabric).
+The demo's recorder (topologies.runview) samples for as long as the view is up; memory grows
+by a sample per half second (under 1 kB with the default fabric). The bench shows each
+contender's run in turn (LiveView.show): a page of the previous run sees a new run number in
+its next poll and reloads for the new fabric.
 """
 
 from __future__ import annotations
 
 import asyncio
+import html
 import secrets
 import threading
 from contextlib import ExitStack
@@ -37,13 +40,13 @@ class LiveViewError(RuntimeError):
 
 
 class LiveView:
-    """Serve `net`'s run (samples of the transfer src -> dst) at url() until stop()."""
+    """Serve the run shown (show()) at url() until stop(): the demo's one transfer, or each of
+    the bench's contender runs in turn (a page of an earlier run reloads for the next)."""
 
-    def __init__(self, net: Any, src: int, dst: int, *, title: str,
-                 capacity_bps: float | None = None, port: int = 0) -> None:
+    def __init__(self, *, title: str, port: int = 0) -> None:
         self.token = secrets.token_urlsafe(24)
-        self.recorder = RunRecorder(net, src, dst)
-        self._title, self._capacity, self._port = title, capacity_bps, port
+        self._title, self._port = title, port
+        self._shown: tuple[int, RunRecorder] | None = None  # (run number, its recorder)
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
         self._ready = threading.Event()
@@ -51,25 +54,28 @@ class LiveView:
         self._thread = threading.Thread(target=self._serve, name="live-view", daemon=True)
 
     def start(self) -> str:
-        """Start sampling and serving; the page's address (with its token)."""
-        self.recorder.start()
+        """Start serving; the page's address (with its token)."""
         self._thread.start()
         if not self._ready.wait(START_TIMEOUT_S) or self._error is not None:
             self.stop()
             raise LiveViewError(f"the live view did not start: {self._error}")
         return self.url()
 
+    def show(self, recorder: RunRecorder) -> None:
+        """From now on the page shows `recorder`'s run (started and stopped by its owner)."""
+        number = self._shown[0] + 1 if self._shown is not None else 0
+        self._shown = (number, recorder)
+
     def url(self) -> str:
         return f"http://{LOOPBACK}:{self._port}/?token={self.token}"
 
     def stop(self) -> None:
-        """Stop serving and sampling (idempotent)."""
+        """Stop serving (idempotent)."""
         if self._thread.is_alive():
             asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(
                 START_TIMEOUT_S)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(START_TIMEOUT_S)
-        self.recorder.stop()
 
     # ---- the server thread -------------------------------------------------------------------
 
@@ -106,32 +112,52 @@ class LiveView:
 
     async def _page(self, request: web.Request) -> web.Response:
         self._authorised(request)
-        empty = {**self.recorder.layout(), "samples": []}
-        return web.Response(text=render(empty, title=self._title, capacity_bps=self._capacity,
-                                        live_token=self.token),
-                            content_type="text/html", headers={"Cache-Control": "no-store"})
+        headers = {"Cache-Control": "no-store"}
+        shown = self._shown
+        if shown is None:  # the bench before its first run: look again in a second
+            return web.Response(text=WAITING_PAGE.format(title=html.escape(self._title)),
+                                content_type="text/html", headers=headers)
+        number, recorder = shown
+        page = render([recorder.layout()], title=self._title,
+                      live={"token": self.token, "run": number})
+        return web.Response(text=page, content_type="text/html", headers=headers)
 
     async def _samples(self, request: web.Request) -> web.Response:
         self._authorised(request)
         try:
-            since = int(request.query.get("since", "0"))
+            since, run = int(request.query.get("since", "0")), int(request.query.get("run", "0"))
         except ValueError:
-            raise web.HTTPBadRequest(text="since must be a sample index\n") from None
+            raise web.HTTPBadRequest(text="since and run must be numbers\n") from None
         if since < 0:
             raise web.HTTPBadRequest(text="since must be >= 0\n")
-        samples = self.recorder.samples[since:since + MAX_SAMPLES_PER_ANSWER]
-        return web.json_response({"samples": samples, "events": self.recorder.events()},
-                                 headers={"Cache-Control": "no-store"})
+        headers = {"Cache-Control": "no-store"}
+        shown = self._shown
+        if shown is None or shown[0] != run:  # another run is shown now: the page reloads
+            return web.json_response({"run": None if shown is None else shown[0]},
+                                     headers=headers)
+        number, recorder = shown
+        samples = recorder.samples[since:since + MAX_SAMPLES_PER_ANSWER]
+        return web.json_response({"run": number, "samples": samples,
+                                  "events": recorder.events(), "evs": recorder.layout()["evs"]},
+                                 headers=headers)
+
+
+WAITING_PAGE = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="refresh" content="1"><title>{title}</title></head>
+<body><p>{title}: waiting for the first run to start.</p></body></html>"""
 
 
 def start_view(net: Any, stack: ExitStack, port: int, single_path: bool = False) -> str:
     """A live view of `net`'s first-to-last-host transfer (the demo's), stopped when `stack`
     closes; its address."""
     fabric = net.fabric
-    view = LiveView(net, 0, fabric.hosts - 1, port=port,
-                    title=f"MRC fabric, {fabric.planes} planes ({net.target}), live",
-                    capacity_bps=flow_capacity_bps(fabric, net.config.port_rate_pps,
-                                                   single_path))
+    capacity = flow_capacity_bps(fabric, net.config.port_rate_pps, single_path)
+    recorder = RunRecorder(net, [(0, fabric.hosts - 1)], name="h0 -> last host",
+                           capacity_bps=capacity)
+    view = LiveView(port=port,
+                    title=f"MRC fabric, {fabric.planes} planes ({net.target}), live")
     url = view.start()
     stack.callback(view.stop)
+    view.show(recorder.start())
+    stack.callback(recorder.stop)
     return url

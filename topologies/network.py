@@ -39,7 +39,7 @@ from mininet.net import Mininet
 from mininet.node import Host
 
 from controller.convergence import Convergence
-from controller.install import Controller
+from controller.install import Controller, InstallError
 from host_agent.modes import MRC_MODE, ROCE, AgentMode
 from topologies import capacity, fabricnet
 from topologies.agents import (
@@ -409,9 +409,19 @@ class MrcNetwork(FaultInjection):
         """Frames each port of a switch has sent (all priorities), from the kernel."""
         return fabricnet.port_counters(self._need_net(), name, "tx_packets")
 
-    def port_received(self, name: str) -> dict[int, int]:
-        """Frames each port of a switch has received, from the kernel."""
-        return fabricnet.port_counters(self._need_net(), name, "rx_packets")
+    def switch_packet_counts(self) -> dict[str, dict[int, tuple[int, int]]]:
+        """Switch -> port -> (rx, tx) frames, every switch at once (the run view's reading)."""
+        return fabricnet.switch_packet_counts(self._need_net(), self.fabric)
+
+    def switch_counters(self, name: str, counters: tuple[str, ...], ports: list[int]
+                        ) -> dict[str, dict[int, int]]:
+        """Per-port P4 counters (trims, ECN marks) of switch `name`, over P4Runtime."""
+        if self.controller is None:
+            raise NetworkError("the fabric is not started")
+        try:
+            return self.controller.port_counters(name, counters, ports)
+        except InstallError as exc:
+            raise NetworkError(str(exc)) from exc
 
     def port_sent_bytes(self, name: str) -> dict[int, int]:
         """Bytes each port of a switch has sent (all priorities), from the kernel."""

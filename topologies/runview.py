@@ -1,40 +1,51 @@
-"""What a run looked like, sampled while it runs: the data of the run report (runreport).
+"""What a run looked like, sampled while it runs: the data of the run report and live view.
 
 RunRecorder samples a running MrcNetwork every `period` (0.5 s: the live view's twice a
 second) in a thread of its own:
 - every link's packets/s in both directions, from the switch ports' kernel counters (a
   switch end's tx is its direction out, its rx the other one, so host links are covered by
-  their T0 end);
+  their T0 end), all local ports in one read of /proc/net/dev;
+- trims and ECN marks per link direction, from the switches' per-port P4 counters
+  (p4rt.names.TRIM_COUNTER, ECN_MARK_COUNTER) over the controller's P4Runtime sessions. A
+  queue builds only behind a port that sends at its full rate, so only ports that sent at
+  least SATURATED of the port rate are read (every port when the rate is not set): a
+  fabric of 144 switches costs a Read per busy switch, not 144 (docs/decisions.md);
 - which links are down or cut (the fabric's link log);
-- the sender's counters (retransmits, trims, NACKs, ECN marks, timeouts, EVs retired and
-  reinstated) and the receiver's placed bytes (goodput);
-- the state and tx packets of every EV of the sender's QP towards the receiver, when the
-  agents run MRC.
+- the focus sender's counters (retransmits, trims, NACKs, ECN marks, timeouts, EVs retired
+  and reinstated) and the bytes the flows' receivers placed (goodput);
+- the state and tx packets of every EV of the focus sender's QP, when the agents run MRC.
 A sample that cannot be taken (an agent restarting) is recorded as missing, with the reason,
-never silently: the report shows the gap.
+never silently: the page shows the gap.
 
-Cost grows with switch ports (two counter reads per switch per sample, through the node's
-shell on another server) and with EVs (one per-EV stats call per sample).
+Samples are compact (the report of a bench scenario holds thousands): link rates are a list
+in the layout's link order, marks only for the links that had any, an EV's plane and route
+once per recording. Cost grows with switch ports (one /proc read, a Read per saturated
+switch), with the flows' receivers (a counters call each) and with EVs (one per-EV call).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from controller.tables import LinkKey, link_key
 from fabric.topology import Fabric
+from p4rt.names import ECN_MARK_COUNTER, TRIM_COUNTER
 from topologies.agents import AgentError
 from topologies.netconfig import NetworkError
 
 SAMPLE_PERIOD_S = 0.5
+SATURATED = 0.8  # of the port rate: a port sending this fast may be queueing (module doc)
+MARK_COUNTERS = (TRIM_COUNTER, ECN_MARK_COUNTER)
 SENDER_COUNTERS = ("retransmits", "timeouts", "trims_received", "nacks_received",
                    "ecn_marks_received", "ev_retired", "ev_reinstated", "tx_data_packets")
 
 
 def fabric_layout(fabric: Fabric) -> dict[str, Any]:
-    """Nodes by plane and role, and every link with its two ends' ports: what the view draws."""
+    """Nodes by plane and role, and every link with its two ends' ports: what the view draws.
+    A sample's link rates follow the order of `links`."""
     planes = []
     for p in range(fabric.planes):
         planes.append({
@@ -56,23 +67,42 @@ def link_id(a: str, b: str) -> str:
 
 
 class RunRecorder:
-    """Samples `net` while a transfer src -> dst runs (module docstring)."""
+    """Samples `net` while `flows` (src, dst) run; the first is the focus (module doc).
+    `goodput`: whether the flows' bytes are the agents' (not kernel TCP's)."""
 
-    def __init__(self, net: Any, src: int, dst: int, period: float = SAMPLE_PERIOD_S) -> None:
+    def __init__(self, net: Any, flows: list[tuple[int, int]], *, name: str = "",
+                 capacity_bps: float | None = None, goodput: bool = True,
+                 period: float = SAMPLE_PERIOD_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if not period > 0:
             raise ValueError(f"sample period must be > 0 s, got {period!r}")
-        self._net, self._src, self._dst, self._period = net, src, dst, period
-        self._layout = fabric_layout(net.fabric)
-        self._ids = {link_key(lk["a"], lk["b"]): lk["id"] for lk in self._layout["links"]}
+        if not flows:
+            raise ValueError("a recording follows at least one flow (src, dst)")
+        self._net, self._flows, self._period, self._clock = net, list(flows), period, clock
+        self._src, self._dst = self._flows[0]
+        self._receivers = sorted({d for _, d in self._flows}) if goodput else []
+        self._head = {"name": name, "period_s": period, "src": self._src, "dst": self._dst,
+                      "flows": [list(f) for f in self._flows], "capacity_bps": capacity_bps,
+                      "goodput": goodput, "fabric": fabric_layout(net.fabric), "evs": {}}
+        links = self._head["fabric"]["links"]
+        self._ids = {link_key(lk["a"], lk["b"]): lk["id"] for lk in links}
+        self._ends = _link_ends(links)
+        switches = net.fabric.by_name
+        self._egress = [tuple((sw, port) if sw in switches else None
+                              for sw, port in ((lk["a"], lk["a_port"]), (lk["b"], lk["b_port"])))
+                        for lk in links]  # where each direction queues, and may be trimmed
+        rate = net.config.port_rate_pps
+        self._busy_pps = SATURATED * rate if isinstance(rate, int) else None
         self.samples: list[dict[str, Any]] = []
-        self.started = time.monotonic()
-        self._last: tuple[float, dict[str, list[int]], int] | None = None
+        self.started = clock()
+        self._last: tuple[float, dict[str, dict[int, tuple[int, int]]], int] | None = None
+        self._marks: dict[tuple[str, int], tuple[float, int, int]] = {}
         self._qpn: int | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="run-recorder", daemon=True)
 
     def start(self) -> RunRecorder:
-        self.started = time.monotonic()
+        self.started = self._clock()
         self._thread.start()
         return self
 
@@ -84,9 +114,8 @@ class RunRecorder:
         return {**self.layout(), "samples": self.samples, "events": self.events()}
 
     def layout(self) -> dict[str, Any]:
-        """What does not change during the run: the fabric, the period, the hosts."""
-        return {"fabric": self._layout, "period_s": self._period, "src": self._src,
-                "dst": self._dst, "events": []}
+        """The recording without its samples: the fabric, the flows, the EVs seen so far."""
+        return {**self._head, "evs": dict(self._head["evs"]), "samples": [], "events": []}
 
     def events(self) -> list[dict[str, Any]]:
         """The fabric's link events since sampling began, in seconds from then."""
@@ -95,51 +124,70 @@ class RunRecorder:
                 for e in list(self._net.link_log) if e.get("time", 0.0) >= self.started]
 
     def _run(self) -> None:
-        due = time.monotonic()
+        due = self._clock()
         while not self._stop.is_set():
             self.samples.append(self.sample())
             due += self._period  # on a fixed grid: the time a sample takes does not add up
-            self._stop.wait(max(0.0, due - time.monotonic()))
+            self._stop.wait(max(0.0, due - self._clock()))
 
     def sample(self) -> dict[str, Any]:
         """One sample now (also called by tests)."""
         try:
-            counts = self._link_counts()
+            counts = self._net.switch_packet_counts()
             stats = self._net.stats(self._src, per_ev=True)
-            received = int(self._net.agent(self._dst).call("counters")["counters"]
-                           ["rx_data_bytes"])
+            received = sum(int(self._net.agent(d).call("counters")["counters"]["rx_data_bytes"])
+                           for d in self._receivers)
         except (NetworkError, AgentError) as exc:
-            return {"t": round(time.monotonic() - self.started, 3), "missing": str(exc)}
-        now = time.monotonic()  # after the reads: the link state below is as of now
+            return {"t": round(self._clock() - self.started, 3), "missing": str(exc)}
+        now = self._clock()  # after the reads: the link state below is as of now
         out: dict[str, Any] = {"t": round(now - self.started, 3), "down": sorted(self._down())}
         out["counters"] = {k: int(stats["endpoint"].get(k, 0)) for k in SENDER_COUNTERS}
-        out["received_bytes"] = received
         out["evs"] = self._ev_states(stats)
         if self._last is not None:
             then, last_counts, last_received = self._last
             span = now - then
-            out["pps"] = {lid: [round((c - p) / span, 1) for c, p in zip(v, last_counts[lid],
-                                                                        strict=True)]
-                          for lid, v in counts.items() if lid in last_counts}
-            out["goodput_bps"] = round((received - last_received) * 8 / span, 1)
+            port_pps = {sw: {p: (tx - last_counts[sw][p][1]) / span
+                             for p, (_, tx) in ports.items() if p in last_counts.get(sw, {})}
+                        for sw, ports in counts.items()}
+            out["pps"] = [[round(max(0.0, _rate(counts, last_counts, end, span)))
+                           for end in ends] for ends in self._ends]
+            marks = self._mark_rates(port_pps, now)
+            if marks:
+                out["marks"] = marks
+            if self._receivers:
+                out["goodput_bps"] = round((received - last_received) * 8 / span, 1)
         self._last = (now, counts, received)
         return out
 
-    def _link_counts(self) -> dict[str, list[int]]:
-        """Packets each link carried so far, [a -> b, b -> a], from switch ends."""
-        tx: dict[str, dict[int, int]] = {}
-        rx: dict[str, dict[int, int]] = {}
-        for sw in self._net.fabric.switches:
-            tx[sw.name] = self._net.port_sent(sw.name)
-            rx[sw.name] = self._net.port_received(sw.name)
-        counts = {}
-        for link in self._layout["links"]:
-            a, b = link["a"], link["b"]
-            if a in tx:
-                counts[link["id"]] = [tx[a][link["a_port"]], rx[a][link["a_port"]]]
-            else:  # a host: its switch end b sends b -> a
-                counts[link["id"]] = [rx[b][link["b_port"]], tx[b][link["b_port"]]]
-        return counts
+    def _mark_rates(self, port_pps: dict[str, dict[int, float]], now: float
+                    ) -> dict[str, list[float]]:
+        """Link index -> [trims a->b, trims b->a, ECN a->b, ECN b->a] per second, for the
+        links that had any; only busy ports are read (module docstring)."""
+        per_port: dict[tuple[str, int], tuple[float, float]] = {}
+        for sw, ports in port_pps.items():
+            busy = [p for p, pps in ports.items()
+                    if self._busy_pps is None or pps >= self._busy_pps]
+            if not busy:
+                continue
+            try:
+                cells = self._net.switch_counters(sw, MARK_COUNTERS, busy)
+            except NetworkError:
+                continue  # a switch rebooting: its marks are unknown this sample
+            for p in busy:
+                trims, ecn = cells[TRIM_COUNTER][p], cells[ECN_MARK_COUNTER][p]
+                last = self._marks.get((sw, p))
+                self._marks[(sw, p)] = (now, trims, ecn)
+                if last is not None and (trims > last[1] or ecn > last[2]):
+                    span = now - last[0]
+                    per_port[(sw, p)] = ((trims - last[1]) / span, (ecn - last[2]) / span)
+        out = {}
+        for i, egress in enumerate(self._egress):
+            got = [per_port.get(end) if end is not None else None for end in egress]
+            if any(got):
+                pairs = [g or (0.0, 0.0) for g in got]
+                out[str(i)] = [round(pairs[0][0], 1), round(pairs[1][0], 1),
+                               round(pairs[0][1], 1), round(pairs[1][1], 1)]
+        return out
 
     def _down(self) -> set[str]:
         """The ids of links whose last event in the log took them down or cut them (the
@@ -151,17 +199,48 @@ class RunRecorder:
         return {self._ids[key] for key, is_down in down.items() if is_down and key in self._ids}
 
     def _ev_states(self, stats: dict[str, Any]) -> dict[str, list[Any]]:
-        """EV -> [plane, route, state, tx packets] of the sender's QP towards dst (empty
-        when the agents do not run MRC)."""
+        """EV -> [state, tx packets] of the focus sender's QP; each EV's [plane, route] goes
+        into the recording's `evs` once (empty when the agents do not run MRC)."""
         per_qp = stats.get("per_ev") or {}
         if self._qpn is None:
-            try:
-                qps = self._net.agent(self._src).call("status")["qps"].get(str(self._dst))
-            except AgentError:
+            self._qpn = sender_qpn(self._net, self._src, self._dst)
+            if self._qpn is None:
                 return {}
-            if not qps or len(qps) != 1:
-                return {}
-            self._qpn = qps[0]
         evs = per_qp.get(f"{self._qpn:#x}", {})
-        return {ev: [info["plane"], info["route"], info["state"], info["tx_packets"]]
-                for ev, info in evs.items()}
+        for ev, info in evs.items():
+            self._head["evs"].setdefault(ev, [info["plane"], info["route"]])
+        return {ev: [info["state"], info["tx_packets"]] for ev, info in evs.items()}
+
+
+def sender_qpn(net: Any, src: int, dst: int) -> int | None:
+    """src's one QP towards dst (an MRC agent's), or None (another mode, or no agent)."""
+    try:
+        qps = net.agent(src).call("status")["qps"].get(str(dst))
+    except AgentError:
+        return None
+    return qps[0] if qps and len(qps) == 1 else None
+
+
+def _link_ends(links: list[dict[str, Any]]) -> list[tuple[tuple[str, int, str], ...]]:
+    """Per link, where its two directions a -> b and b -> a are counted: (switch, port,
+    'tx'|'rx'). A switch end's tx is its direction out; a host's direction out is its T0
+    end's rx."""
+    ends = []
+    for link in links:
+        a, b = link["a"], link["b"]
+        if a.startswith("h"):
+            ends.append(((b, link["b_port"], "rx"), (b, link["b_port"], "tx")))
+        else:
+            ends.append(((a, link["a_port"], "tx"), (a, link["a_port"], "rx")))
+    return ends
+
+
+def _rate(counts: dict[str, dict[int, tuple[int, int]]],
+          last: dict[str, dict[int, tuple[int, int]]], end: tuple[str, int, str],
+          span: float) -> float:
+    sw, port, which = end
+    k = 1 if which == "tx" else 0
+    try:
+        return (counts[sw][port][k] - last[sw][port][k]) / span
+    except KeyError:
+        return 0.0

@@ -178,10 +178,9 @@ def main(argv: list[str] | None = None) -> int:
                 report["rate_choice"] = net.rate_choice
                 log(format_report(report))
                 if args.report:
-                    size = write_report(Path(args.report), report.pop("recording"),
+                    size = write_report(Path(args.report), [report.pop("recording")],
                                         title=f"MRC demo on {fabric.planes} planes "
-                                              f"({config.target})",
-                                        capacity_bps=report["transfer"]["capacity_bps"])
+                                              f"({config.target})")
                     log(f"report: {args.report} ({size} bytes); open it in a browser")
             if args.script:
                 if MrcCLI(net, script=args.script, views=views).failures:
