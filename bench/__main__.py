@@ -35,6 +35,7 @@ from tqdm import tqdm  # noqa: E402
 from bench import calibrate, paper, plots, results, scenarios  # noqa: E402
 from bench.context import FULL, QUICK, Context  # noqa: E402
 from bench.runner import CONTENDERS  # noqa: E402
+from bench.view import BenchView  # noqa: E402
 from fabric.options import (  # noqa: E402
     add_fabric_args,
     add_link_delay_arg,
@@ -44,12 +45,14 @@ from fabric.options import (  # noqa: E402
 from fabric.topology import TopologyError  # noqa: E402
 from topologies import fidelity  # noqa: E402
 from topologies.cluster import ClusterError, add_cluster_args, cluster_from_args  # noqa: E402
+from topologies.liveview import LiveViewError, add_view_args  # noqa: E402
 from topologies.netconfig import (  # noqa: E402
     DEFAULT_PORT_RATE_PPS,
     DEFAULT_RX_HOLD_MS,
     MAX_RX_HOLD_MS,
 )
 from topologies.privdir import UnsafePathError, check_workdir  # noqa: E402
+from topologies.runreport import ReportError  # noqa: E402
 from topologies.targets import TARGETS  # noqa: E402
 
 
@@ -74,6 +77,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add_fabric_args(p, default=None)
     add_link_delay_arg(p)
     add_cluster_args(p)
+    add_view_args(p, "every contender run")
     args = p.parse_args(argv)
     try:
         args.fabric_model = named_fabric(args)
@@ -126,9 +130,28 @@ def main(argv: list[str] | None = None) -> int:
         if not out.parent.exists():
             check_workdir(out.parent)
         check_workdir(out)
-    except UnsafePathError as exc:
+        view = None
+        if args.web is not None or args.report is not None:
+            view = BenchView(title=f"MRC bench: {', '.join(args.scenarios)} ({args.target})",
+                             web_port=args.web, report=args.report)
+            url = view.start()
+            if url is not None:
+                print(f"live view: {url}", file=sys.stderr)
+    except (UnsafePathError, ReportError, LiveViewError) as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 2
+    try:
+        return _run(args, argv, started, out, view)
+    finally:
+        if view is not None:
+            line = view.finish()
+            if line:
+                print(line)
+
+
+def _run(args: argparse.Namespace, argv: list[str] | None, started: datetime, out: Path,
+         view: BenchView | None) -> int:
+    """Every scenario asked for, in order; the results, summary and plots in `out`."""
     sizes = QUICK if args.quick else FULL
     names = args.scenarios
     total = sum(runs_expected(n, sizes, args.contenders) for n in names)
@@ -155,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             bar.set_description(name)
             ctx = Context(sizes, args.target, log, tick, args.contenders, args.rate,
                           args.rx_hold_ms, args.fabric_model, args.cluster_model,
-                          link_delay_s(args))
+                          link_delay_s(args), view=view, scenario=name)
             began, cpu = time.monotonic(), fidelity.cpu_times()
             try:
                 sc = SCENARIOS[name](ctx)

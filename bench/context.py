@@ -7,21 +7,25 @@ bench.paper (the paper's loss, victim and start-up experiments).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from bench.mrc_flows import FlowSpec
 from bench.runner import (
     CONTENDERS,
+    KERNEL,
     Injector,
     flow_summary,
     kernel_skip_reason,
     open_network,
     payload_bytes,
     run_contender,
+    set_mode,
     wait_fabric_quiet,
 )
+from bench.view import BenchView
 from fabric.topology import Fabric
 from topologies import fidelity
 from topologies.cluster import Cluster
@@ -69,6 +73,8 @@ class Context:
     fabric: Fabric | None = None  # --fabric: every scenario's fabric (victim's excepted)
     cluster: Cluster | None = None  # --servers/--cluster: the fabric over these servers
     link_delay_s: float = 0.0  # --link-delay: every link's propagation delay, each way
+    view: BenchView | None = None  # --web/--report: every contender run is sampled
+    scenario: str = ""  # the scenario running (names its runs in the view)
 
     def fabric_for(self, own: Fabric) -> Fabric:
         """The fabric a scenario runs on: the one named on the command line, else its own."""
@@ -125,7 +131,11 @@ def run_one(ctx: Context, net: MrcNetwork, name: str, specs: list[FlowSpec], tim
     monitor = Monitor(net)
     monitor.start()
     try:
-        flows = run_contender(net, name, specs, timeout, injector.start if injector else None)
+        if ctx.view is not None and name not in KERNEL:
+            set_mode(net, specs, name)  # any agent restart before the view samples the run
+        with watched(ctx, net, name, specs, capacity_pps, injector):
+            flows = run_contender(net, name, specs, timeout,
+                                  injector.start if injector else None)
     finally:
         verdict = monitor.stop()
     busy = fidelity.cpu_busy(cpu, fidelity.cpu_times())
@@ -144,6 +154,20 @@ def run_one(ctx: Context, net: MrcNetwork, name: str, specs: list[FlowSpec], tim
     if info is not None:
         out["failure"] = info
     return out
+
+
+@contextmanager
+def watched(ctx: Context, net: MrcNetwork, name: str, specs: list[FlowSpec],
+            capacity_pps: float, injector: Injector | None = None) -> Iterator[None]:
+    """The block's flows sampled for the live view and report, when asked for (bench.view)."""
+    if ctx.view is None:
+        yield
+        return
+    label = f"{ctx.scenario} / {name}" + (f" / {injector.kind} failure" if injector else "")
+    with ctx.view.watch(net, label, [(s.src, s.dst) for s in specs],
+                        capacity_bps=capacity_pps * metrics_payload() * 8,
+                        goodput=name not in KERNEL):
+        yield
 
 
 def target(figure: str, want: str, measured: float | None,

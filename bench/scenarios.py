@@ -26,6 +26,7 @@ from bench.context import (
     run_one,
     target,
     verdicts,
+    watched,
 )
 from bench.failures import FAILURE_CONTENDERS, flap, link_failure, plane_failure, switch_reboot
 from bench.mrc_flows import FlowSpec
@@ -185,10 +186,12 @@ def allreduce(ctx: Context) -> dict[str, Any]:
         for name in ctx.chosen(ALLREDUCE_CONTENDERS):
             monitor = Monitor(net)  # the steps' verdict, as run_one gives the flows'
             monitor.start()
+            ring = [FlowSpec(h, (h + 1) % fabric.hosts, 1) for h in range(fabric.hosts)]
             try:
-                runs[name] = run_allreduce(net, ctx.sizes.allreduce_bytes, steps,
-                                           contender=name, fail_step=fail_step,
-                                           timeout=timeout, tick=lambda: ctx.tick("step"))
+                with watched(ctx, net, name, ring, cap):
+                    runs[name] = run_allreduce(net, ctx.sizes.allreduce_bytes, steps,
+                                               contender=name, fail_step=fail_step,
+                                               timeout=timeout, tick=lambda: ctx.tick("step"))
             finally:
                 verdict = monitor.stop()
             runs[name]["fidelity"] = verdict

@@ -40,9 +40,9 @@ def dump_url(url: str, budget_ms: int | None = None) -> str:
     return run.stdout
 
 
-def embedded_recording(page: Path) -> dict[str, Any]:
-    """The recording a report carries (topologies.runreport)."""
+def embedded_runs(page: Path) -> list[dict[str, Any]]:
+    """The recordings a report carries (topologies.runreport)."""
     found = re.search(r'<script type="application/json" id="run-data">(.*?)</script>',
                       page.read_text(), re.S)
     assert found is not None, "no run data in the page"
-    return json.loads(found.group(1))["recording"]
+    return json.loads(found.group(1))["runs"]

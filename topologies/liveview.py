@@ -16,11 +16,13 @@ its next poll and reloads for the new fabric.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import html
 import secrets
 import threading
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -145,6 +147,18 @@ class LiveView:
 WAITING_PAGE = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="refresh" content="1"><title>{title}</title></head>
 <body><p>{title}: waiting for the first run to start.</p></body></html>"""
+
+
+def add_view_args(p: argparse.ArgumentParser, what: str) -> None:
+    """--web [PORT] and --report FILE, the same on every entry point that runs a fabric."""
+    p.add_argument("--web", nargs="?", type=int, const=DEFAULT_WEB_PORT, default=None,
+                   metavar="PORT",
+                   help=f"serve the live view of {what} on 127.0.0.1:PORT (default "
+                        f"{DEFAULT_WEB_PORT}) while the fabric runs; the address printed "
+                        "carries this run's token")
+    p.add_argument("--report", metavar="FILE", type=Path,
+                   help=f"write {what}'s replayable report, one self-contained HTML file "
+                        "that opens from disk (a new file)")
 
 
 def start_view(net: Any, stack: ExitStack, port: int, single_path: bool = False) -> str:

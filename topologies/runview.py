@@ -8,8 +8,9 @@ second) in a thread of its own:
 - trims and ECN marks per link direction, from the switches' per-port P4 counters
   (p4rt.names.TRIM_COUNTER, ECN_MARK_COUNTER) over the controller's P4Runtime sessions. A
   queue builds only behind a port that sends at its full rate, so only ports that sent at
-  least SATURATED of the port rate are read (every port when the rate is not set): a
-  fabric of 144 switches costs a Read per busy switch, not 144 (docs/decisions.md);
+  least SATURATED of the port rate are read (every port when the rate is not set, and in a
+  recording's first and last sample): a fabric of 144 switches costs a Read per busy
+  switch, not 144 (docs/decisions.md);
 - which links are down or cut (the fabric's link log);
 - the focus sender's counters (retransmits, trims, NACKs, ECN marks, timeouts, EVs retired
   and reinstated) and the bytes the flows' receivers placed (goodput);
@@ -107,10 +108,13 @@ class RunRecorder:
         return self
 
     def stop(self) -> dict[str, Any]:
-        """Stop sampling (idempotent); the recording: layout, samples and link events."""
-        self._stop.set()
+        """Stop sampling with a last sample (idempotent): a run shorter than the period still
+        has its start and its end. The recording: layout, samples and link events."""
         if self._thread.is_alive():
+            self._stop.set()
             self._thread.join(10.0)
+            self.samples.append(self.sample(last=True))
+        self._stop.set()
         return {**self.layout(), "samples": self.samples, "events": self.events()}
 
     def layout(self) -> dict[str, Any]:
@@ -130,8 +134,9 @@ class RunRecorder:
             due += self._period  # on a fixed grid: the time a sample takes does not add up
             self._stop.wait(max(0.0, due - self._clock()))
 
-    def sample(self) -> dict[str, Any]:
-        """One sample now (also called by tests)."""
+    def sample(self, last: bool = False) -> dict[str, Any]:
+        """One sample now (also called by tests). The first and the `last` read the marks of
+        every port: a baseline for all, and a run's every trim counted by its end."""
         try:
             counts = self._net.switch_packet_counts()
             stats = self._net.stats(self._src, per_ev=True)
@@ -151,22 +156,25 @@ class RunRecorder:
                         for sw, ports in counts.items()}
             out["pps"] = [[round(max(0.0, _rate(counts, last_counts, end, span)))
                            for end in ends] for ends in self._ends]
-            marks = self._mark_rates(port_pps, now)
+            marks = self._mark_rates(port_pps, now, every=last)
             if marks:
                 out["marks"] = marks
             if self._receivers:
                 out["goodput_bps"] = round((received - last_received) * 8 / span, 1)
+        else:
+            self._mark_rates({sw: dict.fromkeys(ports, 0.0) for sw, ports in counts.items()},
+                             now, every=True)
         self._last = (now, counts, received)
         return out
 
-    def _mark_rates(self, port_pps: dict[str, dict[int, float]], now: float
-                    ) -> dict[str, list[float]]:
+    def _mark_rates(self, port_pps: dict[str, dict[int, float]], now: float,
+                    every: bool = False) -> dict[str, list[float]]:
         """Link index -> [trims a->b, trims b->a, ECN a->b, ECN b->a] per second, for the
-        links that had any; only busy ports are read (module docstring)."""
+        links that had any; only busy ports are read, unless `every` (module docstring)."""
         per_port: dict[tuple[str, int], tuple[float, float]] = {}
         for sw, ports in port_pps.items():
             busy = [p for p, pps in ports.items()
-                    if self._busy_pps is None or pps >= self._busy_pps]
+                    if every or self._busy_pps is None or pps >= self._busy_pps]
             if not busy:
                 continue
             try:

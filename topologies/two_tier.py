@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     from controller.tables import DEFAULT_ECN_THRESHOLD, DEFAULT_TRIM_THRESHOLD
     from fabric.options import add_fabric_args, add_link_delay_arg
     from topologies.cluster import add_cluster_args
-    from topologies.liveview import DEFAULT_WEB_PORT
+    from topologies.liveview import add_view_args
     from topologies.netconfig import (
         BMV2_PORT_RATE_PPS,
         DEFAULT_PORT_RATE_PPS,
@@ -95,14 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the CLI commands in FILE, one per line (mrc_link cut p0l1 h3, "
                    "mrc_write 0 3 100000, ...) instead of the interactive CLI; the exit "
                    "status is 1 if any failed")
-    p.add_argument("--web", nargs="?", type=int, const=DEFAULT_WEB_PORT, default=None,
-                   metavar="PORT",
-                   help="serve the live view on 127.0.0.1:PORT (default "
-                        f"{DEFAULT_WEB_PORT}) while the fabric runs; the address printed "
-                        "carries this run's token")
-    p.add_argument("--report", metavar="FILE",
-                   help="write the demo's replayable report, one self-contained HTML file "
-                        "that opens from disk (a new file)")
+    add_view_args(p, "the demo")
     p.add_argument("--json", action="store_true",
                    help="print the report as one JSON object on the last line")
     p.add_argument("--workdir", help="keep switch and agent logs here (default: a temp dir, "

@@ -15,15 +15,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bench import results
 from bench.__main__ import SCENARIOS
+from tests.browser import chromium, dump_dom, embedded_runs
 from tests.support import require_bmv2
 from topologies.netconfig import NO_TRIM_THRESHOLD
 
@@ -45,24 +51,81 @@ def run(request: pytest.FixtureRequest,
     if request.param == "bmv2":
         require_bmv2()
     out = tmp_path_factory.mktemp(f"bench-{request.param}")
-    proc = subprocess.Popen([sys.executable, "-m", "bench", ",".join(SCENARIOS_RUN[request.param]),
-                             "--quick", "--target",
-                             request.param, "--contenders", ",".join(CONTENDERS[request.param]),
-                             "--out", str(out), "--no-progress"],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with open(out / "stdout.txt", "w") as stdout:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bench", ",".join(SCENARIOS_RUN[request.param]), "--quick",
+             "--target", request.param, "--contenders", ",".join(CONTENDERS[request.param]),
+             "--out", str(out), "--no-progress", "--web", "0", "--report", str(out / REPORT)],
+            cwd=REPO, stdout=stdout, stderr=subprocess.PIPE, text=True)
+    watcher = LiveWatcher(proc)  # reads stderr as it comes
     try:
-        _, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+        proc.wait(timeout=RUN_TIMEOUT_S)
     finally:
         # SIGTERM, not SIGKILL: the bench then stops its fabric (switches, agents, veths);
         # a killed bench would leave them behind for every later user of the machine.
         if proc.poll() is None:
             proc.terminate()
-            proc.communicate(timeout=120)
+            proc.wait(timeout=120)
+        watcher.join()
+    err = "".join(watcher.lines)
+    (out / "live.json").write_text(json.dumps(watcher.seen))
     path = out / "results.json"
     assert path.exists(), err[-3000:]
     data = json.loads(path.read_text())
     data["_target"] = request.param
     return data, out
+
+
+REPORT = "report.html"
+
+
+class LiveWatcher:
+    """Reads the bench's stderr as it comes; once the live view's address is printed, polls
+    its samples as the page does and notes every run number it was shown."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.lines: list[str] = []
+        self.seen: dict[str, Any] = {"runs": [], "samples": 0, "refused": None}
+        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._thread.start()
+        self._poller: threading.Thread | None = None
+        self._done = threading.Event()
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        for line in proc.stderr:
+            self.lines.append(line)
+            found = re.search(r"live view: (http://127\.0\.0\.1:\d+)/\?token=(\S+)", line)
+            if found and self._poller is None:
+                self._poller = threading.Thread(target=self._poll, args=found.groups(),
+                                                daemon=True)
+                self._poller.start()
+        self._done.set()
+
+    def _poll(self, base: str, token: str) -> None:
+        try:
+            urllib.request.urlopen(f"{base}/samples?run=0&since=0&token=x", timeout=5)  # noqa: S310
+        except urllib.error.HTTPError as refused:
+            self.seen["refused"] = refused.code
+        run = 0
+        while not self._done.wait(0.5):
+            try:
+                with urllib.request.urlopen(  # noqa: S310 (the bench's own loopback view)
+                        f"{base}/samples?run={run}&since=0&token={token}", timeout=5) as got:
+                    answer = json.loads(got.read())
+            except (urllib.error.URLError, OSError):
+                continue  # the view stopped at the end of the run
+            if answer.get("run") is not None and answer["run"] != run:
+                run = answer["run"]
+            elif answer.get("samples"):
+                self.seen["samples"] = max(self.seen["samples"], len(answer["samples"]))
+                if run not in self.seen["runs"]:
+                    self.seen["runs"].append(run)
+
+    def join(self) -> None:
+        self._thread.join(30)
+        self._done.set()
+        if self._poller is not None:
+            self._poller.join(30)
 
 
 def test_every_scenario_ran_and_validates(run: tuple[dict, Path]) -> None:
@@ -180,3 +243,47 @@ def test_summary_and_plots_written(run: tuple[dict, Path]) -> None:
     assert "link-failure-goodput.png" in pngs and "incast-flows.png" in pngs
     assert ("allreduce-steps.png" in pngs) == ("allreduce" in ran)
     assert "Paper, same experiment" in text and "fidelity" in text
+
+
+def test_the_live_view_followed_the_runs_and_the_report_replays_them(
+        run: tuple[dict, Path]) -> None:
+    """--web: a poller as the page polls saw several runs in turn, each with samples, and the
+    view refused a wrong token. --report: one file with a recording per contender run that
+    ran; the link-failure scenario's MRC run with its failure shows, in Chromium, the link
+    down and EVs of the failed route retired; the incast's trims show on its links."""
+    data, out = run
+    seen = json.loads((out / "live.json").read_text())
+    assert seen["refused"] == 403 and len(seen["runs"]) >= 3 and seen["samples"] >= 1, seen
+    assert f"report: {out / REPORT}" in (out / "stdout.txt").read_text()
+    runs = embedded_runs(out / REPORT)
+    ran = sum(1 for sc in data["scenarios"].values() if sc.get("contenders")
+              for c in sc["contenders"].values() if "skipped" not in c)
+    assert len(runs) >= ran, (len(runs), ran)
+    assert {r["name"].split(" / ")[0] for r in runs} >= set(data["scenarios"]) - {"startup"}
+    for r in runs:
+        assert len(r["samples"]) >= 2, r["name"]  # its start and its end at least
+        if r["name"].split(" / ")[1] == "mrc":
+            assert r["evs"], f"{r['name']}: no EVs recorded"
+    incast = next(r for r in runs if r["name"].startswith("incast / mrc"))
+    trims = [m[0] + m[1] for s in incast["samples"] for m in s.get("marks", {}).values()]
+    if data["scenarios"]["incast"]["contenders"]["mrc"]["summary"]["trims"]:
+        assert sum(trims) > 0, "the incast's trims never showed on a link (P4 counters)"
+    index = next(i for i, r in enumerate(runs) if r["name"].startswith("link-failure / mrc /"))
+    failed = runs[index]
+    shown = next((i for i, s in enumerate(failed["samples"]) if s.get("down")), None)
+    assert shown is not None, "the failed link never showed as down"
+    retired = next((i for i, s in enumerate(failed["samples"][shown:], start=shown)
+                    if any(info[0] == "ASSUMED_BAD" for info in s.get("evs", {}).values())),
+                   None)
+    mrc = data["scenarios"]["link-failure"]["contenders"]["mrc"]
+    if mrc["failed_route_retirements"]:  # quick flows are short: the EVs may not have been
+        assert retired is not None, "no EV of the failed route was shown retired"
+    if chromium() is None:
+        pytest.skip("chromium is not installed (apt install chromium; CI installs it)")
+    dom = dump_dom(out / REPORT, f"run={index}&sample={shown}")
+    assert dom.count('class="link link-down"') == 1 and "link-failure / mrc /" in dom
+    if retired is not None:
+        dom = dump_dom(out / REPORT, f"run={index}&sample={retired}")
+        assert 'class="ev ev-ASSUMED_BAD"' in dom
+    print(f"bench report {(out / REPORT).stat().st_size} bytes, {len(runs)} runs, "
+          f"{sum(len(r['samples']) for r in runs)} samples")

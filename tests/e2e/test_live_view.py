@@ -52,13 +52,13 @@ def test_the_live_view_follows_the_demo(target: str) -> None:
         assert refused.value.code == 403
         report = run_demo(net, log=lambda *_: None)
         page = _get(url).decode()
-        got = json.loads(_get(f"{base}/samples?since=0&token={token}"))
+        got = json.loads(_get(f"{base}/samples?run=0&since=0&token={token}"))
         dom = dump_url(url, budget_ms=POLL_BUDGET_MS) if chromium() is not None else None
     samples, events = got["samples"], got["events"]
     down_at = next(e["t"] for e in events if e["event"] == "down")
     seen = next(s for s in samples if s.get("down"))
     assert seen["t"] - down_at <= 1.0, (down_at, seen["t"])
-    states = [{info[2] for info in s.get("evs", {}).values()} for s in samples]
+    states = [{info[0] for info in s.get("evs", {}).values()} for s in samples]
     first_bad = next(i for i, st in enumerate(states) if "ASSUMED_BAD" in st)
     assert report["failure"]["reinstated_after_up"]
     assert any(st == {"GOOD"} for st in states[first_bad:]), "not reinstated in the view"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import chromium, dump_dom, embedded_recording
+from tests.browser import chromium, dump_dom, embedded_runs
 from tests.e2e.support import DEMO_TIMEOUT_S, run_demo_json, skip_reason, snapshot
 from tests.support import require_bmv2
 from topologies.calibration import MIN_RATE
@@ -60,13 +60,13 @@ def _check_report_page(page: Path, failure: dict) -> None:
     end of the run (module docstring)."""
     if chromium() is None:
         pytest.skip("chromium is not installed (apt install chromium; CI installs it)")
-    recording = embedded_recording(page)
+    (recording,) = embedded_runs(page)
     samples = recording["samples"]
     down_at = next(e["t"] for e in recording["events"] if e["event"] == "down")
     shown = next(i for i, s in enumerate(samples) if s.get("down"))
     assert samples[shown]["t"] - down_at <= 1.0, (down_at, samples[shown]["t"])
     retired = next(i for i, s in enumerate(samples[shown:], start=shown)
-                   if any(info[2] == "ASSUMED_BAD" for info in s.get("evs", {}).values()))
+                   if any(info[0] == "ASSUMED_BAD" for info in s.get("evs", {}).values()))
     dom = dump_dom(page, f"sample={shown}")
     assert dom.count('class="link link-down"') == 1 and '<polyline points="' in dom
     assert dump_dom(page, f"sample={retired}").count('class="ev ev-ASSUMED_BAD"') >= 1

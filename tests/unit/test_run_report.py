@@ -131,20 +131,26 @@ def test_the_recorder_turns_counters_into_rates_and_log_into_state() -> None:
 
 def test_only_busy_ports_are_read_for_trims_and_each_direction_is_its_egress() -> None:
     """Port 1 sends 40 frames a tick, the others 10: at a rate of 15 pps only port 1 is read
-    (the rest cannot be queueing); its trims show on the direction leaving that port."""
+    (the rest cannot be queueing), except in the first sample (a baseline for every port)
+    and the last; its trims show on the direction leaving that port."""
     net = _Net(rate=15)
     rec = RunRecorder(net, [(0, 1)], clock=lambda: float(net.ticks))  # a tick per second
     rec.sample()
-    rec.sample()  # the first busy reading: a baseline
+    assert {tuple(ports) for _, ports in net.counter_reads} == {(1, 2, 3, 4)}
+    net.counter_reads.clear()
+    second = rec.sample()
     assert net.counter_reads and all(ports == [1] for _, ports in net.counter_reads)
-    third = rec.sample()
     links = rec.layout()["fabric"]["links"]
-    assert third["marks"], third
-    for index, marks in third["marks"].items():
+    assert second["marks"], second
+    for index, marks in second["marks"].items():
         link = links[int(index)]
         trims_ab, trims_ba = marks[0], marks[1]
-        assert (trims_ab > 0) == (link["a_port"] == 1 and not link["a"].startswith("h"))
-        assert (trims_ba > 0) == (link["b_port"] == 1)
+        assert trims_ab == (3.0 if link["a_port"] == 1 and not link["a"].startswith("h")
+                            else 0.0)
+        assert trims_ba == (3.0 if link["b_port"] == 1 else 0.0)
+    net.counter_reads.clear()
+    rec.sample(last=True)
+    assert {tuple(ports) for _, ports in net.counter_reads} == {(1, 2, 3, 4)}
     net_all = _Net(rate=None)  # no port rate: every port is read
     rec_all = RunRecorder(net_all, [(0, 1)], clock=lambda: float(net_all.ticks))
     rec_all.sample()
