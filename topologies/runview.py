@@ -9,8 +9,9 @@ second) in a thread of its own:
   (p4rt.names.TRIM_COUNTER, ECN_MARK_COUNTER) over the controller's P4Runtime sessions. A
   queue builds only behind a port that sends at its full rate, so only ports that sent at
   least SATURATED of the port rate are read (every port when the rate is not set, and in a
-  recording's first and last sample): a fabric of 144 switches costs a Read per busy
-  switch, not 144 (docs/decisions.md);
+  recording's first and last sample), and only in a sample where the flows' receivers
+  counted new trims or ECN marks: a loaded fabric that does not trim costs no Read at all
+  (docs/decisions.md);
 - which links are down or cut (the fabric's link log);
 - the focus sender's counters (retransmits, trims, NACKs, ECN marks, timeouts, EVs retired
   and reinstated) and the bytes the flows' receivers placed (goodput);
@@ -95,8 +96,9 @@ class RunRecorder:
         rate = net.config.port_rate_pps
         self._busy_pps = SATURATED * rate if isinstance(rate, int) else None
         self.samples: list[dict[str, Any]] = []
+        self.cpu_s = 0.0  # this process's CPU spent sampling (bench.view_cost)
         self.started = clock()
-        self._last: tuple[float, dict[str, dict[int, tuple[int, int]]], int] | None = None
+        self._last: tuple[float, dict[str, dict[int, tuple[int, int]]], int, int] | None = None
         self._marks: dict[tuple[str, int], tuple[float, int, int]] = {}
         self._qpn: int | None = None
         self._stop = threading.Event()
@@ -115,7 +117,8 @@ class RunRecorder:
             self._thread.join(10.0)
             self.samples.append(self.sample(last=True))
         self._stop.set()
-        return {**self.layout(), "samples": self.samples, "events": self.events()}
+        return {**self.layout(), "samples": self.samples, "events": self.events(),
+                "sampler_cpu_s": round(self.cpu_s, 3)}
 
     def layout(self) -> dict[str, Any]:
         """The recording without its samples: the fabric, the flows, the EVs seen so far."""
@@ -137,11 +140,17 @@ class RunRecorder:
     def sample(self, last: bool = False) -> dict[str, Any]:
         """One sample now (also called by tests). The first and the `last` read the marks of
         every port: a baseline for all, and a run's every trim counted by its end."""
+        began = time.thread_time()
+        try:
+            return self._sample(last)
+        finally:
+            self.cpu_s += time.thread_time() - began
+
+    def _sample(self, last: bool) -> dict[str, Any]:
         try:
             counts = self._net.switch_packet_counts()
             stats = self._net.stats(self._src, per_ev=True)
-            received = sum(int(self._net.agent(d).call("counters")["counters"]["rx_data_bytes"])
-                           for d in self._receivers)
+            received, marked = self._receiver_totals()
         except (NetworkError, AgentError) as exc:
             return {"t": round(self._clock() - self.started, 3), "missing": str(exc)}
         now = self._clock()  # after the reads: the link state below is as of now
@@ -149,28 +158,43 @@ class RunRecorder:
         out["counters"] = {k: int(stats["endpoint"].get(k, 0)) for k in SENDER_COUNTERS}
         out["evs"] = self._ev_states(stats)
         if self._last is not None:
-            then, last_counts, last_received = self._last
+            then, last_counts, last_received, last_marked = self._last
             span = now - then
             port_pps = {sw: {p: (tx - last_counts[sw][p][1]) / span
                              for p, (_, tx) in ports.items() if p in last_counts.get(sw, {})}
                         for sw, ports in counts.items()}
             out["pps"] = [[round(max(0.0, _rate(counts, last_counts, end, span)))
                            for end in ends] for ends in self._ends]
-            marks = self._mark_rates(port_pps, now, every=last)
-            if marks:
-                out["marks"] = marks
+            # marks are read only when a receiver saw trims or ECN marks since the last
+            # sample (or nobody's counters say: kernel flows), and at the end of the run
+            if last or not self._receivers or marked > last_marked:
+                marks = self._mark_rates(port_pps, now, since=then, every=last)
+                if marks:
+                    out["marks"] = marks
             if self._receivers:
                 out["goodput_bps"] = round((received - last_received) * 8 / span, 1)
         else:
             self._mark_rates({sw: dict.fromkeys(ports, 0.0) for sw, ports in counts.items()},
-                             now, every=True)
-        self._last = (now, counts, received)
+                             now, since=now, every=True)
+        self._last = (now, counts, received, marked)
         return out
 
-    def _mark_rates(self, port_pps: dict[str, dict[int, float]], now: float,
+    def _receiver_totals(self) -> tuple[int, int]:
+        """(data bytes placed, trims + ECN marks seen) over the flows' receivers."""
+        received = marked = 0
+        for d in self._receivers:
+            counters = self._net.agent(d).call("counters")["counters"]
+            received += int(counters["rx_data_bytes"])
+            marked += int(counters.get("trims_received", 0))
+            marked += int(counters.get("ecn_marks_received", 0))
+        return received, marked
+
+    def _mark_rates(self, port_pps: dict[str, dict[int, float]], now: float, since: float,
                     every: bool = False) -> dict[str, list[float]]:
         """Link index -> [trims a->b, trims b->a, ECN a->b, ECN b->a] per second, for the
-        links that had any; only busy ports are read, unless `every` (module docstring)."""
+        links that had any; only busy ports are read, unless `every` (module docstring).
+        Marks read now arose after `since` (the receivers saw none before), so a port read
+        long ago has its rate over the last sample's span, not diluted over its own."""
         per_port: dict[tuple[str, int], tuple[float, float]] = {}
         for sw, ports in port_pps.items():
             busy = [p for p, pps in ports.items()
@@ -186,7 +210,7 @@ class RunRecorder:
                 last = self._marks.get((sw, p))
                 self._marks[(sw, p)] = (now, trims, ecn)
                 if last is not None and (trims > last[1] or ecn > last[2]):
-                    span = now - last[0]
+                    span = now - max(last[0], since) if now > since else now - last[0]
                     per_port[(sw, p)] = ((trims - last[1]) / span, (ecn - last[2]) / span)
         out = {}
         for i, egress in enumerate(self._egress):

@@ -74,7 +74,8 @@ class _Agent:
             raise AgentError("h0: restarting")
         if cmd == "status":
             return {"qps": {"1": [0x100]}}
-        return {"counters": {"rx_data_bytes": self.net.received}}
+        return {"counters": {"rx_data_bytes": self.net.received,
+                             "trims_received": self.net.trims_seen}}
 
 
 class _Net:
@@ -86,6 +87,7 @@ class _Net:
         self.config = SimpleNamespace(port_rate_pps=rate)
         self.broken = False
         self.counter_reads: list[tuple[str, list[int]]] = []
+        self.trims_seen, self.trimming = 0, True  # the receivers' count of trims
 
     def agent(self, host: int) -> _Agent:
         return _Agent(self, host)
@@ -103,6 +105,7 @@ class _Net:
     def stats(self, host: int, per_ev: bool = False) -> dict:
         self.ticks += 1
         self.received += 1000
+        self.trims_seen += 3 * self.trimming
         return {"endpoint": {"retransmits": 2},
                 "per_ev": {"0x100": {"7": {"plane": 1, "route": "p1s0", "state": "GOOD",
                                            "tx_packets": 4}}}}
@@ -132,7 +135,8 @@ def test_the_recorder_turns_counters_into_rates_and_log_into_state() -> None:
 def test_only_busy_ports_are_read_for_trims_and_each_direction_is_its_egress() -> None:
     """Port 1 sends 40 frames a tick, the others 10: at a rate of 15 pps only port 1 is read
     (the rest cannot be queueing), except in the first sample (a baseline for every port)
-    and the last; its trims show on the direction leaving that port."""
+    and the last; its trims show on the direction leaving that port. A sample in which the
+    receivers counted no new trims asks no switch."""
     net = _Net(rate=15)
     rec = RunRecorder(net, [(0, 1)], clock=lambda: float(net.ticks))  # a tick per second
     rec.sample()
@@ -149,6 +153,9 @@ def test_only_busy_ports_are_read_for_trims_and_each_direction_is_its_egress() -
                             else 0.0)
         assert trims_ba == (3.0 if link["b_port"] == 1 else 0.0)
     net.counter_reads.clear()
+    net.trimming = False  # the receivers see no new trims: no switch is asked
+    rec.sample()
+    assert net.counter_reads == []
     rec.sample(last=True)
     assert {tuple(ports) for _, ports in net.counter_reads} == {(1, 2, 3, 4)}
     net_all = _Net(rate=None)  # no port rate: every port is read
