@@ -100,6 +100,7 @@ class Commands:
             "status": self.status, "register": self.register, "deregister": self.deregister,
             "write": self.write, "verify": self.verify, "messages": self.list_messages,
             "stats": self.stats, "counters": self.counters, "events": self.events,
+            "view": self.view,
             "deny": self.deny, "allow": self.allow,
             "shutdown": self.shutdown, "qp_info": self.qp_info, "qp_connect": self.qp_connect,
         }
@@ -297,6 +298,18 @@ class Commands:
         kernel figures of `stats`: cheap enough to poll during a transfer (the demo's
         goodput timeline)."""
         return {"time": self.agent.driver.clock(), "counters": self.agent.endpoint.counters()}
+
+    def view(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        """The counters and, when this host has exactly one QP to `peer` (an MRC agent's),
+        its EVs' states and tx packets (with `paths`: their plane and route too): the run
+        view's sample, a fraction of `stats`, opening nothing."""
+        peer = _int_arg(request, "peer", high=255)
+        qpns = self.agent.driver.adapter.qpns_of(peer) if peer in self.agent.driver.connected \
+            else []
+        evs = (self.agent.endpoint.ev_view(qpns[0], bool(request.get("paths")))
+               if len(qpns) == 1 else {})
+        return {"counters": self.agent.endpoint.counters(), "qpn": qpns[0] if qpns else None,
+                "evs": {str(ev): v for ev, v in evs.items()}}
 
     def _set_denied(self, request: dict[str, Any], denied: bool) -> dict[str, Any]:
         peer = _int_arg(request, "peer", high=255)

@@ -15,7 +15,8 @@ second) in a thread of its own:
 - which links are down or cut (the fabric's link log);
 - the focus sender's counters (retransmits, trims, NACKs, ECN marks, timeouts, EVs retired
   and reinstated) and the bytes the flows' receivers placed (goodput);
-- the state and tx packets of every EV of the focus sender's QP, when the agents run MRC.
+- the state and tx packets of every EV of the focus sender's QP, when the agents run MRC
+  (the agent's `view` command: counters and EVs, a fraction of `stats`).
 A sample that cannot be taken (an agent restarting) is recorded as missing, with the reason,
 never silently: the page shows the gap.
 
@@ -100,7 +101,7 @@ class RunRecorder:
         self.started = clock()
         self._last: tuple[float, dict[str, dict[int, tuple[int, int]]], int, int] | None = None
         self._marks: dict[tuple[str, int], tuple[float, int, int]] = {}
-        self._qpn: int | None = None
+        self._need_paths = True  # the next `view` also carries each EV's plane and route
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="run-recorder", daemon=True)
 
@@ -149,14 +150,15 @@ class RunRecorder:
     def _sample(self, last: bool) -> dict[str, Any]:
         try:
             counts = self._net.switch_packet_counts()
-            stats = self._net.stats(self._src, per_ev=True)
-            received, marked = self._receiver_totals()
+            view = self._net.agent(self._src).call("view", peer=self._dst,
+                                                   paths=self._need_paths)
+            received, marked = self._receiver_totals({self._src: view["counters"]})
         except (NetworkError, AgentError) as exc:
             return {"t": round(self._clock() - self.started, 3), "missing": str(exc)}
         now = self._clock()  # after the reads: the link state below is as of now
         out: dict[str, Any] = {"t": round(now - self.started, 3), "down": sorted(self._down())}
-        out["counters"] = {k: int(stats["endpoint"].get(k, 0)) for k in SENDER_COUNTERS}
-        out["evs"] = self._ev_states(stats)
+        out["counters"] = {k: int(view["counters"].get(k, 0)) for k in SENDER_COUNTERS}
+        out["evs"] = self._ev_states(view["evs"])
         if self._last is not None:
             then, last_counts, last_received, last_marked = self._last
             span = now - then
@@ -179,11 +181,13 @@ class RunRecorder:
         self._last = (now, counts, received, marked)
         return out
 
-    def _receiver_totals(self) -> tuple[int, int]:
-        """(data bytes placed, trims + ECN marks seen) over the flows' receivers."""
+    def _receiver_totals(self, known: dict[int, dict[str, int]]) -> tuple[int, int]:
+        """(data bytes placed, trims + ECN marks seen) over the flows' receivers; `known`:
+        counters already read this sample (the focus sender's, often a receiver too)."""
         received = marked = 0
         for d in self._receivers:
-            counters = self._net.agent(d).call("counters")["counters"]
+            counters = known[d] if d in known else self._net.agent(d).call("counters")[
+                "counters"]
             received += int(counters["rx_data_bytes"])
             marked += int(counters.get("trims_received", 0))
             marked += int(counters.get("ecn_marks_received", 0))
@@ -230,27 +234,16 @@ class RunRecorder:
                 down[link_key(e["a"], e["b"])] = e["event"] != "up"
         return {self._ids[key] for key, is_down in down.items() if is_down and key in self._ids}
 
-    def _ev_states(self, stats: dict[str, Any]) -> dict[str, list[Any]]:
-        """EV -> [state, tx packets] of the focus sender's QP; each EV's [plane, route] goes
-        into the recording's `evs` once (empty when the agents do not run MRC)."""
-        per_qp = stats.get("per_ev") or {}
-        if self._qpn is None:
-            self._qpn = sender_qpn(self._net, self._src, self._dst)
-            if self._qpn is None:
-                return {}
-        evs = per_qp.get(f"{self._qpn:#x}", {})
+    def _ev_states(self, evs: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        """EV -> [state, tx packets] of the focus sender's QP (the agent's `view`); each EV's
+        [plane, route] goes into the recording's `evs` once: asked for again only when EVs
+        the recording has not seen appear (a new QP after a mode switch)."""
+        known = self._head["evs"]
         for ev, info in evs.items():
-            self._head["evs"].setdefault(ev, [info["plane"], info["route"]])
-        return {ev: [info["state"], info["tx_packets"]] for ev, info in evs.items()}
-
-
-def sender_qpn(net: Any, src: int, dst: int) -> int | None:
-    """src's one QP towards dst (an MRC agent's), or None (another mode, or no agent)."""
-    try:
-        qps = net.agent(src).call("status")["qps"].get(str(dst))
-    except AgentError:
-        return None
-    return qps[0] if qps and len(qps) == 1 else None
+            if len(info) == 4:
+                known.setdefault(ev, [info[2], info[3]])
+        self._need_paths = any(ev not in known for ev in evs)
+        return {ev: info[:2] for ev, info in evs.items()}
 
 
 def _link_ends(links: list[dict[str, Any]]) -> list[tuple[tuple[str, int, str], ...]]:

@@ -217,3 +217,10 @@ class Connection:
                 **entry.counters,
             }
         return stats
+
+    def ev_view(self, paths: bool = False) -> dict[int, list[object]]:
+        """EV -> [state, tx packets] (+ [plane, route] with `paths`): what the run view
+        samples twice a second, without ev_stats' per-EV counters."""
+        return {e.ev: [e.state.name, self.tx_per_ev[e.ev],
+                       *((e.path.plane, str(e.path.route)) if paths else ())]
+                for e in self.evs.entries()}

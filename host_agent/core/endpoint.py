@@ -259,6 +259,9 @@ class Endpoint:
     def ev_states(self, qpn: int) -> dict[int, EvState]:
         return self._conn(qpn).evs.states()
 
+    def ev_view(self, qpn: int, paths: bool = False) -> dict[int, list[object]]:
+        return self._conn(qpn).ev_view(paths)
+
     def peer_planes_up(self, peer: Hashable) -> set[int]:
         return set(self._peer_up.get(peer, range(self.planes)))
 

@@ -227,6 +227,16 @@ def test_deny_allow_and_stats(agent: Agent) -> None:
     counters = call(agent, "counters")
     assert counters["counters"]["rx_data_bytes"] == 0 and counters["time"] > 0
     assert "per_ev" not in counters["counters"]
+    view = call(agent, "view", peer=1, paths=True)  # the run view's sample: the same facts
+    assert view["qpn"] == qpn and set(view["evs"]) == set(stats["per_ev"]["0x101"])
+    for ev_id, (state, tx, plane, route) in view["evs"].items():
+        full = stats["per_ev"]["0x101"][ev_id]
+        assert [state, tx, plane, route] == [full["state"], full["tx_packets"], full["plane"],
+                                             full["route"]]
+    assert len(call(agent, "view", peer=1)["evs"][str(ev)]) == 2  # without paths
+    assert call(agent, "view", peer=2) == {"ok": True, "counters": view["counters"],
+                                           "qpn": None, "evs": {}}  # no QP: none opened
+    assert 2 not in agent.driver.connected
     agent.driver.pump()  # the loop does this after every command: events reach the history
     events = call(agent, "events")["events"]
     assert [e["new"] for e in events if e["type"] == "EvStateChanged"] == ["DENIED", "GOOD"]

@@ -69,13 +69,22 @@ class _Agent:
     def __init__(self, net: _Net, host: int) -> None:
         self.net, self.host = net, host
 
-    def call(self, cmd: str, **_: object) -> dict:
+    def call(self, cmd: str, **args: object) -> dict:
         if self.net.broken:
             raise AgentError("h0: restarting")
-        if cmd == "status":
-            return {"qps": {"1": [0x100]}}
-        return {"counters": {"rx_data_bytes": self.net.received,
-                             "trims_received": self.net.trims_seen}}
+        net = self.net
+        if cmd == "view":  # the focus sender, once per sample: the fabric moves on a tick
+            net.ticks += 1
+            net.received += 1000
+            net.trims_seen += 3 * net.trimming
+            net.view_calls.append(args)
+            ev = ["GOOD", 4, 1, "p1s0"] if args.get("paths") else ["GOOD", 4]
+            return {"counters": {"retransmits": 2, **self._counters()}, "qpn": 0x100,
+                    "evs": {"7": ev}}
+        return {"counters": self._counters()}
+
+    def _counters(self) -> dict[str, int]:
+        return {"rx_data_bytes": self.net.received, "trims_received": self.net.trims_seen}
 
 
 class _Net:
@@ -88,6 +97,7 @@ class _Net:
         self.broken = False
         self.counter_reads: list[tuple[str, list[int]]] = []
         self.trims_seen, self.trimming = 0, True  # the receivers' count of trims
+        self.view_calls: list[dict] = []
 
     def agent(self, host: int) -> _Agent:
         return _Agent(self, host)
@@ -102,14 +112,6 @@ class _Net:
         return {c: {p: (3 * self.ticks if p == 1 and c == TRIM_COUNTER else 0) for p in ports}
                 for c in counters}
 
-    def stats(self, host: int, per_ev: bool = False) -> dict:
-        self.ticks += 1
-        self.received += 1000
-        self.trims_seen += 3 * self.trimming
-        return {"endpoint": {"retransmits": 2},
-                "per_ev": {"0x100": {"7": {"plane": 1, "route": "p1s0", "state": "GOOD",
-                                           "tx_packets": 4}}}}
-
 
 def test_the_recorder_turns_counters_into_rates_and_log_into_state() -> None:
     net = _Net()
@@ -117,6 +119,8 @@ def test_the_recorder_turns_counters_into_rates_and_log_into_state() -> None:
     first = rec.sample()
     assert "pps" not in first and first["evs"] == {"7": ["GOOD", 4]}
     assert rec.layout()["evs"] == {"7": [1, "p1s0"]}
+    rec.sample()
+    assert [c["paths"] for c in net.view_calls] == [True, False]  # routes once
     net.link_log.append({"time": 0.0, "event": "down", "a": "p0s0", "b": "p0l0"})
     second = rec.sample()
     links = rec.layout()["fabric"]["links"]
