@@ -8,6 +8,7 @@ switch processes told to stop all at once and then waited for.
 
 from __future__ import annotations
 
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -187,13 +188,26 @@ def switch_packet_counts(net: Mininet, fabric: Fabric) -> dict[str, dict[int, tu
     another server through its node's shell (port_counters)."""
     local = local_packet_counts()
     out = {}
-    for sw in fabric.switches:
-        ports = net[sw.name]._data_ports()
-        if not getattr(net[sw.name], "isRemote", False) and all(
-                n in local for n in ports.values()):
-            out[sw.name] = {p: local[n] for p, n in ports.items()}
+    for name, (ports, remote) in _port_map(net, fabric).items():
+        if not remote and all(n in local for n in ports.values()):
+            out[name] = {p: local[n] for p, n in ports.items()}
             continue
-        rx = port_counters(net, sw.name, "rx_packets")
-        tx = port_counters(net, sw.name, "tx_packets")
-        out[sw.name] = {p: (rx[p], tx[p]) for p in ports}
+        rx = port_counters(net, name, "rx_packets")
+        tx = port_counters(net, name, "tx_packets")
+        out[name] = {p: (rx[p], tx[p]) for p in ports}
     return out
+
+
+_PORT_MAPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _port_map(net: Mininet, fabric: Fabric) -> dict[str, tuple[dict[int, str], bool]]:
+    """Switch -> (port -> interface, on another server), built once per Mininet: sampled
+    twice a second, and a switch's interfaces outlive its process (a reboot keeps them)."""
+    found = _PORT_MAPS.get(net)
+    if found is None:
+        found = {sw.name: (net[sw.name]._data_ports(), bool(getattr(net[sw.name], "isRemote",
+                                                                    False)))
+                 for sw in fabric.switches}
+        _PORT_MAPS[net] = found
+    return found

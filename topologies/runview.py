@@ -162,14 +162,14 @@ class RunRecorder:
         if self._last is not None:
             then, last_counts, last_received, last_marked = self._last
             span = now - then
-            port_pps = {sw: {p: (tx - last_counts[sw][p][1]) / span
-                             for p, (_, tx) in ports.items() if p in last_counts.get(sw, {})}
-                        for sw, ports in counts.items()}
             out["pps"] = [[round(max(0.0, _rate(counts, last_counts, end, span)))
                            for end in ends] for ends in self._ends]
             # marks are read only when a receiver saw trims or ECN marks since the last
             # sample (or nobody's counters say: kernel flows), and at the end of the run
             if last or not self._receivers or marked > last_marked:
+                port_pps = {sw: {p: (tx - last_counts[sw][p][1]) / span
+                                 for p, (_, tx) in ports.items() if p in last_counts.get(sw, {})}
+                            for sw, ports in counts.items()}
                 marks = self._mark_rates(port_pps, now, since=then, every=last)
                 if marks:
                     out["marks"] = marks
