@@ -102,6 +102,7 @@ class RunRecorder:
         self._last: tuple[float, dict[str, dict[int, tuple[int, int]]], int, int] | None = None
         self._marks: dict[tuple[str, int], tuple[float, int, int]] = {}
         self._need_paths = True  # the next `view` also carries each EV's plane and route
+        self._qpn: int | None = None  # the focus QP whose EVs the recording holds
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="run-recorder", daemon=True)
 
@@ -158,7 +159,7 @@ class RunRecorder:
         now = self._clock()  # after the reads: the link state below is as of now
         out: dict[str, Any] = {"t": round(now - self.started, 3), "down": sorted(self._down())}
         out["counters"] = {k: int(view["counters"].get(k, 0)) for k in SENDER_COUNTERS}
-        out["evs"] = self._ev_states(view["evs"])
+        out["evs"] = self._ev_states(view.get("qpn"), view["evs"])
         if self._last is not None:
             then, last_counts, last_received, last_marked = self._last
             span = now - then
@@ -234,10 +235,18 @@ class RunRecorder:
                 down[link_key(e["a"], e["b"])] = e["event"] != "up"
         return {self._ids[key] for key, is_down in down.items() if is_down and key in self._ids}
 
-    def _ev_states(self, evs: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    def _ev_states(self, qpn: int | None, evs: dict[str, list[Any]]) -> dict[str, list[Any]]:
         """EV -> [state, tx packets] of the focus sender's QP (the agent's `view`); each EV's
         [plane, route] goes into the recording's `evs` once: asked for again only when EVs
-        the recording has not seen appear (a new QP after a mode switch)."""
+        the recording has not seen appear. A new QP (the bench opens fresh ones per run)
+        replaces the old one's EVs, in the table and in the samples taken before it: the
+        grid shows the QP that carried the run."""
+        if qpn is not None and qpn != self._qpn:
+            if self._qpn is not None:
+                self._head["evs"] = {}
+                for old in self.samples:
+                    old.pop("evs", None)
+            self._qpn = qpn
         known = self._head["evs"]
         for ev, info in evs.items():
             if len(info) == 4:

@@ -79,8 +79,8 @@ class _Agent:
             net.trims_seen += 3 * net.trimming
             net.view_calls.append(args)
             ev = ["GOOD", 4, 1, "p1s0"] if args.get("paths") else ["GOOD", 4]
-            return {"counters": {"retransmits": 2, **self._counters()}, "qpn": 0x100,
-                    "evs": {"7": ev}}
+            return {"counters": {"retransmits": 2, **self._counters()}, "qpn": net.qpn,
+                    "evs": {net.ev_id: ev}}
         return {"counters": self._counters()}
 
     def _counters(self) -> dict[str, int]:
@@ -98,6 +98,7 @@ class _Net:
         self.counter_reads: list[tuple[str, list[int]]] = []
         self.trims_seen, self.trimming = 0, True  # the receivers' count of trims
         self.view_calls: list[dict] = []
+        self.qpn, self.ev_id = 0x100, "7"  # the focus QP and its one EV
 
     def agent(self, host: int) -> _Agent:
         return _Agent(self, host)
@@ -132,6 +133,12 @@ def test_the_recorder_turns_counters_into_rates_and_log_into_state() -> None:
     (down,) = second["down"]  # logged as p0s0 - p0l0: named as the fabric draws it
     assert set(down.split("|")) == {"p0l0", "p0s0"}
     assert second["counters"]["retransmits"] == 2 and second["goodput_bps"] > 0
+    rec.samples.append(rec.sample())  # as the sampling thread keeps them
+    net.qpn, net.ev_id = 0x200, "9"  # a fresh QP (the bench's next salt): its EVs only
+    assert rec.sample()["evs"] == {"9": ["GOOD", 4]}
+    assert all("evs" not in s for s in rec.samples)  # the old QP's states are not this run's
+    rec.sample()  # its routes come with the next sample
+    assert rec.layout()["evs"] == {"9": [1, "p1s0"]}
     net.broken = True
     assert rec.sample()["missing"] == "h0: restarting"
 

@@ -125,16 +125,17 @@ for (const key of Object.keys(pos)) {
 }
 
 // ---- EV grid: one square per EV of the focus sender's QP, a row per plane --------------------
-const evRects = {};
+let evRects = {};
 function buildEvGrid() {
   const ids = Object.keys(REC.evs || {});
   const holder = document.getElementById("evs");
-  if (!ids.length || Object.keys(evRects).length === ids.length) {
+  if (!ids.length || ids.every(ev => ev in evRects)) {
     if (!ids.length) holder.textContent = DATA.live ? "waiting for the sender's EVs"
       : "no MRC QP in this run";
     return;
   }
   holder.textContent = "";
+  evRects = {};
   const perPlaneCount = {};
   for (const ev of ids) perPlaneCount[REC.evs[ev][0]] = (perPlaneCount[REC.evs[ev][0]] || 0) + 1;
   const widest = Math.max(8, ...Object.values(perPlaneCount));
@@ -287,7 +288,7 @@ if (DATA.live) {
       if (got.run !== DATA.live.run) { window.location.reload(); return; }
       SAMPLES.push(...got.samples);
       REC.events = got.events;
-      Object.assign(REC.evs, got.evs);
+      REC.evs = got.evs;  // the focus QP's EVs (a new QP replaces them)
       if (got.samples.length) refresh(SAMPLES.length - 1);
       document.getElementById("live").textContent = "live: " + SAMPLES.length + " samples";
     })
