@@ -15,7 +15,7 @@ const LINKS = REC.fabric.links;
 const NS = "http://www.w3.org/2000/svg";
 const PAGE_W = 1280;     // what one screen holds; planes wrap into rows of panels
 const MAX_HOSTS = 8;     // more hosts than this: one box per T0 stands for its hosts
-const LABEL_GAP = 44;    // below this node spacing names move into the hover text
+const LABEL_GAP = 40;    // below this node spacing names move into the hover text
 const notes = new Set();  // what the page aggregates, said on the page
 
 function el(tag, attrs, parent, text) {
@@ -117,11 +117,11 @@ for (const key of Object.keys(pos)) {
   const [x, y] = pos[key];
   const shown = name.startsWith("hosts@") ? "hosts" : name;
   const node = labels
-    ? el("rect", {x: x - 18, y: y - 9, width: 36, height: 18, rx: 3, class: "node-" + role},
+    ? el("rect", {x: x - 17, y: y - 9, width: 34, height: 18, rx: 3, class: "node-" + role},
       fabricSvg)
     : el("circle", {cx: x, cy: y, r: 5, class: "node-" + role}, fabricSvg);
   el("title", {}, node, name.replace("hosts@", "hosts of "));
-  if (labels) el("text", {x: x - 15, y: y + 4}, fabricSvg, shown);
+  if (labels) el("text", {x: x - 14, y: y + 4}, fabricSvg, shown);
 }
 
 // ---- EV grid: one square per EV of the focus sender's QP, a row per plane --------------------
