@@ -91,7 +91,7 @@ def measure_point(fabric: Fabric, target: str, log) -> dict[str, Any]:
         net.stop()
         out["stop_s"] = time.monotonic() - began
     out["left_behind"] = existing_interface(fabric)
-    choice = calibrate_transfer(config, 0, fabric.hosts - 1, log)
+    choice = calibrate_transfer(MrcNetwork, config, 0, fabric.hosts - 1, log)
     out.update(faithful_sustained_pps=choice["sustained_pps"], chosen_rate_pps=choice["rate_pps"],
                calibration_s=choice["calibration_s"])
     return out
@@ -215,7 +215,7 @@ def run_demos(fabric: Fabric, target: str, runs: int, rate: int | str, out: Path
     config = NetworkConfig(fabric=fabric, target=target)
     choice = None
     if rate == AUTO:
-        choice = calibrate_transfer(config, 0, fabric.hosts - 1, log)
+        choice = calibrate_transfer(MrcNetwork, config, 0, fabric.hosts - 1, log)
         rate = choice["rate_pps"]
     config = dataclasses.replace(config, port_rate_pps=rate)
     rows = []

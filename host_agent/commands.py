@@ -15,7 +15,7 @@ import resource
 import secrets
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from host_agent.control import Reply, RequestError
 from host_agent.core import (
@@ -36,7 +36,22 @@ from host_agent.modes import stripe
 from wire import PSN_MOD
 
 if TYPE_CHECKING:
-    from host_agent.agent import Agent
+    from host_agent.core import Endpoint
+    from host_agent.driver import Driver
+    from host_agent.hostconfig import HostConfig
+    from host_agent.modes import AgentMode
+
+
+class AgentParts(Protocol):
+    """What the commands use of the agent (host_agent.agent.Agent): named here so that this
+    module does not import the agent that imports it."""
+
+    config: HostConfig
+    mode: AgentMode
+    endpoint: Endpoint
+    driver: Driver
+
+    def qpns(self, peer: int) -> list[int]: ...
 
 log = logging.getLogger("host_agent")
 
@@ -88,7 +103,7 @@ class PendingWrite:
 class Commands:
     """The control commands; each returns a response dict, or None when it answers later."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: AgentParts) -> None:
         self.agent = agent
         self.regions: dict[int, MemoryRegion] = {}
         self.pending: dict[tuple[int, int], PendingWrite] = {}

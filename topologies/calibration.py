@@ -58,16 +58,16 @@ def choice(rate: int, sustained: float, what: str, config: NetworkConfig,
                     "the emulated links, not the processes, set the pace")}
 
 
-def calibrate_transfer(config: NetworkConfig, src: int, dst: int,
+def calibrate_transfer(network: Callable[..., Any], config: NetworkConfig, src: int, dst: int,
                        log: Callable[[str], None] = print,
                        nbytes: int = TRANSFER_BYTES) -> dict[str, Any]:
-    """The rate for one MRC transfer src -> dst on config's fabric and target (the demo's)."""
-    from topologies.network import MrcNetwork  # which calls this for port_rate_pps "auto"
-
+    """The rate for one MRC transfer src -> dst on config's fabric and target (the demo's).
+    `network`: topologies.network.MrcNetwork, passed in by that class, which calls this for
+    port_rate_pps "auto" (so neither module imports the other)."""
     what = f"one MRC transfer h{src} -> h{dst}"
     began = time.monotonic()
     free = dataclasses.replace(config, port_rate_pps=None, base_rtt=None)
-    with MrcNetwork(free, log=lambda m: log(f"calibration: {m}")) as net:
+    with network(free, log=lambda m: log(f"calibration: {m}")) as net:
         net.start()
         monitor = Monitor(net)
         monitor.start()

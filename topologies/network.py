@@ -132,8 +132,8 @@ class MrcNetwork(FaultInjection):
         if refused:
             raise NetworkError(refused)
         if self.config.port_rate_pps == AUTO_RATE:
-            self.rate_choice = calibrate_transfer(self.config, 0, self.fabric.hosts - 1,
-                                                  self.log)
+            self.rate_choice = calibrate_transfer(type(self), self.config, 0,
+                                                  self.fabric.hosts - 1, self.log)
             self.config = dataclasses.replace(self.config,
                                               port_rate_pps=self.rate_choice["rate_pps"])
         try:

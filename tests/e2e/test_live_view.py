@@ -1,7 +1,8 @@
 """The live view (two_tier.py --web, mrc_web) during the demo, on both targets: it answers
 only with this run's token and only on loopback; its samples show the failed link down within
-1 s of the failure and the failed route's EVs retired, then reinstated; and headless Chromium
-opening the page renders what it polled (the EV grid, the goodput line)."""
+1 s of the failure and the failed route's EVs retired, then reinstated, and goodput dipping
+while the link is down and recovering after; and headless Chromium opening the page renders
+what it polled (the EV grid, the goodput line, the failure and recovery on the timeline)."""
 
 from __future__ import annotations
 
@@ -62,9 +63,18 @@ def test_the_live_view_follows_the_demo(target: str) -> None:
     first_bad = next(i for i, st in enumerate(states) if "ASSUMED_BAD" in st)
     assert report["failure"]["reinstated_after_up"]
     assert any(st == {"GOOD"} for st in states[first_bad:]), "not reinstated in the view"
+    # the goodput timeline dips while the link is down and recovers once it is up (at a
+    # 0.5 s grid MRC's dip is shallow: the failed route's lost packets are resent at once)
+    up_at = next(e["t"] for e in events if e["event"] == "up")
+    rates = [(s["t"], s["goodput_bps"]) for s in samples if "goodput_bps" in s]
+    before = max(g for t, g in rates if t <= down_at)
+    during = min(g for t, g in rates if down_at < t <= up_at)
+    after = max(g for t, g in rates if t > up_at)
+    assert during < after and after >= 0.8 * before, (before, during, after)
     assert '"live":{"token"' in page and "samples" not in page.split("run-data")[0]
     if dom is None:
         pytest.skip("chromium is not installed (apt install chromium; CI installs it)")
     assert dom.count('class="ev ev-GOOD"') >= 1 and '<polyline points="' in dom
+    assert 'class="event-down"' in dom and 'class="event-up"' in dom  # marked on the timeline
     assert re.search(r'<span id="live" class="note">live: \d+ samples</span>', dom)
 

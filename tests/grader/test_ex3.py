@@ -65,7 +65,7 @@ def test_reachability_walk_names_the_switch_that_drops(monkeypatch):
         return dataclasses.replace(t, entries=keep)
 
     monkeypatch.setattr(tables, "switch_tables", one_entry_short)
-    check = ex3.reach_check(ex3_observe.observe_tables())
+    check = ex3.reach_check(ex3_observe.observe_tables(ex3.FABRICS))
     assert not check.passed
     assert "dropped at p1l0 (UNKNOWN_USID)" in check.observed
     assert "plane 1 spine 1" in check.observed
