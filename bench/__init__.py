@@ -1,0 +1,2 @@
+"""Benchmarks: MRC against RoCE-like, TCP and MPTCP on the emulated fabric, the paper's
+experiments, and what the testbed's own parts cost."""
