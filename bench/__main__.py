@@ -2,13 +2,16 @@
 
     sudo .venv/bin/python -m bench SCENARIO|all [--quick] [--out DIR] [--target soft|bmv2|auto]
         [--rate PPS|auto] [--contenders LIST] [--fabric NAME] [--planes N --t0 N --t1 N ...]
+        [--web [PORT]] [--report FILE]
 
 Scenarios: permutation, link-failure, plane-failure, switch-reboot, flap, incast, allreduce,
 loss, victim, startup. Each has a fabric of its own; --fabric (fabric.options, as on every
 entry point) runs them all on the one named, except victim, whose incast names its hosts.
 Writes DIR/results.json (default results/<UTC timestamp>/), DIR/summary.md and PNG plots;
-docs/benchmarks.md explains every figure. Needs root (Mininet). Only one emulated fabric can
-run on a machine at a time (interface names are global); the bench waits for a busy one.
+docs/benchmarks.md explains every figure. --web serves each contender run live on
+127.0.0.1 as it runs; --report writes them all into one HTML file (bench.view). Needs root
+(Mininet). Only one emulated fabric can run on a machine at a time (interface names are
+global); the bench waits for a busy one.
 """
 
 from __future__ import annotations
