@@ -151,8 +151,11 @@ class RunRecorder:
     def _sample(self, last: bool) -> dict[str, Any]:
         try:
             counts = self._net.switch_packet_counts()
-            view = self._net.agent(self._src).call("view", peer=self._dst,
-                                                   paths=self._need_paths)
+            agent = self._net.agent(self._src)
+            view = agent.call("view", peer=self._dst, paths=self._need_paths)
+            if view.get("qpn") not in (None, self._qpn) and not self._need_paths:
+                # a fresh QP (the bench opens one per run): its routes now, not a sample later
+                view = agent.call("view", peer=self._dst, paths=True)
             received, marked = self._receiver_totals({self._src: view["counters"]})
         except (NetworkError, AgentError) as exc:
             return {"t": round(self._clock() - self.started, 3), "missing": str(exc)}

@@ -191,7 +191,9 @@ def test_figures_in_range(run: tuple[dict, Path]) -> None:
     perm = sc["permutation"]
     for c in perm["contenders"].values():
         if "skipped" not in c:
-            assert 0 < c["summary"]["aggregate_over_capacity"] <= 1.5
+            # goodput over the flows' span cannot beat the fabric's max-flow; the slack is the
+            # span's clock granularity (the first write's start, the last message's arrival)
+            assert 0 < c["summary"]["aggregate_over_capacity"] <= 1.05
             assert 0 <= c["summary"]["slow_flow_fraction"] <= 1
     assert perm["figures"]["p100_roce_over_mrc"] > 0
     assert 0 < sc["loss"]["figures"]["mrc"]["goodput_over_capacity"] <= 1.5
@@ -200,18 +202,26 @@ def test_figures_in_range(run: tuple[dict, Path]) -> None:
         if name in sc:
             mrc = sc[name]["contenders"]["mrc"]
             assert 0 <= mrc["failure_at_s"] < mrc["completion_failed_s"]
-            assert mrc["stall_s"] >= 0 and mrc["completion_ratio"] > 0
+            # the longest pause after the failure lies inside the rest of the flow
+            assert 0 <= mrc["stall_s"] <= mrc["completion_failed_s"] - mrc["failure_at_s"]
+            assert mrc["completion_ratio"] > 0
     link = sc["link-failure"]["contenders"]["mrc"]
     assert link["retire_rtts"] is not None
     # counted from the agent's per-EV counters: the dead route's EVs retire; the healthy
-    # routes' count is a figure (its target is reported, not asserted), but never negative
-    assert link["failed_route_retirements"] > 0 and link["healthy_route_retirements"] >= 0
+    # routes' count is a figure (its target, none, is reported, not asserted: CPU noise in
+    # CI can retire one), but it stays below the dead route's
+    assert 0 <= link["healthy_route_retirements"] < link["failed_route_retirements"]
     inc = sc["incast"]["figures"]["mrc"]
     assert inc["completion_over_ideal"] >= 0.8 and 0 <= inc["spurious_timeouts"] <= inc["timeouts"]
     if data["_target"] == "bmv2":
         return  # the rest are not run on BMv2 (SCENARIOS_RUN)
     assert 0 < sc["victim"]["figures"]["mrc"]["victim_over_clean"] <= 1.5
-    assert sc["startup"]["figures"]["mrc"]["drops_per_qp"] >= 0
+    startup = sc["startup"]["contenders"]["mrc"]
+    # drops per QP: the switch drops over the QPs that started at once (the paper's < 5 is
+    # a reported target); the count is whole drops shared by whole QPs
+    assert startup["qps"] >= 1 and startup["switch_drops"] >= 0
+    assert sc["startup"]["figures"]["mrc"]["drops_per_qp"] == pytest.approx(
+        startup["switch_drops"] / startup["qps"])
     assert sc["flap"]["contenders"]["mrc"]["failed"]["failure"]["flaps"] >= 1
     assert sc["flap"]["contenders"]["mrc"]["failed_route_retirements"] > 0
     assert 0 < sc["plane-failure"]["contenders"]["mrc"]["goodput_after_over_clean"] <= 1.5

@@ -134,11 +134,10 @@ def test_the_recorder_turns_counters_into_rates_and_log_into_state() -> None:
     assert set(down.split("|")) == {"p0l0", "p0s0"}
     assert second["counters"]["retransmits"] == 2 and second["goodput_bps"] > 0
     rec.samples.append(rec.sample())  # as the sampling thread keeps them
-    net.qpn, net.ev_id = 0x200, "9"  # a fresh QP (the bench's next salt): its EVs only
+    net.qpn, net.ev_id = 0x200, "9"  # a fresh QP (the bench's next run): its EVs only
     assert rec.sample()["evs"] == {"9": ["GOOD", 4]}
     assert all("evs" not in s for s in rec.samples)  # the old QP's states are not this run's
-    rec.sample()  # its routes come with the next sample
-    assert rec.layout()["evs"] == {"9": [1, "p1s0"]}
+    assert rec.layout()["evs"] == {"9": [1, "p1s0"]}  # its routes asked for at once
     net.broken = True
     assert rec.sample()["missing"] == "h0: restarting"
 
