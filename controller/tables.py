@@ -128,7 +128,8 @@ def switch_tables(fabric: Fabric, switch: Switch, dead_links: Iterable[LinkKey] 
 
     entries += [program.usid_fwd(usid_prefix(u), port, mac_int(mac))
                 for port, _, mac, u in neighbours]
-    host_ports = set(range(1, fabric.hosts_per_t0 + 1)) if switch.role == ROLE_T0 else set()
+    host_ports = ({fabric.host_port(h) for h in range(fabric.hosts_per_t0)}
+                  if switch.role == ROLE_T0 else set())
     entries += [_port_config(switch, port, port in host_ports, thresholds)
                 for port, _, _, _ in neighbours]
     members = tuple(program.ecmp_member(port, port, mac_int(mac))
