@@ -2,13 +2,11 @@
 CALIBRATION_BYTES to host i + hosts/2 with MRC at once) runs faithfully at on this machine.
 
 First the rule of topologies.calibration: the load runs with unlimited ports, and the rate is
-HEADROOM of what the busiest port sustained. That needs the unlimited run to finish. With
-many hosts it may not: on hosts-16 (16 agents and 128 switches on 2 cores) the CPUs fell so
-far behind that the agents' timers fired on queueing in the processes and their resends
-filled the CPUs; no write completed in 120 s. Then the rate comes from a ladder: the same load
-on a fresh fabric at each rung's rate, from LADDER_START times what the unlimited run moved,
-down by LADDER_STEP, and the first rung where every write completes and the fidelity monitor
-calls the run faithful is the rate (docs/decisions.md, "Port rate").
+HEADROOM of what the busiest port sustained. When that unlimited run does not finish, the rate
+comes from a ladder: the same load on a fresh fabric at each rung's rate, from LADDER_START
+times what the unlimited run moved, down by LADDER_STEP; the first rung where every write
+completes and the fidelity monitor calls the run faithful is the rate. Why, with the hosts-16
+runs that showed the unlimited run collapsing: docs/decisions.md, "Port rate".
 """
 
 from __future__ import annotations

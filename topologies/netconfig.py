@@ -34,22 +34,19 @@ from topologies.runstate import RunStateError
 from topologies.targets import resolve
 
 DEFAULT_PORT_RATE_PPS = 500  # the software switch's
-# At 500 packets/s some task waited for a CPU during 83-91% of a BMv2 demo's transfer (PSI), the
-# whole fabric stalled for up to 480 ms and 4 of 30 runs retired EVs off healthy routes; at 250,
-# 35-49% and none of 30 (docs/benchmarks.md, "BMv2 jitter").
+# Half the software switch's: BMv2 stays faithful there (docs/decisions.md, "Port rate").
 BMV2_PORT_RATE_PPS = 250
 TARGET_RATE = "target"  # NetworkConfig.port_rate_pps: default_rate_for(target)
 AUTO_RATE = "auto"  # NetworkConfig.port_rate_pps: MrcNetwork.start calibrates first
-# Twice BMv2's default (64): with 64, a 4:1 incast still tail-dropped a few data packets at the
-# receiver's T0 (the software switch's occupancy check lags its queue); with 128, none.
+# Twice BMv2's default (64): deep enough that a 4:1 incast trims instead of tail-dropping
+# (docs/decisions.md, "Fabric timing defaults").
 DEFAULT_QUEUE_DEPTH = 128
 AGENT_OVERHEAD_S = 0.005  # two Python agents' processing and scheduling per round trip
 # Rate-limited hops a data packet and its SACK cross: the sender's paced NIC, then T0, T1, T0
 # each way (a SACK's hops are faster: the rest is margin).
 RTT_HOPS = 7
-# Packet times of standing queue the timers allow for: with only the unloaded RTT (17 ms at
-# 500 pps) a 4:1 incast saw 24-32 timeouts per flow; with 8 packets more (33 ms, before the
-# NIC hop was counted), none.
+# Packet times of standing queue the timers allow for beyond the unloaded RTT (docs/decisions.md,
+# "Fabric timing defaults").
 STANDING_QUEUE = 8
 # Links a round trip across spines crosses: host-T0, T0-T1, T1-T0, T0-host, each way.
 RTT_LINKS = 8

@@ -9,12 +9,11 @@ Why only a plane's own answers count as evidence for its paths: answers reach th
 through one NIC per plane, each plane's in arrival order, but a host drains its NICs one after
 the other, so after a pause it judges one plane's fresh answers (and the SACK bitmaps and
 cumulative acks in them, which report deliveries on every plane) while older answers of the
-other planes still wait in their queues. Measured in the Mininet demo: every EV retired off
-the failed link belonged to a packet whose answer was waiting there (docs/decisions.md, "Loss
-detection judges a path by its own plane's answers"). So the sender reports a delivery to
-this detector only when the answer that told it came in on the packet's plane (a packet
-acknowledged through another plane still leaves flight; it is just no evidence), and rule B
-compares a packet with later transmissions of its own plane.
+other planes still wait in their queues. So the sender reports a delivery to this detector
+only when the answer that told it came in on the packet's plane (a packet acknowledged
+through another plane still leaves flight; it is just no evidence), and rule B compares a
+packet with later transmissions of its own plane. What was measured that led here:
+docs/decisions.md, "Loss detection judges a path by its own plane's answers".
 
 A packet P in flight on path X is declared lost when either rule holds:
   A (RACK on X): a transmission sent on X after P was delivered, and P has been out longer
