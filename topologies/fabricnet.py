@@ -160,10 +160,10 @@ def switch_frames(net: Mininet, fabric: Fabric) -> dict[str, dict[str, int]]:
     lost (BMv2 was reported to lose frames of large bursts before any queue). Read before
     and after a run, the difference charges such losses to the switch rather than to MRC."""
     out = {}
-    for sw in fabric.switches:
-        rx = sum(port_counters(net, sw.name, "rx_packets").values())
-        tx = sum(port_counters(net, sw.name, "tx_packets").values())
-        out[sw.name] = {"in": rx, "out": tx, "consumed": rx - tx}
+    for name, ports in switch_packet_counts(net, fabric).items():
+        rx = sum(r for r, _ in ports.values())
+        tx = sum(t for _, t in ports.values())
+        out[name] = {"in": rx, "out": tx, "consumed": rx - tx}
     return out
 
 

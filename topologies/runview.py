@@ -89,8 +89,8 @@ class RunRecorder:
                       "goodput": goodput, "fabric": fabric_layout(net.fabric), "evs": {}}
         links = self._head["fabric"]["links"]
         self._ids = {link_key(lk["a"], lk["b"]): lk["id"] for lk in links}
-        self._ends = _link_ends(links)
         switches = net.fabric.by_name
+        self._ends = _link_ends(links, switches)
         self._egress = [tuple((sw, port) if sw in switches else None
                               for sw, port in ((lk["a"], lk["a_port"]), (lk["b"], lk["b_port"])))
                         for lk in links]  # where each direction queues, and may be trimmed
@@ -171,7 +171,7 @@ class RunRecorder:
             # marks are read only when a receiver saw trims or ECN marks since the last
             # sample (or nobody's counters say: kernel flows), and at the end of the run
             if last or not self._receivers or marked > last_marked:
-                port_pps = {sw: {p: (tx - last_counts[sw][p][1]) / span
+                port_pps = {sw: {p: (tx - last_counts[sw][p][TX]) / span
                                  for p, (_, tx) in ports.items() if p in last_counts.get(sw, {})}
                             for sw, ports in counts.items()}
                 marks = self._mark_rates(port_pps, now, since=then, every=last)
@@ -258,25 +258,27 @@ class RunRecorder:
         return {ev: info[:2] for ev, info in evs.items()}
 
 
-def _link_ends(links: list[dict[str, Any]]) -> list[tuple[tuple[str, int, str], ...]]:
-    """Per link, where its two directions a -> b and b -> a are counted: (switch, port,
-    'tx'|'rx'). A switch end's tx is its direction out; a host's direction out is its T0
-    end's rx."""
+RX, TX = 0, 1  # a port's (rx, tx) packets, as switch_packet_counts gives them
+
+
+def _link_ends(links: list[dict[str, Any]], switches: Any
+               ) -> list[tuple[tuple[str, int, int], ...]]:
+    """Per link, where its two directions a -> b and b -> a are counted: (switch, port, RX or
+    TX). A switch end's tx is its direction out; a host's direction out is its T0 end's rx."""
     ends = []
     for link in links:
         a, b = link["a"], link["b"]
-        if a.startswith("h"):
-            ends.append(((b, link["b_port"], "rx"), (b, link["b_port"], "tx")))
+        if a in switches:
+            ends.append(((a, link["a_port"], TX), (a, link["a_port"], RX)))
         else:
-            ends.append(((a, link["a_port"], "tx"), (a, link["a_port"], "rx")))
+            ends.append(((b, link["b_port"], RX), (b, link["b_port"], TX)))
     return ends
 
 
 def _rate(counts: dict[str, dict[int, tuple[int, int]]],
-          last: dict[str, dict[int, tuple[int, int]]], end: tuple[str, int, str],
+          last: dict[str, dict[int, tuple[int, int]]], end: tuple[str, int, int],
           span: float) -> float:
-    sw, port, which = end
-    k = 1 if which == "tx" else 0
+    sw, port, k = end
     try:
         return (counts[sw][port][k] - last[sw][port][k]) / span
     except KeyError:
