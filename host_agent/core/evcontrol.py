@@ -3,6 +3,7 @@ spraying data (evs.py), that reads the EV set's tables and keeps its own cursors
 
 from __future__ import annotations
 
+from host_agent.core.evindex import EvTables
 from host_agent.core.evstate import EvEntry
 from host_agent.core.types import EvState
 
@@ -17,23 +18,18 @@ def stand_in_rank(entry: EvEntry) -> tuple[int, float]:
 
 
 class ControlChooser:
-    """Control EVs for an EvSet. `plane_usable`, `bad` (its ASSUMED_BAD EVs) and `counters`
-    are the set's own dicts, changed in place; the set calls forget() on every change of
-    usability or of the ASSUMED_BAD set."""
+    """Control EVs for an EvSet, read from its tables (a read-only view); `counters` are the
+    set's own. Its cache is dropped whenever the tables change (EvTables.depend)."""
 
-    def __init__(self, planes: tuple[int, ...], plane_entries: dict[int, list[EvEntry]],
-                 plane_usable: dict[int, bool], order: list[EvEntry], bad: dict[int, EvEntry],
-                 counters: dict[str, int]) -> None:
-        self._planes = planes
-        self._plane_entries = plane_entries  # each plane's EVs, in build order
-        self._plane_usable = plane_usable
-        self._order = order  # every EV in build order: index i is the i-th
-        self._bad = bad
+    def __init__(self, tables: EvTables, counters: dict[str, int]) -> None:
+        self._t = tables
+        self._planes = tables.planes
         self._counters = counters
         self._plane_pos = 0
-        self._cursor: dict[int, int] = dict.fromkeys(planes, 0)
+        self._cursor: dict[int, int] = dict.fromkeys(self._planes, 0)
         # (plane, echoed EV index) -> _for_arrival's candidates; forget() clears it
         self._arrival: dict[tuple[int, int], list[EvEntry]] = {}
+        tables.depend(self.forget)
 
     def forget(self) -> None:
         self._arrival.clear()
@@ -44,7 +40,7 @@ class ControlChooser:
         planes, then over the plane's GOOD active EVs; a plane without one falls back to its
         best stand-in, so every usable plane with a non-DENIED EV keeps at least one control
         EV."""
-        if plane is not None and self._plane_usable.get(plane):
+        if plane is not None and self._t.plane_usable.get(plane):
             entry = self._for_arrival(plane, echo_index)
             if entry is not None:
                 self._counters["control_chosen"] += 1
@@ -52,7 +48,7 @@ class ControlChooser:
         for _ in self._planes:
             plane = self._planes[self._plane_pos % len(self._planes)]
             self._plane_pos += 1
-            if not self._plane_usable[plane]:
+            if not self._t.plane_usable[plane]:
                 continue
             entry = self._on_plane(plane)
             if entry is not None:
@@ -79,9 +75,9 @@ class ControlChooser:
         return self._on_plane(plane)
 
     def _candidates(self, plane: int, index: int) -> list[EvEntry]:
-        entries = self._plane_entries[plane]
-        bad = {e.path for e in self._bad.values()}
-        mirror = self._order[index] if 0 <= index < len(self._order) else None
+        entries = self._t.plane_entries[plane]
+        bad = {e.path for e in self._t.bad.values()}
+        mirror = self._t.order[index] if 0 <= index < len(self._t.order) else None
         if mirror is not None and mirror.path.plane == plane and mirror.path not in bad:
             same = [e for e in entries if e.usable and e.path == mirror.path]
             if same:
@@ -93,7 +89,7 @@ class ControlChooser:
         return candidates[self._cursor[plane] % len(candidates)]
 
     def _on_plane(self, plane: int) -> EvEntry | None:
-        entries = self._plane_entries[plane]
+        entries = self._t.plane_entries[plane]
         start = self._cursor[plane]
         for k in range(len(entries)):
             entry = entries[(start + k) % len(entries)]

@@ -25,32 +25,30 @@ any probe says so. DENIED EVs never stand in.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from host_agent.core.evcontrol import stand_in_rank
+from host_agent.core.evindex import EvTables
 from host_agent.core.evstate import EvEntry
 from host_agent.core.types import EvState, PathInfo
 
 
 class Floor:
-    """Per-plane stand-in lists of one EvSet. `plane_entries`, `plane_usable` and `skipping`
-    are the set's own dicts, changed in place; the set calls forget() on every change of
-    state, pool or usability, and delivered() on every delivery."""
+    """Per-plane stand-in lists of one EvSet, read from its tables (a read-only view). The
+    lists are dropped whenever the tables change (EvTables.depend); the set calls
+    delivered() on every delivery."""
 
-    def __init__(self, planes: tuple[int, ...], plane_entries: dict[int, list[EvEntry]],
-                 plane_usable: dict[int, bool], skipping: dict[int, int],
-                 ev_min_active: int) -> None:
-        self.per_plane = -(-ev_min_active // len(planes))  # ceil: the planes cover the floor
-        self._planes = planes
-        self._plane_entries = plane_entries
-        self._plane_usable = plane_usable
-        self._skipping = skipping
+    def __init__(self, tables: EvTables, ev_min_active: int) -> None:
+        self._t = tables
+        self._planes = tables.planes
+        self.per_plane = -(-ev_min_active // len(self._planes))  # ceil: planes cover the floor
         self._delivered_at: dict[PathInfo, float] = {}  # each path's latest delivery
         self._waiting: set[PathInfo] = set()  # silent paths in the lists built so far
         # per plane: stand-ins from live paths only, and (last resort) from any path
-        self._lists: dict[int, list[EvEntry] | None] = dict.fromkeys(planes)
+        self._lists: dict[int, list[EvEntry] | None] = dict.fromkeys(self._planes)
         self._last_resort: dict[int, list[EvEntry]] | None = None
-        self._pos: dict[int, int] = dict.fromkeys(planes, 0)
+        self._pos: dict[int, int] = dict.fromkeys(self._planes, 0)
+        tables.depend(self.forget)
 
     def forget(self) -> None:
         self._lists = dict.fromkeys(self._planes)
@@ -66,7 +64,7 @@ class Floor:
 
     def starved(self, plane: int, usable: int) -> bool:
         """A usable plane with `usable` usable EVs is below its share (SKIP counts as in use)."""
-        return self._plane_usable[plane] and usable + self._skipping[plane] < self.per_plane
+        return self._t.plane_usable[plane] and usable + self._t.skipping[plane] < self.per_plane
 
     def choose(self, next_plane: Callable[[], int], shortage: bool) -> EvEntry | None:
         """The next EV: the plane whose turn it is (`next_plane`), then the next of its list;
@@ -97,11 +95,11 @@ class Floor:
         return picks
 
     def _plane_list(self, plane: int, shortage: bool, *, live_only: bool) -> list[EvEntry]:
-        if not self._plane_usable[plane]:
+        if not self._t.plane_usable[plane]:
             return []
-        entries = self._plane_entries[plane]
+        entries = self._t.plane_entries[plane]
         picks = [e for e in entries if e.usable]
-        need = self.per_plane - len(picks) - (0 if shortage else self._skipping[plane])
+        need = self.per_plane - len(picks) - (0 if shortage else self._t.skipping[plane])
         if need > 0:
             silent = self._silent_paths(entries) if live_only else set()
             spare = [e for e in entries
@@ -111,7 +109,7 @@ class Floor:
             picks += spare[:need]
         return picks
 
-    def _silent_paths(self, entries: list[EvEntry]) -> set[PathInfo]:
+    def _silent_paths(self, entries: Sequence[EvEntry]) -> set[PathInfo]:
         """Paths with an EV failed since the path's latest delivery (module docstring)."""
         delivered, silent = self._delivered_at, set()
         for e in entries:

@@ -51,24 +51,24 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from host_agent.core.errors import LocalProtocolError
 from host_agent.core.evcontrol import ControlChooser
 from host_agent.core.evfloor import Floor
+from host_agent.core.evindex import INDEX_BITS, INDEX_MASK, TAG_BITS, EvIndex
 from host_agent.core.evstate import TRANSITIONS, EvConfig, EvEntry, EvTrigger, Pool
 from host_agent.core.types import EvState, PathInfo
 
-INDEX_BITS = 12  # EVs per connection: at most 2**12
-TAG_BITS = 32 - INDEX_BITS
-INDEX_MASK = (1 << INDEX_BITS) - 1
+__all__ = ["INDEX_BITS", "INDEX_MASK", "TAG_BITS", "EvSet"]
 ACTIVE, BACKUP, OUT = Pool.ACTIVE, Pool.BACKUP, Pool.OUT
 T = EvTrigger
 
 
 class EvSet:
-    """EVs of one connection (one QP towards one peer); sans-IO, times passed in."""
+    """EVs of one connection (one QP towards one peer); sans-IO, times passed in. Its tables
+    and caches are one EvIndex (`_ix`); state changes go through _apply and the effect
+    tables at the end of this module."""
 
     def __init__(
         self,
@@ -79,109 +79,42 @@ class EvSet:
         tag: int = 1,
     ) -> None:
         self.config = config if config is not None else EvConfig()
-        rng = rng if rng is not None else random.Random(0)
-        if not paths:
-            raise LocalProtocolError("EvSet needs at least one path")
-        if len(set(paths)) != len(paths):
-            raise LocalProtocolError("EvSet paths contain duplicates; pass each route once")
-        if type(tag) is not int or not 0 < tag < 1 << TAG_BITS:
-            raise LocalProtocolError(f"tag must be in 1..{(1 << TAG_BITS) - 1:#x}, got {tag!r}")
-        by_plane: dict[int, list[PathInfo]] = {}
-        for path in paths:
-            by_plane.setdefault(path.plane, []).append(path)
-        self.planes: tuple[int, ...] = tuple(sorted(by_plane))
-        total = self.config.evs_per_connection + self.config.backups_per_plane * len(self.planes)
-        if self.config.evs_per_connection < len(self.planes):
-            raise LocalProtocolError(
-                f"evs_per_connection ({self.config.evs_per_connection}) is below the number of "
-                f"planes ({len(self.planes)}); raise it so every plane gets an EV"
-            )
-        if total > 1 << INDEX_BITS:
-            raise LocalProtocolError(f"{total} EVs per connection exceed {1 << INDEX_BITS}: "
-                                     "lower evs_per_connection or backups_per_plane")
-        self._entries: dict[int, EvEntry] = {}  # in build order: index i is the i-th
-        self._plane_entries: dict[int, list[EvEntry]] = {p: [] for p in self.planes}
-        self._target: dict[int, int] = dict.fromkeys(self.planes, 0)
-        used: dict[int, int] = dict.fromkeys(self.planes, 0)  # EVs placed per plane so far
-
-        def add(plane: int, pool: Pool) -> EvEntry:
-            ev = tag << INDEX_BITS | len(self._entries)
-            plane_paths = by_plane[plane]
-            entry = EvEntry(ev, plane_paths[used[plane] % len(plane_paths)], pool=pool)
-            used[plane] += 1
-            self._entries[ev] = entry
-            self._plane_entries[plane].append(entry)
-            return entry
-
-        actives = [
-            add(self.planes[i % len(self.planes)], ACTIVE)
-            for i in range(self.config.evs_per_connection)
-        ]
-        for plane in self.planes:
-            self._target[plane] = used[plane]
-            for _ in range(self.config.backups_per_plane):
-                add(plane, BACKUP)
-        self._order: list[EvEntry] = list(self._entries.values())
-        self._plane_usable: dict[int, bool] = dict.fromkeys(self.planes, True)
-        start = rng.randrange(len(actives))  # connections need not all start on one path
-        # one ring of active EVs per plane (a NIC port); _next_plane picks the ring: choose()
-        self._rings: dict[int, deque[EvEntry]] = {p: deque() for p in self.planes}
-        for entry in actives[start:] + actives[:start]:
-            self._rings[entry.path.plane].append(entry)
-        # _next_plane's smooth weighted round robin: a credit per plane, the first turn to the
-        # start EV's plane; _skipping counts each plane's EVs resting in SKIP (its weight)
-        self._credit: dict[int, int] = dict.fromkeys(self.planes, 0)
-        self._credit[actives[start].path.plane] = 1
-        self._skipping: dict[int, int] = dict.fromkeys(self.planes, 0)
-        self._usable_count = 0
-        self._plane_good: dict[int, int] = dict.fromkeys(self.planes, 0)  # usable EVs per plane
-        self._starved: bool | None = None  # below the floor somewhere (_below_floor), cached
-        self._deadline: float | None = None  # next_deadline(), while _deadline_ok
-        self._deadline_ok = False  # cleared by every change of state, pool, plane or probe
-        self._deferred: set[int] = set()  # planes whose last _refill deferred, nothing changed
-        self._skip_heap: list[tuple[float, int]] = []
-        self._bad: dict[int, EvEntry] = {}
-        self._vacant: dict[int, int] = dict.fromkeys(self.planes, 0)  # active slots unfilled
-        self._path_size: dict[PathInfo, int] = {}
-        for entry in self._entries.values():
-            self._path_size[entry.path] = self._path_size.get(entry.path, 0) + 1
-        self._floor = Floor(self.planes, self._plane_entries, self._plane_usable,
-                            self._skipping, self.config.ev_min_active)
-        self._changes: list[tuple[int, EvState, EvState, EvTrigger]] = []
         self.counters: dict[str, int] = dict.fromkeys(
             ("chosen", "control_chosen", "floor_picks", "control_fallback", "ecn",
              "nack_trimmed", "nack_trimmed_lasthop", "losses", "delivered", "skips",
              "skip_extensions", "skip_expired", "retired", "reinstated", "swaps",
              "backups_exhausted", "swaps_deferred", "denied", "allowed", "probes_sent",
              "probe_replies", "probe_timeouts", "probe_results_ignored"), 0)  # fmt: skip
-        self._control = ControlChooser(self.planes, self._plane_entries, self._plane_usable,
-                                       self._order, self._bad, self.counters)
-        for entry in actives:  # into service last: _refresh needs the tables above
-            entry.in_ring = True
-            self._refresh(entry)
+        self._ix = ix = EvIndex(paths, self.config, tag,
+                                rng if rng is not None else random.Random(0), self.counters)
+        self.planes = ix.planes
+        self._skip_heap: list[tuple[float, int]] = []
+        self._changes: list[tuple[int, EvState, EvState, EvTrigger]] = []
+        self._floor = Floor(ix, self.config.ev_min_active)
+        self._control = ControlChooser(ix, self.counters)
 
     # ----- lookups
     def __contains__(self, ev: object) -> bool:
-        return ev in self._entries
+        return ev in self._ix.entries
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._ix.entries)
 
     def entry(self, ev: int) -> EvEntry:
         try:
-            return self._entries[ev]
+            return self._ix.entries[ev]
         except KeyError:
             raise LocalProtocolError(f"EV {ev!r} is not in this EV set") from None
 
     def entries(self) -> list[EvEntry]:
-        return list(self._entries.values())
+        return list(self._ix.entries.values())
 
     def states(self) -> dict[int, EvState]:
-        return {ev: e.state for ev, e in self._entries.items()}
+        return {ev: e.state for ev, e in self._ix.entries.items()}
 
     def active(self, plane: int | None = None) -> list[EvEntry]:
         """EVs in the active pool (any state), optionally of one plane."""
-        return [e for e in self._entries.values()
+        return [e for e in self._ix.entries.values()
                 if e.pool == ACTIVE and (plane is None or e.path.plane == plane)]  # fmt: skip
 
     def drain_changes(self) -> list[tuple[int, EvState, EvState, EvTrigger]]:
@@ -189,29 +122,9 @@ class EvSet:
         return changes
 
     # ----- bookkeeping
-    def _refresh(self, entry: EvEntry) -> None:
-        """Recompute the cached usable flag; the ring drops unusable EVs lazily in choose()."""
-        usable = (
-            entry.pool == ACTIVE
-            and entry.state is EvState.GOOD
-            and self._plane_usable[entry.path.plane]
-        )
-        if usable != entry.usable:
-            entry.usable = usable
-            self._usable_count += 1 if usable else -1
-            self._plane_good[entry.path.plane] += 1 if usable else -1
-            if usable and not entry.in_ring:
-                entry.in_ring = True
-                self._rings[entry.path.plane].append(entry)
-        self._floor.forget()
-        self._starved = None
-        self._control.forget()  # its candidates depend on usability and the ASSUMED_BAD set
-        self._deadline_ok = False
-        self._deferred.clear()
-
     def _apply(self, entry: EvEntry, trigger: EvTrigger, now: float | None) -> None:
-        """Run one table transition plus the side effects of entering/leaving states."""
-        self._deferred.clear()
+        """Run one table transition (evstate.TRANSITIONS), then the effects of leaving the
+        old state and entering the new one (_ON_LEAVE, _ON_ENTER at the end of the module)."""
         old = entry.state
         new = TRANSITIONS.get((old, trigger))
         if new is None:
@@ -219,103 +132,83 @@ class EvSet:
                 f"illegal EV transition: EV {entry.ev:#x} in state {old.name} "
                 f"has no transition for trigger {str(trigger)!r}"
             )
+        self._ix.deferred.clear()
         entry.state = new
-        if old is EvState.SKIP and new is not EvState.SKIP:
-            entry.skip_until = None
-            self._skipping[entry.path.plane] -= 1
-        elif new is EvState.SKIP and old is not EvState.SKIP:
-            self._skipping[entry.path.plane] += 1
-        if old is EvState.ASSUMED_BAD and new is not EvState.ASSUMED_BAD:
-            del self._bad[entry.ev]
-            entry.next_probe_at = entry.probe_sent_at = None
-            entry.probe_successes = 0
-        if new is EvState.SKIP:
-            assert now is not None
-            entry.skip_until = now + self.config.skip_time
-            heapq.heappush(self._skip_heap, (entry.skip_until, entry.ev))
-            self.counters["skips" if old is not EvState.SKIP else "skip_extensions"] += 1
-        elif new is EvState.ASSUMED_BAD:
-            assert now is not None
-            entry.failed_at = now
-            entry.probe_successes = 0
-            if old is not EvState.ASSUMED_BAD:
-                self.counters["retired"] += 1
-                entry.counters["retired"] += 1
-                self._bad[entry.ev] = entry
-                entry.next_probe_at = now + self.config.probe_interval
-                self._take_out(entry)
-        elif new is EvState.DENIED and old is not EvState.DENIED:
-            self.counters["denied"] += 1
-            self._take_out(entry)
-        elif new is EvState.GOOD and old in (EvState.ASSUMED_BAD, EvState.DENIED):
-            self.counters["reinstated" if old is EvState.ASSUMED_BAD else "allowed"] += 1
-            active = sum(1 for e in self._plane_entries[entry.path.plane] if e.pool == ACTIVE)
-            entry.pool = ACTIVE if active < self._target[entry.path.plane] else BACKUP
-            if entry.pool == ACTIVE and self._vacant[entry.path.plane]:
-                self._vacant[entry.path.plane] -= 1
         if new is not old:
+            leave = _ON_LEAVE.get(old)
+            if leave is not None:
+                leave(self, entry, now)
             self._changes.append((entry.ev, old, new, trigger))
-        self._refresh(entry)
+        enter = _ON_ENTER.get(new)
+        if enter is not None:
+            enter(self, entry, old, now)
+        self._ix.refresh(entry)
         if old is EvState.ASSUMED_BAD and new is not old:
-            self._refill_all()  # its path may be healthy again
+            self._ix.refill_all()  # its path may be healthy again
 
-    def _take_out(self, entry: EvEntry) -> None:
-        """Move an EV out of service; an active one leaves a slot for a healthy backup."""
-        was_active = entry.pool == ACTIVE
-        entry.pool = OUT
-        if was_active:
-            self._vacant[entry.path.plane] += 1
-            self._refill(entry.path.plane, avoid=entry.path)
+    def _leave_skip(self, entry: EvEntry, now: float | None) -> None:
+        entry.skip_until = None
+        self._ix.skipping[entry.path.plane] -= 1
 
-    def _refill(self, plane: int, avoid: PathInfo | None = None) -> None:
-        """Fill the plane's vacant active slots with backups (module docstring, "Pools")."""
-        while self._vacant[plane]:
-            if plane in self._deferred:  # no state or pool changed since: it would defer again
-                self.counters["swaps_deferred"] += 1
-                return
-            backups = [e for e in self._plane_entries[plane]
-                       if e.pool == BACKUP and e.state is EvState.GOOD]  # fmt: skip
-            if not backups:
-                self.counters["backups_exhausted"] += 1
-                self._vacant[plane] = 0  # a reinstated EV refills the slot instead
-                return
-            bad: dict[PathInfo, int] = {}
-            for e in self._bad.values():
-                bad[e.path] = bad.get(e.path, 0) + 1
-            chosen = min(backups, key=lambda e: (bad.get(e.path, 0) / self._path_size[e.path],
-                                                 e.path == avoid))  # fmt: skip
-            if bad.get(chosen.path, 0):
-                self.counters["swaps_deferred"] += 1
-                self._deferred.add(plane)
-                return
-            chosen.pool = ACTIVE
-            self._vacant[plane] -= 1
-            self.counters["swaps"] += 1
-            self._refresh(chosen)
+    def _leave_assumed_bad(self, entry: EvEntry, now: float | None) -> None:
+        del self._ix.bad[entry.ev]
+        entry.next_probe_at = entry.probe_sent_at = None
+        entry.probe_successes = 0
+
+    def _enter_skip(self, entry: EvEntry, old: EvState, now: float | None) -> None:
+        """Rest the EV for skip_time; more congestion while resting restarts the time."""
+        assert now is not None
+        if old is not EvState.SKIP:
+            self._ix.skipping[entry.path.plane] += 1
+        entry.skip_until = now + self.config.skip_time
+        heapq.heappush(self._skip_heap, (entry.skip_until, entry.ev))
+        self.counters["skips" if old is not EvState.SKIP else "skip_extensions"] += 1
+
+    def _enter_assumed_bad(self, entry: EvEntry, old: EvState, now: float | None) -> None:
+        """Retire the EV (a further loss only restarts its run of probe successes)."""
+        assert now is not None
+        entry.failed_at = now
+        entry.probe_successes = 0
+        if old is not EvState.ASSUMED_BAD:
+            self.counters["retired"] += 1
+            entry.counters["retired"] += 1
+            self._ix.bad[entry.ev] = entry
+            entry.next_probe_at = now + self.config.probe_interval
+            self._ix.take_out(entry)
+
+    def _enter_denied(self, entry: EvEntry, old: EvState, now: float | None) -> None:
+        if old is not EvState.DENIED:
+            self.counters["denied"] += 1
+            self._ix.take_out(entry)
+
+    def _enter_good(self, entry: EvEntry, old: EvState, now: float | None) -> None:
+        """Back from ASSUMED_BAD or DENIED: active if its plane is short of actives."""
+        if old not in (EvState.ASSUMED_BAD, EvState.DENIED):
+            return
+        self.counters["reinstated" if old is EvState.ASSUMED_BAD else "allowed"] += 1
+        plane = entry.path.plane
+        entry.pool = ACTIVE if self._ix.active_on(plane) < self._ix.target[plane] else BACKUP
+        if entry.pool == ACTIVE and self._ix.vacant[plane]:
+            self._ix.vacant[plane] -= 1
 
     def _expire_skips(self, now: float) -> None:
         heap = self._skip_heap
         while heap and heap[0][0] <= now:
             until, ev = heapq.heappop(heap)
-            entry = self._entries[ev]
+            entry = self._ix.entries[ev]
             if entry.state is EvState.SKIP and entry.skip_until == until:
                 self.counters["skip_expired"] += 1
                 self._apply(entry, T.SKIP_EXPIRED, now)
-
-    def _refill_all(self) -> None:
-        for plane, vacant in self._vacant.items():
-            if vacant:
-                self._refill(plane)
 
     def advance(self, now: float) -> None:
         """Apply every timer due at `now`: SKIP expiry and probe timeouts."""
         deadline = self.next_deadline()
         if deadline is None or now < deadline:  # nothing expires: skip the scan of _bad
-            self._refill_all()
+            self._ix.refill_all()
             return
         self._expire_skips(now)
-        self._refill_all()
-        for entry in list(self._bad.values()):
+        self._ix.refill_all()
+        for entry in list(self._ix.bad.values()):
             sent = entry.probe_sent_at
             if sent is not None and now >= sent + self.config.probe_timeout:
                 self.on_probe_timeout(entry.ev, now)
@@ -323,23 +216,23 @@ class EvSet:
     def next_deadline(self) -> float | None:
         """Earliest time advance()/probes_due() has work: SKIP expiry or probe schedule.
         Kept until the next change (the endpoint asks on every wake-up and every poll)."""
-        if self._deadline_ok:
-            return self._deadline
+        if self._ix.deadline_ok:
+            return self._ix.deadline
         heap = self._skip_heap
         while heap:  # drop stale heap heads so the deadline is exact
             until, ev = heap[0]
-            entry = self._entries[ev]
+            entry = self._ix.entries[ev]
             if entry.state is EvState.SKIP and entry.skip_until == until:
                 break
             heapq.heappop(heap)
         times = [heap[0][0]] if heap else []
-        for entry in self._bad.values():
+        for entry in self._ix.bad.values():
             if entry.probe_sent_at is not None:
                 times.append(entry.probe_sent_at + self.config.probe_timeout)
-            elif self._plane_usable[entry.path.plane] and entry.next_probe_at is not None:
+            elif self._ix.plane_usable[entry.path.plane] and entry.next_probe_at is not None:
                 times.append(entry.next_probe_at)
-        self._deadline, self._deadline_ok = min(times, default=None), True
-        return self._deadline
+        self._ix.deadline, self._ix.deadline_ok = min(times, default=None), True
+        return self._ix.deadline
 
     # ----- choosing
     def choose(self, now: float) -> EvEntry | None:
@@ -351,7 +244,7 @@ class EvSet:
             # BEGIN exercise 4 spray
             entry = None
             while entry is None:
-                ring = self._rings[self._next_plane()]
+                ring = self._ix.rings[self._next_plane()]
                 while ring:
                     candidate = ring.popleft()
                     if candidate.usable:
@@ -374,11 +267,11 @@ class EvSet:
         """The plane whose turn it is (module docstring, "Spraying"): smooth weighted round
         robin over the usable planes, each weighted by its active slots minus its EVs resting
         in SKIP (at least 1); equal weights give the planes in turn."""
-        credit, skipping, target = self._credit, self._skipping, self._target
+        credit, skipping, target = self._ix.credit, self._ix.skipping, self._ix.target
         best = -1
         total = 0
         for plane in self.planes:
-            if not self._plane_usable[plane]:
+            if not self._ix.plane_usable[plane]:
                 continue
             weight = max(1, target[plane] - skipping[plane])
             total += weight
@@ -390,13 +283,13 @@ class EvSet:
 
     def _below_floor(self) -> bool:
         """Fewer than ev_min_active usable EVs, or a usable plane below its share of them."""
-        if self._starved is None:
-            starved, good = self._floor.starved, self._plane_good
-            self._starved = self._shortage() or any(starved(p, good[p]) for p in self.planes)
-        return self._starved
+        if self._ix.starved is None:
+            starved, good = self._floor.starved, self._ix.plane_good
+            self._ix.starved = self._shortage() or any(starved(p, good[p]) for p in self.planes)
+        return self._ix.starved
 
     def _shortage(self) -> bool:
-        return self._usable_count < self.config.ev_min_active
+        return self._ix.usable_count < self.config.ev_min_active
 
     def choose_control(
         self, now: float, *, plane: int | None = None, echo_ev: int | None = None
@@ -432,15 +325,15 @@ class EvSet:
     def on_path_dark(self, path: PathInfo, now: float) -> None:
         """The loss detector found `path` dead (recovery module docstring). Every EV on it
         takes that source route, so all of them retire now, not one per loss [choice]."""
-        for entry in self._plane_entries[path.plane]:
+        for entry in self._ix.plane_entries[path.plane]:
             if entry.path == path and entry.state in (EvState.GOOD, EvState.SKIP):
                 self._apply(entry, T.PATH_DARK, now)
 
     def on_delivered(self, ev: int, now: float) -> None:
         self._feedback(ev, now, "delivered", None)
-        self._floor.delivered(self._entries[ev].path, now)
-        if any(self._vacant.values()):
-            self._refill_all()
+        self._floor.delivered(self._ix.entries[ev].path, now)
+        if any(self._ix.vacant.values()):
+            self._ix.refill_all()
 
     def set_denied(self, ev: int, denied: bool) -> None:
         """Management only; DENIED is left only through set_denied(ev, False)."""
@@ -449,11 +342,11 @@ class EvSet:
     def set_plane_usable(self, plane: int, usable: bool) -> None:
         """Local port down, or the peer reported its port down: EV states are kept, the
         plane's EVs are just not chosen (nor probed) until it is usable again."""
-        if plane not in self._plane_usable:
+        if plane not in self._ix.plane_usable:
             raise LocalProtocolError(f"plane {plane!r} has no paths in this EV set")
-        self._plane_usable[plane] = bool(usable)
-        for entry in self._plane_entries[plane]:
-            self._refresh(entry)
+        self._ix.plane_usable[plane] = bool(usable)
+        for entry in self._ix.plane_entries[plane]:
+            self._ix.refresh(entry)
 
     # ----- probing
     def probes_due(self, now: float) -> list[EvEntry]:
@@ -463,8 +356,8 @@ class EvSet:
         if deadline is None or now < deadline:  # every due probe is part of the deadline
             return []
         return [
-            e for e in self._bad.values()
-            if e.probe_sent_at is None and self._plane_usable[e.path.plane]
+            e for e in self._ix.bad.values()
+            if e.probe_sent_at is None and self._ix.plane_usable[e.path.plane]
             and e.next_probe_at is not None and e.next_probe_at <= now
         ]  # fmt: skip
 
@@ -478,7 +371,7 @@ class EvSet:
             )
         entry.probe_sent_at = now
         entry.next_probe_at = now + self.config.probe_interval
-        self._deadline_ok = False
+        self._ix.deadline_ok = False
         entry.counters["probes_sent"] += 1
         self.counters["probes_sent"] += 1
 
@@ -489,7 +382,7 @@ class EvSet:
             self.counters["probe_results_ignored"] += 1
             return None
         entry.probe_sent_at = None
-        self._deadline_ok = False
+        self._ix.deadline_ok = False
         return entry
 
     # BEGIN exercise 5 probe-results
@@ -514,3 +407,18 @@ class EvSet:
         self.counters["probe_timeouts"] += 1
         entry.probe_successes = 0
     # END exercise 5 probe-results
+
+
+# The effects of a transition, beside evstate.TRANSITIONS: leaving a state (only when the state
+# changes) undoes what entering it did; entering one runs on every transition into it, a
+# SKIP extended or a further loss on an ASSUMED_BAD EV included.
+_ON_LEAVE: dict[EvState, Callable[[EvSet, EvEntry, float | None], None]] = {
+    EvState.SKIP: EvSet._leave_skip,
+    EvState.ASSUMED_BAD: EvSet._leave_assumed_bad,
+}
+_ON_ENTER: dict[EvState, Callable[[EvSet, EvEntry, EvState, float | None], None]] = {
+    EvState.SKIP: EvSet._enter_skip,
+    EvState.ASSUMED_BAD: EvSet._enter_assumed_bad,
+    EvState.DENIED: EvSet._enter_denied,
+    EvState.GOOD: EvSet._enter_good,
+}

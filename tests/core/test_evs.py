@@ -228,7 +228,7 @@ def test_choose_is_amortised_constant() -> None:
             pops += 1
             return self.ring.popleft()
 
-    es._rings = {p: Counting(r) for p, r in es._rings.items()}  # type: ignore[misc]
+    es._ix.rings = {p: Counting(r) for p, r in es._ix.rings.items()}  # type: ignore[misc]
     n = 10_000
     for _ in range(n):
         picked = es.choose(0.001)
