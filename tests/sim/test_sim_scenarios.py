@@ -14,13 +14,17 @@ from sim.scenarios import SCENARIOS, ScenarioError, run_scenario
 SIZE = 2 * 1024 * 1024  # smaller than the CLI default to keep the suite quick
 _cache: dict[tuple[str, int], dict[str, Any]] = {}
 
-# link-failure: the core learns of a dead link only EV by EV. At 4 x 10 Gb/s the sender emits
-# ~4.3 Mpps, so each of its 128 EVs carries a packet every ~30 us (~2.5 base RTTs); a lost packet
-# is declared lost after reorder_threshold later packets are acked plus srtt + reorder window
-# (~2 base RTTs). So the 16 EVs first on the dead path are retired within ~4.5 base RTTs. Each
-# retired EV is replaced by a backup of the same plane, half of which (t1_per_plane = 2) use the
-# dead path too; with 8 backups per plane at most 4 more such rounds: 5 x 4.5 ~ 22, plus slack.
-RECOVERY_BOUND_RTTS = 25.0
+# link-failure: the sender retires every EV on the dead path at once when its loss detector
+# finds the path dark (host_agent/core/recovery.py, DARK_PATH_LOSSES), so its last data packet
+# onto that path leaves soon after the failure. Measured (seed 1, SIZE, DEFAULT_FABRIC; the
+# simulator is deterministic): recovery_rtts = 1.393. Bound: that plus 0.107 RTT (~8%), the
+# same 1.5 RTTs the core unit test asserts for bypassing a dark path. Without the dark-path
+# detector the same run gives 3.6 RTTs; needing 3 dark losses instead of 2 gives 1.70.
+RECOVERY_BOUND_RTTS = 1.5
+# clean: one loss-free cross-spine transfer. Measured (seed 1, SIZE): goodput_ratio = 0.8637
+# (seeds 2 and 3 give the same). Bound: measured minus 0.0137 (~1.6%). NSCC's window sized
+# from the one-way delay instead of the RTT gives 0.697; sized for 2 of the 4 NICs, 0.737.
+CLEAN_GOODPUT_RATIO_MIN = 0.85
 
 
 def result(name: str, seed: int = 1) -> dict[str, Any]:
@@ -45,7 +49,7 @@ def test_clean_sprays_evenly_over_all_planes_without_loss() -> None:
     assert r["drops"] == {} and r["timeouts"] == 0 and r["trims"] == 0
     sender = r["data_tx_per_plane"]["h0"]
     assert min(sender) >= 0.9 * max(sender) > 0
-    assert r["goodput_ratio"] > 0.5
+    assert r["goodput_ratio"] > CLEAN_GOODPUT_RATIO_MIN
 
 
 def test_loss_recovers_from_untrimmed_drops() -> None:

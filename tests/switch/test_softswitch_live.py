@@ -37,10 +37,14 @@ pytestmark = [pytest.mark.root, pytest.mark.skipif(
 REPO = Path(__file__).resolve().parents[2]
 DEVICE_ID = 7
 CASES = corpus.load_cases() if corpus.CASES_PATH.exists() else []
+CORPUS_MISSING = (f"the committed golden corpus {corpus.CASES_PATH} is missing or empty: restore "
+                  "it from git or regenerate it with `.venv/bin/python -m tests.golden.generate`")
 
 
-
-
+def golden_cases() -> list[corpus.Case]:
+    """The committed golden corpus; a test that needs it fails, not skips, without it."""
+    assert corpus.CASES_PATH.exists() and CASES, CORPUS_MISSING
+    return CASES
 
 
 @pytest.fixture(scope="module")
@@ -87,10 +91,9 @@ def drain(socks: dict[int, socket.socket]) -> None:
             pass
 
 
-@pytest.mark.skipif(not CASES, reason="golden corpus tests/golden/cases.json not present yet")
 def test_golden_corpus_live(live):
     proc, client, socks, _ = live
-    for case in CASES:
+    for case in golden_cases():
         reset(client, case_updates(CODEC, case))
         drain(socks)
         for pre in case.prelude:  # wait until each has left: it sets up queue state
@@ -114,10 +117,9 @@ def test_golden_corpus_live(live):
     assert proc.poll() is None
 
 
-@pytest.mark.skipif(not CASES, reason="golden corpus tests/golden/cases.json not present yet")
 def test_hostile_frames_are_counted_and_survived(live):
     proc, client, socks, _ = live
-    case = next(c for c in CASES if c.name == "usid_shift_t0_up")
+    case = next(c for c in golden_cases() if c.name == "usid_shift_t0_up")
     reset(client, case_updates(CODEC, case))
     rng = random.Random(11)
     good = case.frame
@@ -182,14 +184,13 @@ def test_idle_switch_uses_no_cpu(live):
     assert used < 0.15, f"idle softswitch used {used:.2f} s CPU in 3 s"
 
 
-@pytest.mark.skipif(not CASES, reason="golden corpus tests/golden/cases.json not present yet")
 def test_queue_rate_makes_a_burst_trim(live):
     """60 frames queue behind a 100 pps port (trim threshold 20 in this case). Once departures
     have written a depth >= 20 into the register (the 21st departure, ~0.2 s), the next 10
     are trimmed and overtake; the queue still holds > 20 so their own departures keep the
     register above the threshold (the register holds the last departure's enq_qdepth)."""
     proc, client, socks, control = live
-    case = next(c for c in CASES if c.name == "usid_shift_t0_up")
+    case = next(c for c in golden_cases() if c.name == "usid_shift_t0_up")
     reset(client, case_updates(CODEC, case))
     request(control, parse_command(["set_queue_rate", "100", "3"]))
     before = request(control, {"cmd": "queues"})["queues"]["3"]

@@ -64,6 +64,15 @@ def test_process_rejects_non_loopback_grpc():
 
 
 CASES = corpus.load_cases() if corpus.CASES_PATH.exists() else []
+CORPUS_MISSING = (f"the committed golden corpus {corpus.CASES_PATH} is missing or empty: restore "
+                  "it from git or regenerate it with `.venv/bin/python -m tests.golden.generate`")
+
+
+def golden_cases() -> list[corpus.Case]:
+    """The committed golden corpus; a test that needs it fails, not skips, without it."""
+    assert corpus.CASES_PATH.exists() and CASES, CORPUS_MISSING
+    return CASES
+
 
 SEND = ("import socket,sys;s=socket.socket(17,3);s.bind((sys.argv[1],0));"
         "s.send(bytes.fromhex(sys.argv[2]))")
@@ -74,11 +83,10 @@ RECV = ("import socket,sys;from topologies.vethlab import receive;"
 
 @pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root for Mininet")
-@pytest.mark.skipif(not CASES, reason="golden corpus tests/golden/cases.json not present yet")
 def test_mininet_network_forwards_a_corpus_case():
     from mininet.net import Mininet
 
-    case = next(c for c in CASES if c.name == "usid_shift_t0_up")
+    case = next(c for c in golden_cases() if c.name == "usid_shift_t0_up")
     tag = os.getpid() % 10000
     net = Mininet(topo=None, controller=None, build=False, autoSetMacs=False)
     try:

@@ -204,3 +204,45 @@ def test_bench_refuses_an_unknown_scenario(bad: str, capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit):
         parse_args([bad])
     assert "scenario: unknown" in capsys.readouterr().err
+
+
+def _flows(ok: bool) -> dict:
+    """A contender run as bench.context.run_one records it (flows, summary, verdict)."""
+    return {"flows": [{"src": 0, "dst": 3, "ok": ok}], "summary": {"flows": 1, "ok": ok},
+            "fidelity": {"verdict": "ok"}}
+
+
+def _steps(ok: bool) -> dict:
+    """An all-reduce contender run (bench.allreduce): no flow summary, its ok at the top."""
+    return {"ok": ok, "steps": 5, "completed_steps": 5 if ok else 2, "fidelity": {}}
+
+
+@pytest.mark.parametrize("run", [
+    _steps(False),  # an all-reduce that did not finish
+    {"fidelity": {"verdict": "ok"}},  # neither a summary nor a verdict of its own
+    {"clean": _flows(True), "failed": {"fidelity": {}}},  # a failure run that measured nothing
+], ids=["allreduce-failed", "no-verdict", "failure-run-unmeasured"])
+@pytest.mark.parametrize("contender", ["roce", "roce:16", "tcp"])
+def test_bench_fails_a_non_mrc_contender_run_without_a_summary(contender: str,
+                                                               run: dict) -> None:
+    from bench.__main__ import _all_ok
+
+    assert not _all_ok({"contenders": {"mrc": _steps(True), contender: run}})
+
+
+def test_bench_ok_for_runs_that_report_success_or_may_not_finish() -> None:
+    from bench.__main__ import _all_ok
+
+    assert _all_ok({"contenders": {}})  # a scenario skipped as a whole
+    assert _all_ok({"contenders": {"mrc": _steps(True), "roce": _steps(True),
+                                   "roce:16": _steps(True)}})
+    assert _all_ok({"contenders": {"mrc": _flows(True), "roce": _flows(True),
+                                   "mptcp": {"skipped": "mptcp is not enabled"}}})
+    # a single-plane contender that cannot finish once its path is gone: the measurement
+    assert _all_ok({"contenders": {"mrc": {"clean": _flows(True), "failed": _flows(True)},
+                                   "roce": {"clean": _flows(True), "failed": _flows(False)}}})
+    # but MRC must always finish, and every clean run must
+    assert not _all_ok({"contenders": {"mrc": {"clean": _flows(True), "failed": _flows(False)}}})
+    assert not _all_ok({"contenders": {"roce": {"clean": _flows(False), "failed": _flows(True)}}})
+    assert not _all_ok({"contenders": {"mrc": _steps(False)}})
+    assert not _all_ok({"contenders": {"tcp": _flows(False)}})
