@@ -44,6 +44,25 @@ def remote_classes(cluster: Cluster, record: PidSink = _no_sink) -> dict[str, ty
     """Node classes bound to `cluster`: {"host", "soft", "bmv2", "mixin"}; imported lazily,
     like Cluster Edition itself (it needs distutils, gone from Python 3.12). `record` hears
     of every process a node starts on its server (topologies.serverrun keeps the list)."""
+    cluster_mixin = _cluster_mixin(cluster)
+    switch_mixin = _cluster_switch_mixin(cluster_mixin, record)
+
+    class ClusterHost(cluster_mixin, Host):
+        """A Mininet host on whichever server of the cluster it is placed on."""
+
+    class ClusterSoftSwitch(switch_mixin, SoftSwitch):
+        """The software switch on whichever server it is placed on."""
+
+    class ClusterBmv2Switch(switch_mixin, Bmv2Switch):
+        """BMv2 on whichever server it is placed on."""
+
+    return {"mixin": cluster_mixin, "host": ClusterHost, "soft": ClusterSoftSwitch,
+            "bmv2": ClusterBmv2Switch}
+
+
+def _cluster_mixin(cluster: Cluster) -> type:
+    """RemoteMixin bound to `cluster`, a class made per call because Cluster Edition can only
+    be imported lazily (it needs distutils) and the ssh it uses is the cluster's."""
     from mininet.examples.cluster import ClusterCleanup, RemoteMixin
 
     class ClusterMixin(RemoteMixin):
@@ -90,10 +109,13 @@ def remote_classes(cluster: Cluster, record: PidSink = _no_sink) -> dict[str, ty
                         continue
             super().terminate()
 
-    class ClusterHost(ClusterMixin, Host):
-        """A Mininet host on whichever server of the cluster it is placed on."""
+    return ClusterMixin
 
-    class ClusterSwitchMixin(ClusterMixin):
+
+def _cluster_switch_mixin(cluster_mixin: type, record: PidSink) -> type:
+    """The switch nodes' remote side on top of `cluster_mixin`, a class made per call so that
+    every process it starts is reported to this cluster run's `record`."""
+    class ClusterSwitchMixin(cluster_mixin):
         """A P4Runtime switch node (topologies.p4switch) on another server: its process
         started there over ssh (RemoteProcess), and its ports and readiness handled through
         the node's own shell there, never through this machine's /proc."""
@@ -137,11 +159,4 @@ def remote_classes(cluster: Cluster, record: PidSink = _no_sink) -> dict[str, ty
                                          f"{self.server}: {' '.join(values)[:200]}")
             return [int(v) for v in values]
 
-    class ClusterSoftSwitch(ClusterSwitchMixin, SoftSwitch):
-        """The software switch on whichever server it is placed on."""
-
-    class ClusterBmv2Switch(ClusterSwitchMixin, Bmv2Switch):
-        """BMv2 on whichever server it is placed on."""
-
-    return {"mixin": ClusterMixin, "host": ClusterHost, "soft": ClusterSoftSwitch,
-            "bmv2": ClusterBmv2Switch}
+    return ClusterSwitchMixin

@@ -31,9 +31,11 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fabric.topology import Fabric
+from topologies.agents import TransferHandle
 from topologies.cpupressure import EMULATION_BOUND_SHARE, CpuPressure
 from topologies.fidelity import EMULATION_BOUND, Monitor
 from topologies.network import MrcNetwork
@@ -260,38 +262,9 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
     handle = net.start_transfer(src, dst, nbytes, single_path=single_path)
     sampler = ProgressSampler(net, dst).start()
     started = time.monotonic()
-    failure: dict[str, Any] = {}
-    routes: set[str] = set()
-    fail_begin: float | None = None
-    if single_path:  # keep the link down past the hold timer, so routing repairs the flow
-        down_for = max(down_for, net.config.convergence_delay + 1.5)
-    if fabric.t0_per_plane > 1 and not handle.done():
-        time.sleep(fail_at)
-        a, b = pick_failed_link(net, src, dst, single_path)
-        routes = routes_through(net, src, dst, a, b, single_path)
-        fail_begin = time.monotonic()
-        net.link_down(a, b)
-        t_down = time.monotonic()
-        log(f"+{t_down - started:.2f} s: link {a} - {b} DOWN")
-        _sleep_unless_done(handle, down_for)
-        per_route = net.stats(src)["per_route"]
-        last = max((per_route[r]["last_data_tx"] for r in routes if r in per_route),
-                   default=None)
-        bypass = None if single_path or last is None or last < fail_begin else last - fail_begin
-        repairs = len(net.convergence.history) if net.convergence else 0
-        net.link_up(a, b)
-        log(f"+{time.monotonic() - started:.2f} s: link {a} - {b} UP")
-        failure = {"link": [a, b], "fail_begin_s": fail_begin - started,
-                   "down_at_s": t_down - started, "link_down_call_s": t_down - fail_begin,
-                   "up_at_s": time.monotonic() - started, "routes_through_link": len(routes),
-                   "routes": sorted(routes),
-                   "last_data_on_failed_route_s": None if last is None else last - started,
-                   "bypass_s": bypass,
-                   "bypass_base_rtts": bypass / net.config.effective_base_rtt if bypass
-                   is not None else None,
-                   "bypass_unloaded_rtts": bypass / rtt if bypass is not None else None,
-                   "routing_repairs_while_down": repairs,
-                   "capacity_left": capacity_left(fabric, a, b, single_path)}
+    failure, routes, fail_begin = _fail_and_recover(
+        net, handle, src, dst, started=started, rtt=rtt, fail_at=fail_at, down_for=down_for,
+        single_path=single_path, log=log)
     result = handle.wait()
     cpu_pressure = pressure.share()
     fidelity = monitor.stop()
@@ -328,6 +301,43 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
             failure["bypass_note"] = _no_bypass_note(retired)
         report["checks"] = demo_checks(failure, report["emulation_bound"])
     return report
+
+
+def _fail_and_recover(net: MrcNetwork, handle: TransferHandle, src: int, dst: int, *,
+                      started: float, rtt: float, fail_at: float, down_for: float,
+                      single_path: bool, log: Callable[[str], object],
+                      ) -> tuple[dict[str, Any], set[str], float | None]:
+    """Fail and restore a link the flow crosses, mid-transfer: the event the demo measures."""
+    if single_path:  # keep the link down past the hold timer, so routing repairs the flow
+        down_for = max(down_for, net.config.convergence_delay + 1.5)
+    if net.fabric.t0_per_plane <= 1 or handle.done():
+        return {}, set(), None
+    time.sleep(fail_at)
+    a, b = pick_failed_link(net, src, dst, single_path)
+    routes = routes_through(net, src, dst, a, b, single_path)
+    fail_begin = time.monotonic()
+    net.link_down(a, b)
+    t_down = time.monotonic()
+    log(f"+{t_down - started:.2f} s: link {a} - {b} DOWN")
+    _sleep_unless_done(handle, down_for)
+    per_route = net.stats(src)["per_route"]
+    last = max((per_route[r]["last_data_tx"] for r in routes if r in per_route), default=None)
+    bypass = None if single_path or last is None or last < fail_begin else last - fail_begin
+    repairs = len(net.convergence.history) if net.convergence else 0
+    net.link_up(a, b)
+    log(f"+{time.monotonic() - started:.2f} s: link {a} - {b} UP")
+    failure = {"link": [a, b], "fail_begin_s": fail_begin - started,
+               "down_at_s": t_down - started, "link_down_call_s": t_down - fail_begin,
+               "up_at_s": time.monotonic() - started, "routes_through_link": len(routes),
+               "routes": sorted(routes),
+               "last_data_on_failed_route_s": None if last is None else last - started,
+               "bypass_s": bypass,
+               "bypass_base_rtts": bypass / net.config.effective_base_rtt if bypass
+               is not None else None,
+               "bypass_unloaded_rtts": bypass / rtt if bypass is not None else None,
+               "routing_repairs_while_down": repairs,
+               "capacity_left": capacity_left(net.fabric, a, b, single_path)}
+    return failure, routes, fail_begin
 
 
 def emulation_bound(fidelity: dict[str, Any], cpu_pressure: float | None) -> bool:

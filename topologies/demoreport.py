@@ -9,6 +9,19 @@ from topologies.demo import GOODPUT_AFTER_FAILURE_MIN
 
 
 def format_report(r: dict[str, Any]) -> str:
+    """The report (topologies.demo.build_report and run_demo) as the lines two_tier.py prints."""
+    lines = _transfer_lines(r)
+    if r["failure"]:
+        lines += _failure_lines(r, r["failure"])
+    lines += _machine_lines(r)
+    checks = r.get("checks")
+    if checks:
+        lines.append(_checks_line(checks))
+    return "\n".join(lines)
+
+
+def _transfer_lines(r: dict[str, Any]) -> list[str]:
+    """The fabric, the transfer and where its packets went: what every run has to say."""
     f, t, c = r["fabric"], r["transfer"], r["counters"]
     rate = f"{f['port_rate_pps']} pps/port" if f["port_rate_pps"] else "unlimited ports"
     lines = [f"MRC demo on {f['planes']} planes x {f['t0']} T0 x {f['t1']} T1, {f['hosts']} hosts,"
@@ -44,47 +57,60 @@ def format_report(r: dict[str, Any]) -> str:
                                              key=lambda kv: int(kv[0]))))
     lines.append("per-path data packets:")
     lines += [f"  plane {p['plane']} {p['route']:<36} {p['data_packets']}" for p in r["per_path"]]
-    fl = r["failure"]
-    if fl:
-        lines.append(f"failure: {fl['link'][0]} - {fl['link'][1]} down at +{fl['down_at_s']:.2f} s,"
-                     f" up at +{fl['up_at_s']:.2f} s; {fl['routes_through_link']} routes crossed "
-                     "it")
-        if r["mode"] == "single-path":
-            lines.append("  single path: the sender cannot bypass; baseline routing repaired "
-                         f"the route {fl['routing_repairs_while_down']} time(s) while it was down"
-                         f" (after the {r['convergence_delay_s']:.1f} s convergence delay)")
-        elif fl["bypass_s"] is None:
-            lines.append(f"  time to bypass: not measured, {fl.get('bypass_note', '')}")
-        else:
-            lines.append(f"  time to bypass: {fl['bypass_s'] * 1e3:.1f} ms = "
-                         f"{fl['bypass_base_rtts']:.1f} base RTTs "
-                         f"({fl['bypass_unloaded_rtts']:.0f} unloaded RTTs), from the start of "
-                         f"the link-down call ({fl['link_down_call_s'] * 1e3:.0f} ms long)")
-        ret = fl.get("retired")
-        if ret is not None:
-            again = ret["failed_route_after_failure"] - ret.get(
-                "failed_route_evs_retired", ret["failed_route_after_failure"])
-            lines.append(f"  EVs retired: {ret.get('failed_route_evs_retired', '?')} of the "
-                         f"failed route's {ret['failed_route_evs']}"
-                         + (f" ({again} of them again after probes reinstated them)"
-                            if again > 0 else "") + ", "
-                         f"{ret['healthy_routes']} on healthy routes"
-                         + (f" {ret['healthy_by_route']}" if ret["healthy_by_route"] else "")
-                         + f", {ret['failed_route_before_failure']} on the failed route before "
-                         "the failure")
-        gp = fl.get("goodput")
-        if gp is not None and gp["clean_bps"] and gp["after_failure_bps"] is not None:
-            lines.append(f"  goodput in the {gp['window_s']:.0f} s after the failure: "
-                         f"{gp['after_failure_bps'] / 1e6:.2f} Mbit/s = "
-                         f"{gp['after_failure_of_clean']:.0%} of the "
-                         f"{gp['clean_bps'] / 1e6:.2f} Mbit/s before it")
-        lines.append("  retired EVs all reinstated by probes after recovery: "
-                     f"{'yes' if fl.get('reinstated_after_up') else 'no'}")
+    return lines
+
+
+def _failure_lines(r: dict[str, Any], fl: dict[str, Any]) -> list[str]:
+    """The link failure `fl` (report["failure"]): how the sender (or routing) got around it."""
+    lines = [f"failure: {fl['link'][0]} - {fl['link'][1]} down at +{fl['down_at_s']:.2f} s,"
+             f" up at +{fl['up_at_s']:.2f} s; {fl['routes_through_link']} routes crossed "
+             "it"]
+    if r["mode"] == "single-path":
+        lines.append("  single path: the sender cannot bypass; baseline routing repaired "
+                     f"the route {fl['routing_repairs_while_down']} time(s) while it was down"
+                     f" (after the {r['convergence_delay_s']:.1f} s convergence delay)")
+    elif fl["bypass_s"] is None:
+        lines.append(f"  time to bypass: not measured, {fl.get('bypass_note', '')}")
+    else:
+        lines.append(f"  time to bypass: {fl['bypass_s'] * 1e3:.1f} ms = "
+                     f"{fl['bypass_base_rtts']:.1f} base RTTs "
+                     f"({fl['bypass_unloaded_rtts']:.0f} unloaded RTTs), from the start of "
+                     f"the link-down call ({fl['link_down_call_s'] * 1e3:.0f} ms long)")
+    ret = fl.get("retired")
+    if ret is not None:
+        lines.append(_retired_line(ret))
+    gp = fl.get("goodput")
+    if gp is not None and gp["clean_bps"] and gp["after_failure_bps"] is not None:
+        lines.append(f"  goodput in the {gp['window_s']:.0f} s after the failure: "
+                     f"{gp['after_failure_bps'] / 1e6:.2f} Mbit/s = "
+                     f"{gp['after_failure_of_clean']:.0%} of the "
+                     f"{gp['clean_bps'] / 1e6:.2f} Mbit/s before it")
+    lines.append("  retired EVs all reinstated by probes after recovery: "
+                 f"{'yes' if fl.get('reinstated_after_up') else 'no'}")
+    return lines
+
+
+def _retired_line(ret: dict[str, Any]) -> str:
+    """EVs retired per route (demo.classify_retirements): the failed route's against the rest."""
+    again = ret["failed_route_after_failure"] - ret.get(
+        "failed_route_evs_retired", ret["failed_route_after_failure"])
+    return (f"  EVs retired: {ret.get('failed_route_evs_retired', '?')} of the "
+            f"failed route's {ret['failed_route_evs']}"
+            + (f" ({again} of them again after probes reinstated them)"
+               if again > 0 else "") + ", "
+            f"{ret['healthy_routes']} on healthy routes"
+            + (f" {ret['healthy_by_route']}" if ret["healthy_by_route"] else "")
+            + f", {ret['failed_route_before_failure']} on the failed route before "
+            "the failure")
+
+
+def _machine_lines(r: dict[str, Any]) -> list[str]:
+    """What the switches and this machine's CPUs did: whether the figures measure MRC at all."""
     consumed = r.get("switch_frames_consumed", {})
-    lines.append(f"frames switches took in but did not send: {sum(consumed.values())} "
-                 "(P4 drops, queue tail drops, the failed link, losses inside a switch)"
-                 + (": " + ", ".join(f"{k} {v}" for k, v in sorted(consumed.items()))
-                    if consumed else ""))
+    lines = [f"frames switches took in but did not send: {sum(consumed.values())} "
+             "(P4 drops, queue tail drops, the failed link, losses inside a switch)"
+             + (": " + ", ".join(f"{k} {v}" for k, v in sorted(consumed.items()))
+                if consumed else "")]
     cpu = r["agent_cpu_per_1000_packets_s"]
     lines.append("agent CPU per 1000 packets: " + ", ".join(f"{h} {v * 1e3:.1f} ms"
                                                           for h, v in cpu.items()))
@@ -99,11 +125,13 @@ def format_report(r: dict[str, Any]) -> str:
     if r.get("emulation_bound"):
         lines.append("EMULATION-BOUND: the figures above measure this machine's CPUs, not MRC; "
                      "they are not a protocol result (run with a lower --rate, or --rate auto)")
-    checks = r.get("checks")
-    if checks:
-        ratio = checks["goodput_after_failure_of_clean"]
-        lines.append(
-            ("checks (NOT JUDGED, emulation-bound): " if not checks.get("judged", True)
+    return lines
+
+
+def _checks_line(checks: dict[str, Any]) -> str:
+    """The demo's pass/fail criteria (demo.demo_checks), marked when not judged."""
+    ratio = checks["goodput_after_failure_of_clean"]
+    return (("checks (NOT JUDGED, emulation-bound): " if not checks.get("judged", True)
              else "checks: ") + "healthy-route EV retirements "
             f"{checks['healthy_route_retirements']} "
             f"({'ok' if checks['no_healthy_route_retirements'] else 'FAIL: want 0'}); "
@@ -111,7 +139,6 @@ def format_report(r: dict[str, Any]) -> str:
             + (f"{ratio:.0%} of clean" if ratio is not None else "not measured")
             + f" ({'ok' if checks['goodput_after_failure_ok'] else 'FAIL'}: want >= "
             f"{checks.get('goodput_after_failure_min', GOODPUT_AFTER_FAILURE_MIN):.0%})")
-    return "\n".join(lines)
 
 
 def _rate_lines(choice: dict[str, Any] | None) -> list[str]:
