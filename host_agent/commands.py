@@ -33,7 +33,7 @@ from host_agent.core import (
 )
 from host_agent.hostconfig import HostConfigError
 from host_agent.modes import stripe
-from wire import PSN_MOD
+from wire import PSN_MAX, PSN_MOD
 
 if TYPE_CHECKING:
     from host_agent.core import Endpoint
@@ -359,7 +359,7 @@ class Commands:
         restarted); this side's own half is the one qp_info offered."""
         peer, lane = self._peer(request), self._lane(request)
         remote_qpn = _int_arg(request, "qpn", low=MIN_QPN, high=MAX_QPN)
-        remote_psn = _int_arg(request, "psn", high=PSN_MOD - 1)
+        remote_psn = _int_arg(request, "psn", high=PSN_MAX)
         if (peer, lane) not in self.offers:
             raise RequestError(f"qp_connect: no qp_info offered to h{peer} lane {lane}: "
                                "call it first")

@@ -46,6 +46,7 @@ from wire.packets import (
     OP_SACK,
     OP_WRITE_ONLY,
     PSN_BITS,
+    PSN_MAX,
     PSN_MOD,
     QPN_ENDPOINT,
     Bth,
@@ -64,7 +65,7 @@ from wire.packets import (
     SackPacket,
 )
 
-_PSN_MASK = PSN_MOD - 1
+_PSN_MASK = PSN_MAX
 _PSN_HALF = PSN_MOD >> 1
 
 

@@ -42,6 +42,7 @@ M_ALWAYS_SKIP = 2
 QPN_ENDPOINT = 0x2
 PSN_BITS = 24
 PSN_MOD = 1 << PSN_BITS
+PSN_MAX = PSN_MOD - 1  # the largest PSN
 
 
 # ---------------------------------------------------------------- headers

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-import wire
 from host_agent.core.recovery import LossDetector, OutPkt
+from wire import psn_add, psn_diff
 
-_PSN_MASK = wire.PSN_MOD - 1
-_PSN_HALF = wire.PSN_MOD >> 1
 BITMAP_BITS = 64  # a SACK bitmap's width
 
 
@@ -68,10 +66,10 @@ class Flight:
     def resend_in_order(self, lost: list[OutPkt], una: int) -> None:
         """Go-back-N: everything in flight from the lowest lost PSN on awaits a resend too, and
         the resends go in PSN order from `una` (snd_una)."""
-        low = min(wire.psn_diff(p.psn, una) for p in lost)
-        for pkt in [p for p in self.inflight.values() if wire.psn_diff(p.psn, una) > low]:
+        low = min(psn_diff(p.psn, una) for p in lost)
+        for pkt in [p for p in self.inflight.values() if psn_diff(p.psn, una) > low]:
             self.mark_lost(pkt)
-        order = sorted(self.retx.values(), key=lambda p: wire.psn_diff(p.psn, una))
+        order = sorted(self.retx.values(), key=lambda p: psn_diff(p.psn, una))
         self.retx = OrderedDict((p.psn, p) for p in order)
 
     def cumulative(self, una: int, advance: int, now: float) -> int:
@@ -80,7 +78,7 @@ class Flight:
         acked = 0
         inflight, retx = self.inflight, self.retx
         for i in range(advance):
-            psn = (una + i) & _PSN_MASK
+            psn = psn_add(una, i)
             if psn in inflight or psn in retx:  # else acknowledged already: nothing to do
                 acked += self.acknowledge(psn, now)
         self._sacked >>= advance
@@ -91,8 +89,8 @@ class Flight:
         acknowledged. Only sent PSNs (below `next_psn`) at or above `una` (snd_una, the
         cumulative ack applied) that are not already known acknowledged (_sacked) are looked
         at, in PSN order."""
-        shift = ((base - una + _PSN_HALF) & _PSN_MASK) - _PSN_HALF  # bit 0's PSN - snd_una
-        sent = ((next_psn - una + _PSN_HALF) & _PSN_MASK) - _PSN_HALF
+        shift = psn_diff(base, una)  # bit 0's PSN - snd_una
+        sent = psn_diff(next_psn, una)
         if shift >= sent or shift <= -BITMAP_BITS or sent <= 0:
             return 0  # every bit names a PSN below snd_una (acknowledged) or not sent yet
         bits = bitmap << shift if shift >= 0 else bitmap >> -shift
@@ -102,7 +100,7 @@ class Flight:
         inflight, retx = self.inflight, self.retx
         while bits:
             low = bits & -bits
-            psn = (una + low.bit_length() - 1) & _PSN_MASK
+            psn = psn_add(una, low.bit_length() - 1)
             if psn in inflight or psn in retx:  # else acknowledged already: nothing to do
                 acked += self.acknowledge(psn, now)
             bits ^= low

@@ -24,6 +24,7 @@ import wire
 from host_agent.core.errors import RemoteProtocolError
 from host_agent.core.events import Event, MessageReceived
 from host_agent.core.memory import BoundsViolation, MemoryTable, RkeyViolation
+from wire import psn_add, psn_diff
 
 BITMAP_BITS = 64
 _BITMAP_MASK = (1 << BITMAP_BITS) - 1
@@ -34,8 +35,6 @@ _TRIM_REASON = {
     wire.DSCP_TRIMMED: wire.NACK_TRIMMED,
     wire.DSCP_TRIMMED_LASTHOP: wire.NACK_TRIMMED_LASTHOP,
 }
-_PSN_MASK = wire.PSN_MOD - 1
-_PSN_HALF = wire.PSN_MOD >> 1
 _NOT_LAST = (wire.OP_WRITE_FIRST, wire.OP_WRITE_MIDDLE)  # no message ends with these
 
 # wire.decode_data_fields: opcode, dest_qp, psn, msn, va, rkey, dma_len, imm, payload
@@ -75,7 +74,7 @@ class Receiver:
         """Accept one data packet (wire.decode_data_fields) that arrived with outer `dscp`,
         `ecn` and EV `ev`; return the SACK or NACK to send back, encoded."""
         opcode, _qp, psn, msn, va, rkey, dma_len, imm, payload = fields
-        rel = ((psn - self.cack + _PSN_HALF) & _PSN_MASK) - _PSN_HALF  # wire.psn_diff
+        rel = psn_diff(psn, self.cack)
         if rel >= self._window:
             return self._nack(wire.NACK_PSN_OOR_WINDOW, psn, ev, ecn)
         if rel < 0 or self._bits >> rel & 1:
@@ -119,11 +118,11 @@ class Receiver:
             return
         start = self.cack
         self._bits >>= ones
-        self.cack = wire.psn_add(start, ones)
+        self.cack = psn_add(start, ones)
         if not self._ends:
             return
         for i in range(ones):
-            end = self._ends.pop(wire.psn_add(start, i), None)
+            end = self._ends.pop(psn_add(start, i), None)
             if end is not None:
                 self._deliver(*end)
 
@@ -134,7 +133,7 @@ class Receiver:
     def _sack(self, psn: int, ev: int, ecn: int, *, probe: bool = False) -> bytes:
         # BEGIN exercise 4 sack
         cack = self.cack
-        rel = ((psn - cack + _PSN_HALF) & _PSN_MASK) - _PSN_HALF  # wire.psn_diff
+        rel = psn_diff(psn, cack)
         offset = 1 if rel <= BITMAP_BITS else rel - (BITMAP_BITS - 1)  # keep the trigger visible
         bits = self._bits
         self._stats["sacks_sent"] += 1

@@ -40,12 +40,11 @@ from host_agent.core.recovery import OutPkt, Write
 from host_agent.core.rto import RtoEstimator
 from host_agent.core.types import PathInfo, TxPacket
 from host_agent.core.writes import WriteQueue
+from wire import psn_add, psn_diff
 
 _CHOOSE_TRIES = 4  # picks to find another path for a retransmission
 _REORDER_SCALE_MAX = 8  # reorder_window multiplier cap after spurious retransmissions
 _REORDER_DECAY_ACKS = 64  # clean acks between steps down of that multiplier
-_PSN_MASK = wire.PSN_MOD - 1
-_PSN_HALF = wire.PSN_MOD >> 1
 _NOT_LAST = (wire.OP_WRITE_FIRST, wire.OP_WRITE_MIDDLE)  # data opcodes without ack_req
 
 
@@ -94,7 +93,7 @@ class Sender:
 
     @property
     def outstanding_psns(self) -> int:
-        return wire.psn_diff(self.next_psn, self.snd_una)
+        return psn_diff(self.next_psn, self.snd_una)
 
     def tracked_packets(self) -> int:
         """Packets the sender holds state for (memory-bound checks)."""
@@ -123,8 +122,7 @@ class Sender:
             out.append(self._transmit(pkt, entry, now))
         writes, window, mtu = self._writes, self._cfg.window, self._cfg.mtu
         pending, can_send, choose = writes.pending, self.cc.can_send, self._evs.choose
-        while pending and (((self.next_psn - self.snd_una + _PSN_HALF) & _PSN_MASK)
-                           - _PSN_HALF) < window:  # outstanding_psns < window
+        while pending and psn_diff(self.next_psn, self.snd_una) < window:
             w = pending[0]
             length = min(mtu, len(w.data) - w.next_offset)
             if not can_send(flight.bytes, length):
@@ -133,7 +131,7 @@ class Sender:
             if entry is None:
                 return
             pkt = writes.cut(self.next_psn, length)
-            self.next_psn = (self.next_psn + 1) & _PSN_MASK
+            self.next_psn = psn_add(self.next_psn, 1)
             out.append(self._transmit(pkt, entry, now))
 
     def _choose_other(self, now: float, pkt: OutPkt) -> EvEntry | None:
@@ -200,7 +198,7 @@ class Sender:
             if not probe_outstanding:
                 return self._refuse()
         else:
-            trigger = (cack_psn + ack_psn_offset) & _PSN_MASK
+            trigger = psn_add(cack_psn, ack_psn_offset)
             # _answered, inlined
             answered = (flight.inflight.get(trigger) or flight.retx.get(trigger)
                         or flight.untriggered.get(trigger))
@@ -250,9 +248,7 @@ class Sender:
         the peer's path: the connection resynchronises to the PSN the peer expects
         (`_resync`) instead of retrying until write_timeout."""
         una_then = answered.una_by_ev[ev] if answered is not None else cack
-        # wire.psn_diff(cack, next_psn) > 0 or wire.psn_diff(una_then, cack) > 0
-        if (((cack - self.next_psn + _PSN_HALF) & _PSN_MASK) > _PSN_HALF
-                or ((una_then - cack + _PSN_HALF) & _PSN_MASK) > _PSN_HALF):
+        if psn_diff(cack, self.next_psn) > 0 or psn_diff(una_then, cack) > 0:
             self._resync(cack)
             return True
         return False
@@ -343,7 +339,7 @@ class Sender:
 
     def _cumulative(self, cack: int, now: float) -> int:
         """Apply the cumulative ack `cack`; the bytes it newly acknowledged."""
-        advance = ((cack - self.snd_una + _PSN_HALF) & _PSN_MASK) - _PSN_HALF  # wire.psn_diff
+        advance = psn_diff(cack, self.snd_una)
         if advance <= 0:
             return 0
         acked = self._flight.cumulative(self.snd_una, advance, now)

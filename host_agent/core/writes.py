@@ -10,10 +10,9 @@ from collections.abc import Callable
 import wire
 from host_agent.core.events import Event, FailReason, WriteCompleted, WriteFailed
 from host_agent.core.recovery import OutPkt, Write
+from wire import psn_diff
 
 MSN_MOD = 1 << 16
-_PSN_MASK = wire.PSN_MOD - 1
-_PSN_HALF = wire.PSN_MOD >> 1
 
 
 def _opcode(first: bool, last: bool, imm: bool) -> int:
@@ -77,7 +76,7 @@ class WriteQueue:
         while sent:
             w = sent[0]
             assert w.last_psn is not None
-            if ((snd_una - w.last_psn + _PSN_HALF) & _PSN_MASK) <= _PSN_HALF:  # diff <= 0
+            if psn_diff(snd_una, w.last_psn) <= 0:
                 return
             sent.popleft()
             self._emit(WriteCompleted(self._qpn, w.wr_id))

@@ -158,6 +158,8 @@ STRAY = [
     (re.compile(r"^\s*[A-Z_]*(TRIMMED|HEADERS)_[A-Z_]*LEN\s*=", re.M), "a header/trim length"),
     (re.compile(r"^\s*(OUTER|INNER|UDP|BTH)(_[A-Z]+)*\s*=\s*\d", re.M), "a frame offset"),
     (re.compile(r"\bfrozenset\(\{[^}]*DSCP_"), "a set of DSCP values"),
+    (re.compile(r"PSN_(MASK|HALF)\b|PSN_MOD\s*(-\s*1|>>\s*1)"),
+     "PSN serial arithmetic by hand (wire.psn_add, wire.psn_diff)"),
 ]
 
 
@@ -170,13 +172,15 @@ def test_offsets_and_dscp_classes_are_defined_once() -> None:
                 for m in pattern.finditer(text):
                     line = text.count("\n", 0, m.start()) + 1
                     hits.append(f"{path.relative_to(ROOT)}:{line}: {what}: {m.group(0).strip()}")
-    assert hits == [], "use the names in wire/layout.py"
+    assert hits == [], "use the names in wire/layout.py and wire's PSN arithmetic"
 
 
 def test_the_stray_literal_check_catches_what_it_should() -> None:
     samples = {'prefix = frame[38:44]': True, 'out[21] = 3': True,
                'HIGH_DSCPS = frozenset({DSCP_CONTROL})': True, 'TRIMMED_UDP_LEN = 40': True,
                'OUTER = 14': True, 'x = frame[OUTER_DST:_DST_END]': False,
-               'ports[10] = p': False}
+               'ports[10] = p': False, '_PSN_HALF = wire.PSN_MOD >> 1': True,
+               'rel = ((psn - cack + _PSN_HALF) & _PSN_MASK) - _PSN_HALF': True,
+               'mask = PSN_MOD - 1': True, 'rel = psn_diff(psn, cack)': False}
     for text, stray in samples.items():
         assert any(p.search(text) for p, _ in STRAY) == stray, text
