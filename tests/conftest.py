@@ -1,6 +1,7 @@
 """Test-suite policy, by layer: tests/unit (contracts, controller, agent and tool units),
 tests/core (the sans-IO transport core, tests/core/harness.py), tests/sim (the simulated
-fabric), tests/switch (P4 program, BMv2, software switch), tests/e2e (Mininet fabrics and live
+fabric), tests/bench (the bench's metrics, runner and tools; kernel_flows is `root`),
+tests/switch (P4 program, BMv2, software switch), tests/e2e (Mininet fabrics and live
 agents), tests/robustness (soak: hostile input and faults on a live fabric). Everything under
 tests/e2e and tests/robustness and every BMv2 test is marked `slow`, so
 `./testbed test -m "not slow"` is the quick loop (about a minute). Everything under tests/e2e

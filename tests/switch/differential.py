@@ -47,6 +47,7 @@ from p4rt.p4info import load_committed
 from softswitch.cli import request
 from tests.golden import generate as G
 from tests.switch.difframes import PORTS, SWITCH, Probe, generate
+from tests.switch.frame_support import flow_frame, sack_frame, trimmed_header
 from tests.switch.p4rt_support import CODEC, IDX, free_port, register_update, wait_listening
 from topologies.bmv2_switch import LOG_LEVEL
 from topologies.procs import stop_process
@@ -343,33 +344,6 @@ def exchange(target: LiveTarget, wire: Wire, port: int, frame: bytes) -> tuple:
             return ("lost",)
 
 
-def _envelope_up(rng: random.Random, dscp: int) -> W.Envelope:
-    """h0 across spine 0: p0l0 sends it on the uplink."""
-    return W.Envelope(G.H0.mac, SWITCH.mac, G.H0.address, G.FABRIC.paths(0, 2, 0)[0].address,
-                      G.H0.address, G.H2.address, rng.getrandbits(32), dscp, W.ECN_ECT0)
-
-
-def _flow(dscp: int, rng: random.Random, payload: int = 512) -> bytes:
-    pkt = W.DataPacket(W.Bth(W.OP_WRITE_MIDDLE, 0x100, rng.randrange(1 << 24)), W.Meth(1),
-                       W.Reth(rng.getrandbits(64), 7, payload), bytes(payload))
-    return W.encode_frame(_envelope_up(rng, dscp), W.encode_packet(pkt))
-
-
-def _sack(rng: random.Random) -> bytes:
-    pkt = W.SackPacket(W.Bth(W.OP_SACK, 0x101, 0),
-                       W.SackExt(cack_psn=rng.randrange(1 << 24), ack_psn_offset=1,
-                                 entropy=rng.getrandbits(32), sack_offset=0, sack_bitmap=1),
-                       W.CcState(ooo_count=0, rcvd_bytes=512))
-    return W.encode_frame(_envelope_up(rng, W.DSCP_CONTROL), W.encode_packet(pkt))
-
-
-def _trimmed_header(rng: random.Random) -> bytes:
-    frame = bytearray(_flow(W.DSCP_TRIMMED, rng)[:W.TRIMMED_FRAME_LEN])
-    frame[18:20] = (W.TRIMMED_FRAME_LEN - 54).to_bytes(2, "big")
-    frame[58:60] = frame[98:100] = (W.TRIMMED_FRAME_LEN - 94).to_bytes(2, "big")
-    return bytes(frame)
-
-
 def held_queue(target: LiveTarget, wire: Wire, seed: int) -> list:
     """The uplink's data queue held behind a 1 packet/s pacer, the depth register above the
     trim threshold: SACKs and trimmed headers overtake it, data is trimmed, an untrimmable
@@ -380,18 +354,18 @@ def held_queue(target: LiveTarget, wire: Wire, seed: int) -> list:
     steps: list = []
     target.set_queue_rate(HELD_PPS, UPLINK, N.PRIORITY_DATA)
     time.sleep(1.0 / HELD_PPS + 0.1)  # no departure credit left from earlier traffic
-    steps.append(exchange(target, wire, HOST_PORT, _flow(W.DSCP_TRIMMABLE, rng)))  # leaves
+    steps.append(exchange(target, wire, HOST_PORT, flow_frame(W.DSCP_TRIMMABLE, rng)))  # leaves
     for _ in range(3):
-        wire.send(HOST_PORT, _flow(W.DSCP_TRIMMABLE, rng))  # held: one per second
-    steps.append(exchange(target, wire, HOST_PORT, _sack(rng)))
+        wire.send(HOST_PORT, flow_frame(W.DSCP_TRIMMABLE, rng))  # held: one per second
+    steps.append(exchange(target, wire, HOST_PORT, sack_frame(rng)))
     target.set_depth(UPLINK, G.TRIM_DEPTH)
-    steps.append(exchange(target, wire, HOST_PORT, _flow(W.DSCP_TRIMMABLE_RETX, rng)))
-    steps.append(exchange(target, wire, HOST_PORT, _trimmed_header(rng)))
-    wire.send(HOST_PORT, _flow(W.DSCP_NO_TRIM, rng))  # held too, CE-marked
-    steps.append(exchange(target, wire, HOST_PORT, _sack(rng)))
+    steps.append(exchange(target, wire, HOST_PORT, flow_frame(W.DSCP_TRIMMABLE_RETX, rng)))
+    steps.append(exchange(target, wire, HOST_PORT, trimmed_header(rng)))
+    wire.send(HOST_PORT, flow_frame(W.DSCP_NO_TRIM, rng))  # held too, CE-marked
+    steps.append(exchange(target, wire, HOST_PORT, sack_frame(rng)))
     target.set_queue_rate(UNLIMITED_PPS, UPLINK, N.PRIORITY_DATA)  # not for queued packets
     steps.append(("drained", wire.until_quiet(1.0 / HELD_PPS + 0.5)))
-    steps.append(exchange(target, wire, HOST_PORT, _flow(W.DSCP_TRIMMABLE, rng)))
+    steps.append(exchange(target, wire, HOST_PORT, flow_frame(W.DSCP_TRIMMABLE, rng)))
     return steps
 
 

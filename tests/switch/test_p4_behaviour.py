@@ -40,6 +40,7 @@ from p4rt.corpus import load_cases
 from softswitch.cli import request
 from tests.support import require_bmv2, require_root
 from tests.switch import differential as D
+from tests.switch.frame_support import envelope_up, trimmed_header
 from topologies import bmv2_corpus
 from topologies.vethlab import VethLab
 
@@ -75,14 +76,14 @@ def data(tag: int, rng: random.Random) -> bytes:
     """Untrimmable data for the uplink: it joins the data queue whatever the depth."""
     pkt = W.DataPacket(W.Bth(W.OP_WRITE_MIDDLE, 0x100, tag), W.Meth(1),
                        W.Reth(rng.getrandbits(64), 7, 256), bytes(256))
-    return W.encode_frame(D._envelope_up(rng, W.DSCP_NO_TRIM), W.encode_packet(pkt))
+    return W.encode_frame(envelope_up(rng, W.DSCP_NO_TRIM), W.encode_packet(pkt))
 
 
 def control(tag: int, rng: random.Random) -> bytes:
     """High priority, by kind in turn: SACK, trimmed header, NACK, probe."""
     kind = tag % 4
     if kind == 2:
-        frame = bytearray(D._trimmed_header(rng))
+        frame = bytearray(trimmed_header(rng))
         frame[PSN_AT:PSN_AT + 3] = tag.to_bytes(3, "big")
         return bytes(frame)
     if kind == 1:
@@ -95,7 +96,7 @@ def control(tag: int, rng: random.Random) -> bytes:
                            W.NackExt(W.NACK_TRIMMED, rng.getrandbits(32), 5, 1))
     else:
         pkt = W.ProbePacket(W.Bth(W.OP_PROBE, 0x101, tag), W.ProbeExt(rng.getrandbits(32)))
-    return W.encode_frame(D._envelope_up(rng, W.DSCP_CONTROL), W.encode_packet(pkt))
+    return W.encode_frame(envelope_up(rng, W.DSCP_CONTROL), W.encode_packet(pkt))
 
 
 # ---- targets: the differential test's, plus depth per priority and register reads ----------

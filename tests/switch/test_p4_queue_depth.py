@@ -22,6 +22,7 @@ from controller import p4build
 from p4rt import names as N
 from tests.support import require_bmv2, require_root
 from tests.switch import differential as D
+from tests.switch.frame_support import flow_frame, sack_frame, trimmed_header
 from topologies.vethlab import VethLab
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(300)]
@@ -54,16 +55,16 @@ def standing_queue(target: D.LiveTarget, wire: D.Wire) -> tuple[int, int, int]:
     target.set_queue_rate(STANDING_PPS, D.UPLINK, N.PRIORITY_DATA)
     time.sleep(1.0 / STANDING_PPS * 2)
     for _ in range(BUILD_UP):
-        wire.send(D.HOST_PORT, D._flow(D.W.DSCP_TRIMMABLE, rng))
+        wire.send(D.HOST_PORT, flow_frame(D.W.DSCP_TRIMMABLE, rng))
     time.sleep(3.0 / STANDING_PPS)  # departures write the standing depth (>= 25)
     wire.until_quiet(0.01)
     trims_before = target.counter(N.TRIM_COUNTER)[D.UPLINK][0]  # packets
     seen: list[tuple[int, str]] = []
     headers = 0
     for i in range(MIXED):
-        extra = D._sack(rng) if i % 2 else D._trimmed_header(rng)
+        extra = sack_frame(rng) if i % 2 else trimmed_header(rng)
         headers += not i % 2
-        for frame in (D._flow(D.W.DSCP_TRIMMABLE, rng), extra):
+        for frame in (flow_frame(D.W.DSCP_TRIMMABLE, rng), extra):
             step = D.exchange(target, wire, D.HOST_PORT, frame)
             seen += step[1] if step[0] == "out" else []
     seen += wire.until_quiet(0.05)

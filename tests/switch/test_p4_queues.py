@@ -13,6 +13,7 @@ import pytest
 from p4rt import names as N
 from tests.support import require_bmv2, require_root
 from tests.switch import differential as D
+from tests.switch.frame_support import flow_frame, sack_frame
 from topologies.vethlab import VethLab
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(300)]
@@ -50,7 +51,7 @@ def test_high_priority_is_served_first(live) -> None:
     rng = random.Random(1)
     target.set_queue_rate(10, D.UPLINK, N.PRIORITY_DATA)
     time.sleep(0.2)
-    out = _burst(wire, [D._flow(D.W.DSCP_NO_TRIM, rng) for _ in range(4)] + [D._sack(rng)])
+    out = _burst(wire, [flow_frame(D.W.DSCP_NO_TRIM, rng) for _ in range(4)] + [sack_frame(rng)])
     sizes = [len(h) // 2 for _, h in out]
     assert len(sizes) == 5 and sizes.index(150) <= 1, sizes  # behind at most the first data
 
@@ -60,7 +61,7 @@ def test_rate_without_priority_applies_to_every_queue(live) -> None:
     rng = random.Random(2)
     target.set_queue_rate(1, D.UPLINK, None)
     time.sleep(1.1)
-    for frame in (D._flow(D.W.DSCP_NO_TRIM, rng), D._sack(rng), D._sack(rng)):
+    for frame in (flow_frame(D.W.DSCP_NO_TRIM, rng), sack_frame(rng), sack_frame(rng)):
         wire.send(D.HOST_PORT, frame)
     first, later = wire.until_quiet(0.3), wire.until_quiet(1.2)
     assert sorted(len(h) // 2 for _, h in first) == [150, 646]  # one of each queue at once
@@ -69,10 +70,10 @@ def test_rate_without_priority_applies_to_every_queue(live) -> None:
     target.set_queue_rate(D.UNLIMITED_PPS, D.UPLINK, N.PRIORITY_DATA)
     target.set_queue_rate(1, D.UPLINK, N.PRIORITY_HIGH)
     time.sleep(1.1)
-    for frame in (D._sack(rng), D._sack(rng)):
+    for frame in (sack_frame(rng), sack_frame(rng)):
         wire.send(D.HOST_PORT, frame)
     first = wire.until_quiet(0.3)
-    data = D.exchange(target, wire, D.HOST_PORT, D._flow(D.W.DSCP_NO_TRIM, rng))
+    data = D.exchange(target, wire, D.HOST_PORT, flow_frame(D.W.DSCP_NO_TRIM, rng))
     assert [len(h) // 2 for _, h in first] == [150]  # the second SACK waits a second
     assert data[0] == "out" and len(data[1][0][1]) // 2 == 646  # data is not held by it
     wire.until_quiet(1.5)
@@ -83,13 +84,13 @@ def test_default_and_set_depth_tail_drop(live) -> None:
     rng = random.Random(3)
     target.set_queue_rate(100, D.UPLINK, N.PRIORITY_DATA)
     time.sleep(0.1)
-    frames = [D._flow(D.W.DSCP_NO_TRIM, rng, 64) for _ in range(DEFAULT_DEPTH + 24)]
+    frames = [flow_frame(D.W.DSCP_NO_TRIM, rng, 64) for _ in range(DEFAULT_DEPTH + 24)]
     out = _burst(wire, frames, gap=0.0005)
     assert DEFAULT_DEPTH <= len(out) <= DEFAULT_DEPTH + 12, len(out)  # the rest tail-dropped
     target.set_queue_depth(4, D.UPLINK)
     target.set_queue_rate(20, D.UPLINK, N.PRIORITY_DATA)
     time.sleep(0.1)
-    out = _burst(wire, [D._flow(D.W.DSCP_NO_TRIM, rng, 64) for _ in range(12)], gap=0.0005)
+    out = _burst(wire, [flow_frame(D.W.DSCP_NO_TRIM, rng, 64) for _ in range(12)], gap=0.0005)
     assert 5 <= len(out) <= 6, len(out)  # one leaves at once, four wait, the rest are dropped
 
 
@@ -106,7 +107,7 @@ def test_burst_losses_are_charged_to_the_switch(live) -> None:
             return int(f.read())
 
     rx0, tx0 = count(lab_in, "rx_packets"), count(lab_out, "tx_packets")
-    out = _burst(wire, [D._flow(D.W.DSCP_NO_TRIM, rng, 64) for _ in range(160)])
+    out = _burst(wire, [flow_frame(D.W.DSCP_NO_TRIM, rng, 64) for _ in range(160)])
     rx, tx = count(lab_in, "rx_packets") - rx0, count(lab_out, "tx_packets") - tx0
     assert rx == 160 and tx == len(out), (rx, tx, len(out))
     print(f"{type(target).__name__}: {160 - len(out)} of 160 lost inside the switch")
