@@ -3,16 +3,18 @@
 Read p4src/include/{parser,ingress,egress}.p4 alongside: each step below mirrors one
 there, in the same order, with the same drop reasons and counters. Table, action and
 counter ids come from the installed P4Info through the names in p4rt/names.py.
-The ECMP member choice is BMv2's: CRC-16/ARC over the selector fields bit-packed in key
-order, modulo the group's size, over the members in BMv2's handle order (p4src/README.md,
-"ECMP"), so both targets send every flow the same way.
+The ECMP member choice is BMv2's (softswitch/ecmp.py), so both targets send every flow the
+same way.
 """
 
 from __future__ import annotations
 
 import struct
+from operator import itemgetter
+from typing import NamedTuple
 
 from p4rt import names as N
+from softswitch.ecmp import crc16_arc, ecmp_key
 from softswitch.store import DeviceState
 from wire import DATA_OPCODES, trim_frame
 from wire.layout import (
@@ -59,40 +61,6 @@ DROP_PORT = 511  # v1model: egress_spec 511 drops the packet
 _WORD = struct.Struct("!I")
 _OUTER = struct.Struct("!IHBB")  # ver/tc/flow, payload len, next header, hop limit
 _PORTS = struct.Struct("!HH")
-# The selector's last fields bit-packed as BMv2's BufBuilder does: flow label (20 bits),
-# next header (8), L4 source and destination ports (16 each), then 4 zero bits to a byte.
-_FLOW_TAIL = struct.Struct("!Q")
-_TAIL_PAD = 4
-
-
-def _crc16_table() -> tuple[int, ...]:
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0xA001 if crc & 1 else crc >> 1
-        table.append(crc)
-    return tuple(table)
-
-
-_CRC16 = _crc16_table()
-
-
-def crc16_arc(data: bytes) -> int:
-    """CRC-16/ARC (polynomial 0x8005 reflected, initial value 0, no final xor): what BMv2
-    calls `crc16`."""
-    crc = 0
-    for byte in data:
-        crc = (crc >> 8) ^ _CRC16[(crc ^ byte) & 0xFF]
-    return crc
-
-
-def ecmp_key(dst: bytes, src: bytes, flow_label: int, next_hdr: int, sport: int,
-             dport: int) -> bytes:
-    """The bytes BMv2 hashes for routing_v6_table's selector (outer DA, SA, flow label, next
-    header, L4 ports, in the P4 key's order)."""
-    tail = (flow_label << 40 | next_hdr << 32 | sport << 16 | dport) << _TAIL_PAD
-    return dst + src + _FLOW_TAIL.pack(tail)
 assert ETH_SRC == ETH_DST + MAC_LEN  # one slice rewrites both MACs
 _ETH_TYPE_HI, _ETH_TYPE_LO = ETH_TYPE_IPV6 >> 8, ETH_TYPE_IPV6 & 0xFF
 _DATA_HEADERS = BTH_LEN + METH_LEN + RETH_LEN  # after UDP: what a data opcode must carry
@@ -121,13 +89,37 @@ _HEAD = struct.Struct(
     f"{_L4_AFTER_INNER - INNER_NEXT_HEADER - 1}xHH{UDP_LEN - 4}xB")
 assert OUTER == ETH_TYPE + 2 and INNER == _DST_END and _HEAD.size == _L4_AFTER_INNER + UDP_LEN + 1
 _HEAD_MIN = _L4_AFTER_INNER + UDP_LEN + _DATA_HEADERS  # no length check can fail from here
-_SHORT = (-1,) + (0,) * 11  # what a shorter frame "reads": not IPv6, so _parse decides
 # The shift rewrites the uSIDs from the active one on: the next uSID, the low half, zeros.
 _SHIFTED = struct.Struct("!HQH")
 assert _SHIFT_TO + _SHIFTED.size == _DST_END and _SHIFT_FROM == OUTER_DST + 8 - USID_LEN
 _NO_ROUTE = (None, False, None, None)  # my_usid miss: the LPM path, per frame
 _NO_TRIM = (1 << N.QDEPTH_BITS) - 1
 _MISS = object()
+
+
+class NextHop(NamedTuple):
+    """Everything forward() needs after routing, resolved once per action and cached: the
+    egress port, the MAC rewrite (out[mac_from:mac_to] = macs, b"" for none) and the egress
+    port's port_config_table entry with its parameters."""
+
+    port: int
+    mac_from: int
+    mac_to: int
+    macs: bytes
+    cfg: object | None  # the port_config_table entry (direct counter), or None
+    configured: bool  # a set_port_config entry: its thresholds apply
+    host_facing: int
+    ecn_enabled: int
+    trim_threshold: int
+    ecn_threshold: int
+    least: int  # the lower threshold: below it neither applies
+
+
+def param_getter(idx: object, action: str, *params: str) -> itemgetter:
+    """Reads an action's parameters by name from the values an entry holds in P4Info order,
+    so a reordering of the P4 action's parameters cannot be misread."""
+    order = [name for name, _ in idx.action(action).params.values()]  # type: ignore[attr-defined]
+    return itemgetter(*(order.index(p) for p in params))
 
 
 class Pipeline:
@@ -151,6 +143,10 @@ class Pipeline:
         self.shift_usid = idx.id_of(N.SHIFT_USID)
         self.set_next_hop = idx.id_of(N.SET_NEXT_HOP)
         self.set_port_config = idx.id_of(N.SET_PORT_CONFIG)
+        self._next_hop_params = param_getter(idx, N.SET_NEXT_HOP, N.PARAM_PORT, N.PARAM_DMAC)
+        self._port_config_params = param_getter(
+            idx, N.SET_PORT_CONFIG, N.PARAM_HOST_FACING, N.PARAM_ECN_ENABLED,
+            N.PARAM_TRIM_THRESHOLD, N.PARAM_ECN_THRESHOLD, N.PARAM_SMAC)
         profile = idx.id_of(N.ECMP_SELECTOR)
         self.members = state.members[profile]
         self.groups = state.groups[profile]
@@ -162,7 +158,7 @@ class Pipeline:
         self._generation = -1  # of the state the caches below were filled from
         self._routes: dict[int, tuple] = {}  # uSID key -> (my_usid entry, shift, hop, next hop)
         self._lpm: dict[int, object] = {}  # outer destination -> routing_v6 entry or _MISS
-        self._next_hops: dict[tuple, tuple] = {}  # resolved action -> next hop (see _next_hop)
+        self._next_hops: dict[tuple, NextHop] = {}  # resolved action -> next hop
 
     def drop_stats(self) -> dict[str, int]:
         out = {name: self.drops[i][0] for name, i in N.DROP_REASONS.items()}
@@ -184,26 +180,45 @@ class Pipeline:
         return result[0], result[1], bytes(result[2])
 
     def forward(self, out: bytearray, in_port: int) -> tuple[int, int, bytearray] | None:
-        """ingress() on a frame the caller gives up: rewritten in place and returned.
-
-        A frame long enough for every header the parser may extract, Ethernet, outer and
-        inner IPv6 and UDP (what the data path carries), is parsed with one struct read;
-        any other goes through _parse, the parser step by step. Past the parser both are
-        one path, so they reach the same decisions, counters and drop reasons."""
+        """ingress() on a frame the caller gives up: rewritten in place and returned. The
+        steps are the P4 program's blocks in its order: parser and validity checks
+        (_headers), the uSID tables or routing_v6 (_route), then the port's configuration
+        with trimming and ECN (_leave_by)."""
         n = len(out)
+        headers = self._headers(out, n)
+        if headers is None:
+            return None
+        word, next_hdr, hop_limit, sport, dport, reth, key, low = headers
+        next_hop = self._route(out, n, word, next_hdr, sport, dport, key, low)
+        if next_hop is None:
+            return None
+        return self._leave_by(out, n, next_hop, word, hop_limit, next_hdr, reth)
+
+    def _headers(self, out: bytearray, n: int) -> tuple | None:
+        """parser.p4 and ingress.p4's validity checks: (word, next header, hop limit, L4
+        ports, RETH present, uSID key, low 64 bits of the destination), or None when dropped
+        (counted). A frame long enough for every header the parser may extract (Ethernet,
+        outer and inner IPv6, UDP: what the data path carries) is parsed with one struct
+        read; any other goes through _parse, step by step. Both reach the same decisions,
+        counters and drop reasons."""
+        if n < _HEAD_MIN:
+            return self._parse(out, n)
         eth_type, word, payload_len, next_hdr, hop_limit, key, low, inner, l4_proto, sport, \
-            dport, opcode = _HEAD.unpack_from(out) if n >= _HEAD_MIN else _SHORT
-        if eth_type == ETH_TYPE_IPV6 and next_hdr == IPPROTO_IPV6 and l4_proto == IPPROTO_UDP:
-            reth = dport == ROCE_UDP_PORT and opcode in DATA_OPCODES
-            if word >> 28 != 6 or inner >> 4 != 6 or n < INNER + payload_len:
-                return self._drop(N.DROP_MALFORMED, n)
-            if hop_limit < MIN_HOP_LIMIT:
-                return self._drop(N.DROP_HOP_LIMIT, n)
-        else:
-            parsed = self._parse(out, n)
-            if parsed is None:
-                return None
-            word, next_hdr, hop_limit, sport, dport, reth, key, low = parsed
+            dport, opcode = _HEAD.unpack_from(out)
+        if eth_type != ETH_TYPE_IPV6 or next_hdr != IPPROTO_IPV6 or l4_proto != IPPROTO_UDP:
+            return self._parse(out, n)
+        if word >> 28 != 6 or inner >> 4 != 6 or n < INNER + payload_len:
+            return self._drop(N.DROP_MALFORMED, n)
+        if hop_limit < MIN_HOP_LIMIT:
+            return self._drop(N.DROP_HOP_LIMIT, n)
+        reth = dport == ROCE_UDP_PORT and opcode in DATA_OPCODES
+        return word, next_hdr, hop_limit, sport, dport, reth, key, low
+
+    def _route(self, out: bytearray, n: int, word: int, next_hdr: int, sport: int, dport: int,
+               key: int, low: int) -> NextHop | None:
+        """my_usid_table, then usid_fwd_table (shifting the uSIDs when the entry says so);
+        a destination not ours goes to routing_v6_table. The next hop, or None when dropped
+        (counted)."""
         generation = self.state.generation
         if generation != self._generation:
             self._clear_caches(generation)
@@ -211,22 +226,23 @@ class Pipeline:
         if route is None:
             route = self._usid_route(key)
         entry, shift, hop, next_hop = route
-        if entry is not None:
-            entry.packets += 1
-            entry.bytes += n
-            if hop is None:
-                return self._drop(N.DROP_UNKNOWN_USID, n)
-            if shift:  # the uSIDs after the active one move up by one; zeros come in last
-                _SHIFTED.pack_into(out, _SHIFT_TO, key & _USID_MASK, low, 0)
-            hop.packets += 1
-            hop.bytes += n
-        else:
-            next_hop = self._lpm_route(out, n, word, next_hdr, sport, dport, key << 64 | low)
-            if next_hop is None:
-                return None
-        port, mac_from, mac_to, macs, cfg, configured, host_facing, ecn_enabled, \
-            trim_threshold, ecn_threshold, least = next_hop
-        # ---- forward: next-hop and port MACs, hop limit, port config, trimming / ECN
+        if entry is None:
+            return self._lpm_route(out, n, word, next_hdr, sport, dport, key << 64 | low)
+        entry.packets += 1
+        entry.bytes += n
+        if hop is None:
+            return self._drop(N.DROP_UNKNOWN_USID, n)
+        if shift:  # the uSIDs after the active one move up by one; zeros come in last
+            _SHIFTED.pack_into(out, _SHIFT_TO, key & _USID_MASK, low, 0)
+        hop.packets += 1
+        hop.bytes += n
+        return next_hop
+
+    def _leave_by(self, out: bytearray, n: int, next_hop: NextHop, word: int, hop_limit: int,
+                  next_hdr: int, reth: bool) -> tuple[int, int, bytearray] | None:
+        """The next hop's and port's MACs, the hop limit, port_config_table and, past its
+        thresholds, trimming or ECN: (egress port, priority, frame), or None for DROP_PORT."""
+        port, mac_from, mac_to, macs, cfg, configured, _, _, _, _, least = next_hop
         if macs:
             out[mac_from:mac_to] = macs
         out[OUTER_HOP_LIMIT] = hop_limit - 1
@@ -234,28 +250,36 @@ class Pipeline:
             cfg.packets += 1
             cfg.bytes += n
         tc = (word >> TC_SHIFT) & 0xFF
-        dscp = tc >> 2
-        high = dscp in HIGH_PRIORITY_DSCPS
+        high = tc >> 2 in HIGH_PRIORITY_DSCPS
         if configured:  # the thresholds apply (below the lower of the two, neither does)
             depth = self.qdepth[port] if port < len(self.qdepth) else 0
             if depth >= least:
-                ecn = tc & 3
-                if (depth >= trim_threshold and reth and next_hdr == IPPROTO_IPV6
-                        and dscp in TRIMMABLE_DSCPS and n > TRIMMED_FRAME_LEN):
-                    trim_frame(out)
-                    dscp = DSCP_TRIMMED_LASTHOP if host_facing else DSCP_TRIMMED
-                    self._set_tc(out, word, dscp, ecn)
-                    self.trims[port][0] += 1
-                    self.trims[port][1] += n
-                    high = True
-                elif (depth >= ecn_threshold and not high and ecn_enabled and not host_facing
-                      and ecn in ECT_CODES):
-                    self._set_tc(out, word, dscp, ECN_CE)
-                    self.ecn_marks[port][0] += 1
-                    self.ecn_marks[port][1] += n
+                high = self._trim_or_mark(out, n, next_hop, depth, word, tc,
+                                          reth and next_hdr == IPPROTO_IPV6) or high
         if port == DROP_PORT:
             return None
         return port, (_HIGH if high else _DATA), out
+
+    def _trim_or_mark(self, out: bytearray, n: int, next_hop: NextHop, depth: int, word: int,
+                      tc: int, data: bool) -> bool:
+        """ingress.p4's congestion step at queue depth `depth`: trim a trimmable MRC data
+        frame (it leaves at high priority: True), else mark an ECN-capable one CE."""
+        port = next_hop.port
+        dscp, ecn = tc >> 2, tc & 3
+        if (depth >= next_hop.trim_threshold and data and dscp in TRIMMABLE_DSCPS
+                and n > TRIMMED_FRAME_LEN):
+            trim_frame(out)
+            self._set_tc(out, word, DSCP_TRIMMED_LASTHOP if next_hop.host_facing else DSCP_TRIMMED,
+                         ecn)
+            self.trims[port][0] += 1
+            self.trims[port][1] += n
+            return True
+        if (depth >= next_hop.ecn_threshold and dscp not in HIGH_PRIORITY_DSCPS
+                and next_hop.ecn_enabled and not next_hop.host_facing and ecn in ECT_CODES):
+            self._set_tc(out, word, dscp, ECN_CE)
+            self.ecn_marks[port][0] += 1
+            self.ecn_marks[port][1] += n
+        return False
 
     def _parse(self, out: bytearray, n: int) -> tuple | None:
         """parser.p4 and the first if-chain of ingress.p4, header by header, for the frames
@@ -358,23 +382,21 @@ class Pipeline:
         self._lpm[dst] = hop
         return hop
 
-    def _next_hop(self, action: tuple) -> tuple:
-        """(port, then the MAC rewrite as out[mac_from:mac_to] = macs (b"" for none), the
-        port_config entry or None, configured, host_facing, ecn_enabled, trim_threshold,
-        ecn_threshold)."""
+    def _next_hop(self, action: tuple) -> NextHop:
         port, dmac = 0, b""
         if action[0] == self.set_next_hop:
-            port, mac = action[1]
+            port, mac = self._next_hop_params(action[1])
             dmac = mac.to_bytes(MAC_LEN, "big")
         cfg = self.port_config.exact.get((port,))
         if cfg is None or cfg.action[0] != self.set_port_config:
-            return (port, ETH_DST, ETH_DST + len(dmac), dmac, cfg, False, 0, 0, _NO_TRIM,
-                    _NO_TRIM, _NO_TRIM)
-        host_facing, ecn_enabled, trim_threshold, ecn_threshold, smac = cfg.action[1]
+            return NextHop(port, ETH_DST, ETH_DST + len(dmac), dmac, cfg, False, 0, 0, _NO_TRIM,
+                           _NO_TRIM, _NO_TRIM)
+        host_facing, ecn_enabled, trim_threshold, ecn_threshold, smac = \
+            self._port_config_params(cfg.action[1])
         macs = dmac + smac.to_bytes(MAC_LEN, "big")  # ETH_SRC follows ETH_DST
-        return (port, ETH_SRC + MAC_LEN - len(macs), ETH_SRC + MAC_LEN, macs, cfg, True,
-                host_facing, ecn_enabled, trim_threshold, ecn_threshold,
-                min(trim_threshold, ecn_threshold))
+        return NextHop(port, ETH_SRC + MAC_LEN - len(macs), ETH_SRC + MAC_LEN, macs, cfg, True,
+                       host_facing, ecn_enabled, trim_threshold, ecn_threshold,
+                       min(trim_threshold, ecn_threshold))
 
     @staticmethod
     def _set_tc(out: bytearray, word: int, dscp: int, ecn: int) -> None:
