@@ -48,7 +48,10 @@ from wire.layout import FULL_DATA_FRAME_LEN
 
 log = logging.getLogger("host_agent")
 
-DEFAULT_BASE_RTT = 0.005  # room for Python and BMv2 delays (docs/decisions.md, "Base RTT")
+# Two Python agents' processing and scheduling per round trip (docs/decisions.md, "Base RTT").
+# It is also the agent's base RTT when none is given: back to back, it is the whole RTT
+# (topologies.netconfig.base_rtt_for adds the fabric's hops and delays to it).
+AGENT_OVERHEAD_S = 0.005
 
 
 class Agent:
@@ -129,9 +132,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--socket", required=True, help="control socket path")
     p.add_argument("--log", help="log file (default: stderr)")
     p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING"))
-    p.add_argument("--base-rtt", type=float, default=DEFAULT_BASE_RTT,
+    p.add_argument("--base-rtt", type=float, default=AGENT_OVERHEAD_S,
                    help="base RTT in seconds, including the agents' own processing; scales "
-                   f"every core timer (EndpointConfig.for_base_rtt). Default {DEFAULT_BASE_RTT}")
+                   f"every core timer (EndpointConfig.for_base_rtt). Default {AGENT_OVERHEAD_S}")
     p.add_argument("--nic-rate", type=float, default=None, metavar="PPS",
                    help="each NIC's rate in full data frames per second: sizes the congestion "
                    "window from the path's bandwidth-delay product with --base-rtt (never "

@@ -27,12 +27,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from controller.tables import PortThresholds, switch_tables
+from controller.tables import (
+    DEFAULT_ECN_THRESHOLD,
+    DEFAULT_TRIM_THRESHOLD,
+    PortThresholds,
+    switch_tables,
+)
 from fabric.topology import Fabric, Switch, TopologyError
 from p4rt import names as N
 from p4rt.codec import Codec
 from sim.engine import EventLoop
 from softswitch.pipeline import Pipeline
+from softswitch.queues import DEFAULT_DEPTH
 from softswitch.store import DeviceState
 from wire.layout import HIGH_PRIORITY_DSCPS, OUTER, TC_SHIFT, TRIMMABLE_DSCPS
 
@@ -45,11 +51,13 @@ class NetworkConfigError(ValueError):
 
 @dataclass(frozen=True)
 class QueueConfig:
-    """Per switch egress port, in packets; thresholds go into the switches' port_config_table."""
+    """Per switch egress port, in packets; thresholds go into the switches' port_config_table.
+    The defaults are the emulated switches': simple_switch's queue depth and the
+    controller's thresholds."""
 
-    capacity: int = 64
-    ecn_threshold: int = 8
-    trim_threshold: int = 32
+    capacity: int = DEFAULT_DEPTH
+    ecn_threshold: int = DEFAULT_ECN_THRESHOLD
+    trim_threshold: int = DEFAULT_TRIM_THRESHOLD
     priority_capacity: int = 512
 
     def __post_init__(self) -> None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from controller.convergence import DEFAULT_DELAY
 from controller.tables import DEFAULT_ECN_THRESHOLD, DEFAULT_TRIM_THRESHOLD, PortThresholds
 from fabric.topology import Fabric
+from host_agent.agent import AGENT_OVERHEAD_S
 from host_agent.loop import MAX_HOLD
 from p4rt.names import QDEPTH_BITS
 from topologies.cluster import Cluster
@@ -41,7 +42,6 @@ AUTO_RATE = "auto"  # NetworkConfig.port_rate_pps: MrcNetwork.start calibrates f
 # Twice BMv2's default (64): deep enough that a 4:1 incast trims instead of tail-dropping
 # (docs/decisions.md, "Fabric timing defaults").
 DEFAULT_QUEUE_DEPTH = 128
-AGENT_OVERHEAD_S = 0.005  # two Python agents' processing and scheduling per round trip
 # Rate-limited hops a data packet and its SACK cross: the sender's paced NIC, then T0, T1, T0
 # each way (a SACK's hops are faster: the rest is margin).
 RTT_HOPS = 7
