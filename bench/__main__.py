@@ -1,13 +1,14 @@
 """Benchmarks: MRC against RoCE-like QPs, kernel TCP and MPTCP on the emulated fabric.
 
-    sudo .venv/bin/python -m bench SCENARIO|all [--quick] [--out DIR] [--target soft|bmv2|auto]
+    sudo .venv/bin/python -m bench SCENARIO|all [--quick] [--out DIR] [--target auto|bmv2|soft]
         [--rate PPS|auto] [--contenders LIST] [--fabric NAME] [--planes N --t0 N --t1 N ...]
-        [--web [PORT]] [--report FILE]
+        [--web [PORT]] [--report FILE] [--json [FILE]]
 
 Scenarios: permutation, link-failure, plane-failure, switch-reboot, flap, incast, allreduce,
 loss, victim, startup. Each has a fabric of its own; --fabric (fabric.options, as on every
 entry point) runs them all on the one named, except victim, whose incast names its hosts.
-Writes DIR/results.json (default results/<UTC timestamp>/), DIR/summary.md and PNG plots;
+Writes DIR/results.json (default results/<UTC timestamp>/), DIR/summary.md and PNG plots
+(--json: the same results on stdout's last line, or --json FILE: also there);
 docs/benchmarks.md explains every figure. --web serves each contender run live on
 127.0.0.1 as it runs; --report writes them all into one HTML file (bench.view). Needs root
 (Mininet). Only one emulated fabric can run on a machine at a time (interface names are
@@ -41,9 +42,13 @@ from bench.runner import CONTENDERS  # noqa: E402
 from bench.view import BenchView  # noqa: E402
 from fabric.options import (  # noqa: E402
     add_fabric_args,
+    add_json_arg,
     add_link_delay_arg,
+    add_rate_arg,
+    add_target_arg,
     link_delay_s,
     named_fabric,
+    write_json,
 )
 from fabric.topology import TopologyError  # noqa: E402
 from topologies import fidelity  # noqa: E402
@@ -56,22 +61,21 @@ from topologies.netconfig import (  # noqa: E402
 )
 from topologies.privdir import UnsafePathError, check_workdir  # noqa: E402
 from topologies.runreport import ReportError  # noqa: E402
-from topologies.targets import TARGETS  # noqa: E402
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scenario", help="'all', a scenario, or a comma-separated list of them: "
                    + ", ".join(SCENARIOS))
     p.add_argument("--quick", action="store_true", help="small sizes (CI): minutes, not hours")
     p.add_argument("--out", type=Path, help="output directory (default results/<timestamp>)")
-    p.add_argument("--target", choices=TARGETS, default="auto", help="switch implementation")
+    add_target_arg(p)
     p.add_argument("--contenders", default=",".join(CONTENDERS),
                    help=f"comma-separated subset of {','.join(CONTENDERS)}")
-    p.add_argument("--rate", default=str(DEFAULT_PORT_RATE_PPS),
-                   help="packets/s per switch port, or 'auto': calibrate on this machine "
-                   "first (bench.calibrate), with headroom (default %(default)s)")
+    add_rate_arg(p, "per switch port, or 'auto': calibrate on this machine first "
+                 "(bench.calibrate), with headroom (default %(default)s)",
+                 DEFAULT_PORT_RATE_PPS, words=("auto",))
     p.add_argument("--rx-hold-ms", type=float, default=DEFAULT_RX_HOLD_MS, metavar="MS",
                    help="the MRC and RoCE-like agents' interrupt moderation: after a wake-up "
                    "with frames they read their NICs again only MS later unless a timer is "
@@ -81,6 +85,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add_link_delay_arg(p)
     add_cluster_args(p)
     add_view_args(p, "every contender run")
+    add_json_arg(p)
+    return p
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = build_parser()
     args = p.parse_args(argv)
     try:
         args.fabric_model = named_fabric(args)
@@ -89,13 +99,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(str(exc))
     if not 0.0 <= args.rx_hold_ms <= MAX_RX_HOLD_MS:
         p.error(f"--rx-hold-ms {args.rx_hold_ms}: use 0 (off) to {MAX_RX_HOLD_MS:g} ms")
-    if args.rate != "auto":
-        try:
-            args.rate = int(args.rate)
-        except ValueError:
-            p.error(f"--rate {args.rate!r}: give packets/s per port (an int) or 'auto'")
-        if args.rate < 1:
-            p.error(f"--rate {args.rate}: at least 1 packet/s")
     names = _names(p, "scenario", args.scenario, SCENARIOS,
                    f"give 'all' or names from {', '.join(SCENARIOS)}", every="all")
     args.scenarios = [n for n in SCENARIOS if n in names]  # the bench's order, once each
@@ -198,6 +201,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None, started: datetime, ou
     written = plots.plot_run(run, out)
     print(f"results: {path}\nsummary: {out / 'summary.md'}\nplots: "
           + ", ".join(p.name for p in written))
+    write_json(args.json, run, default=str)
     return 0 if all(sc.get("ok") for sc in run["scenarios"].values()) else 1
 
 

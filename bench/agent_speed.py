@@ -1,7 +1,7 @@
 """Host agent CPU per packet: one MRC transfer between two agents, CPU read from /proc.
 
     sudo .venv/bin/python -m bench.agent_speed [--vs COMMIT] [--bytes N] [--runs R]
-        [--chunk BYTES] [--depth D] [--rate PPS] [--target bmv2|soft|auto] [--json FILE]
+        [--chunk BYTES] [--depth D] [--rate PPS] [--target auto|bmv2|soft] [--json [FILE]]
 
 A small fabric (2 planes x 2 T0 x 2 T1, one host per T0, so traffic crosses the spines) runs
 without port rate limits by default: no rate limiter paces the agents, only their own speed and
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import shutil
 import statistics
@@ -48,12 +47,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.mrc_flows import CHUNK, DEPTH, FlowSpec, post_chunks, verify_chunks
+from fabric.options import add_json_arg, add_rate_arg, add_target_arg, write_json
 from fabric.topology import Fabric
 from topologies.agents import REPO, exchange_qps
 from topologies.netconfig import DEFAULT_RX_HOLD_MS
 from topologies.network import MrcNetwork, NetworkConfig
 from topologies.runstate import terminate_as_interrupt
-from topologies.targets import TARGETS
 
 FABRIC = Fabric(planes=2, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=1)
 SRC, DST = 0, 1
@@ -251,7 +250,7 @@ def print_report(report: dict[str, Any]) -> None:
         print(f"WARNING: {len(failed)} runs did not verify")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.agent_speed", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--vs", metavar="COMMIT", help="compare against the agents of COMMIT")
@@ -260,20 +259,22 @@ def main(argv: list[str] | None = None) -> int:
                    help="bytes per write, as the bench's flows (0: one write of --bytes)")
     p.add_argument("--depth", type=int, default=DEPTH, help="writes kept outstanding")
     p.add_argument("--runs", type=int, default=3, help="measured transfers per tree")
-    p.add_argument("--rate", type=int, default=None, metavar="PPS",
-                   help="port and NIC rate in packets/s (default: none, unpaced)")
+    add_rate_arg(p, "of every port and host NIC (default: none, unpaced)", None)
     p.add_argument("--rx-hold-ms", type=float, default=DEFAULT_RX_HOLD_MS, metavar="MS",
                    help="this tree's agents hold MS between wake-ups with frames "
                    "(host_agent.loop; default %(default)g, as the testbed's networks; 0: off); "
                    "with --vs the other tree's never do, so `--vs HEAD --rx-hold-ms 5` "
                    "measures the hold alone")
-    p.add_argument("--target", choices=TARGETS, default="auto", help="switch implementation")
-    p.add_argument("--json", type=Path, help="also write the report here")
+    add_target_arg(p)
+    add_json_arg(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     if args.bytes < 1 or args.runs < 1 or args.depth < 1 or args.chunk < 0:
         p.error("--bytes, --runs and --depth must be positive, --chunk at least 0")
-    if args.rate is not None and args.rate < 1:
-        p.error(f"--rate {args.rate}: give a positive rate in packets/s, or leave it out")
     if os.geteuid() != 0:
         print("bench.agent_speed: needs root (Mininet); run it with sudo", file=sys.stderr)
         return 2
@@ -296,8 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run(["git", "worktree", "prune"], cwd=REPO, capture_output=True,
                            check=False)
     print_report(report)
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2))
+    write_json(args.json, report)
     return 0
 
 

@@ -1,7 +1,7 @@
 """Forwarding benchmark: packets/s of 1500-byte MRC data frames through one switch process.
 
-    sudo .venv/bin/python -m bench.forwarding [--seconds 5] [--repeat 3] [--target soft|bmv2|both]
-                                              [--json]
+    sudo .venv/bin/python -m bench.forwarding [--seconds 5] [--repeat 3]
+                                              [--target auto|bmv2|soft|both] [--json [FILE]]
 
 A sender in namespace h1 blasts one uSID-routed MRC data frame as fast as it can into
 switch port 1; the switch (programmed over P4Runtime like a T0: shift, forward to port
@@ -10,9 +10,9 @@ rate is taken between the first and last delivered frame. Also reported: the swi
 process's CPU use during the run, CPU time per delivered packet, kpps_per_core (thousands
 of delivered frames per CPU-second of the switch process, 1000 / cpu_us_per_packet: what
 one core would forward for the switch alone, however much of a shared machine the sender
-takes, so less noisy than delivered_pps), and its VmRSS. With BMv2
-installed (`both`, the default then) the targets run alternately, `--repeat` times each,
-side by side in one run; the summary gives each figure's median, min and max and the
+takes, so less noisy than delivered_pps), and its VmRSS. With BMv2 installed
+(fabric.options.bmv2_installed; `both`, the default) the targets run alternately, `--repeat`
+times each, side by side in one run; the summary gives each figure's median, min and max and the
 soft/BMv2 ratios of the medians. BMv2 runs the compiled p4src/ (compiled on demand) at the
 fabric's log level. Not a test: figures depend on the machine and its load.
 """
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import socket
 import statistics
 import subprocess
@@ -35,6 +34,15 @@ from p4runtime_sh.p4runtime import P4RuntimeClient
 
 import wire as W
 from controller.p4build import ensure_compiled
+from fabric.options import (
+    BMV2_TOOLS,
+    add_json_arg,
+    add_target_arg,
+    bmv2_installed,
+    json_to_stdout,
+    resolve_target,
+    write_json,
+)
 from fabric.topology import Fabric, usid_prefix
 from p4rt import names as N
 from p4rt import program as P
@@ -256,14 +264,19 @@ def format_summary(report: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.forwarding", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=float, default=5.0)
-    p.add_argument("--target", choices=("soft", "bmv2", "both"), default="both")
+    add_target_arg(p, default="both", more={"both": "soft and, where installed, bmv2"})
     p.add_argument("--repeat", type=int, default=3, help="runs per target, alternating")
-    p.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    add_json_arg(p)
     p.add_argument("--role", choices=("sender", "receiver"), help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     if args.role:
         print(json.dumps((sender if args.role == "sender" else receiver)(args.seconds)))
@@ -273,15 +286,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.repeat < 1 or args.seconds <= 0:
         p.error("--repeat must be >= 1 and --seconds > 0")
-    targets = ["soft"]
+    wanted = "both" if args.target == "both" else resolve_target(args.target)
+    targets = ["soft"] if wanted in ("soft", "both") else []
     notes = {}
-    if args.target in ("bmv2", "both"):
-        if shutil.which("simple_switch_grpc") is None:
-            notes["bmv2"] = "simple_switch_grpc not on PATH: BMv2 not measured"
-        else:
+    if wanted in ("bmv2", "both"):
+        if bmv2_installed():
             targets.append("bmv2")
-        if args.target == "bmv2":
-            targets.remove("soft")
+        else:
+            notes["bmv2"] = f"{' and '.join(BMV2_TOOLS)} not both on PATH: BMv2 not measured"
     runs: dict[str, list[dict]] = {t: [] for t in targets}
     load_before = round(os.getloadavg()[0], 2)
     with VethLab(f"fwb{os.getpid() % 10000}", 2) as lab:
@@ -292,7 +304,9 @@ def main(argv: list[str] | None = None) -> int:
                     "cpus": os.cpu_count(), "load_before": load_before,
                     "load_after": round(os.getloadavg()[0], 2), "runs": runs,
                     "summary": summarise(runs), "notes": notes}
-    print(json.dumps(report, indent=1) if args.json else format_summary(report))
+    if not json_to_stdout(args):
+        print(format_summary(report))
+    write_json(args.json, report)
     return 0
 
 

@@ -1,9 +1,9 @@
 """The cost of scale, measured: fabrics from 16 to 272 switches on both targets, and the demo at
 the paper's path counts.
 
-    sudo .venv/bin/python -m bench.scale curve [--targets soft,bmv2] [--out DIR]
+    sudo .venv/bin/python -m bench.scale curve [--targets soft,bmv2] [--out DIR] [--json [FILE]]
     sudo .venv/bin/python -m bench.scale demo --fabric paths-128 [--target soft] [--runs 10]
-        [--rate auto|PPS] [--out DIR]
+        [--rate auto|PPS] [--out DIR] [--json [FILE]]
 
 `curve`: for each fabric of CURVE (switches 16..272 at 4 hosts, then 4..16 hosts at 24
 switches) and target: bring-up per phase, stop time and whether anything was left, switch
@@ -38,7 +38,15 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 
 from bench import results  # noqa: E402
 from bench.soak import rss_kib  # noqa: E402
-from fabric.options import add_fabric_args, fabric_from_args  # noqa: E402
+from fabric.options import (  # noqa: E402
+    add_fabric_args,
+    add_json_arg,
+    add_rate_arg,
+    add_target_arg,
+    fabric_from_args,
+    resolve_target,
+    write_json,
+)
 from fabric.topology import Fabric  # noqa: E402
 from topologies.calibration import calibrate_transfer  # noqa: E402
 from topologies.demo import run_demo  # noqa: E402
@@ -238,17 +246,23 @@ def _run(kind: str, **fields: Any) -> dict[str, Any]:
             "environment": results.environment(), **fields}
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=("curve", "demo"))
     p.add_argument("--targets", default="soft,bmv2", help="curve: comma-separated targets")
-    p.add_argument("--target", default="soft", choices=("soft", "bmv2"), help="demo: target")
+    add_target_arg(p, default="soft")  # the demo's
     p.add_argument("--runs", type=int, default=1, help="demo: how many runs")
-    p.add_argument("--rate", default=AUTO, help="demo: packets/s per port, or 'auto'")
+    add_rate_arg(p, "per port for the demo, or 'auto' (default %(default)s)", AUTO,
+                 words=(AUTO,))
     p.add_argument("--out", type=Path, help="output directory (default results/scale-<time>)")
     add_fabric_args(p, default="paths-128")
-    args = p.parse_args(argv)
+    add_json_arg(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = args.out or Path("results") / f"scale-{stamp}"
     if not out.parent.exists():
@@ -258,9 +272,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "curve":
         run = run_curve([t for t in args.targets.split(",") if t], out, log)
         print(curve_markdown(run["points"], run["growth"]))
+        write_json(args.json, run, default=str)
         return 0 if all(pt["left_behind"] is None for pt in run["points"]) else 1
-    rate = args.rate if args.rate == AUTO else int(args.rate)
-    done = run_demos(fabric_from_args(args), args.target, args.runs, rate, out, log)
+    done = run_demos(fabric_from_args(args), resolve_target(args.target), args.runs, args.rate,
+                     out, log)
+    write_json(args.json, done, default=str)
     return 0 if all(r["ok"] for r in done["runs"]) else 1
 
 

@@ -1,6 +1,7 @@
 """Soak: a live fabric under hostile input and faults, with transfers that must still verify.
 
     sudo .venv/bin/python -m bench.soak [--frames N] [--flap-hz F] [--flap-s S] [--quick]
+        [--target auto|bmv2|soft] [--json [FILE]]
 
 Phases, each with transfers h0 -> h3 running and verified byte for byte at the receiver:
 1. mutated: N mutated MRC frames straight into h3's agent (sent out of its T0's port) and N
@@ -16,8 +17,8 @@ Phases, each with transfers h0 -> h3 running and verified byte for byte at the r
 Reports inputs tried, faults injected, transfers verified, processes that died, what the
 fabric left behind after its teardown (recorded PIDs still alive, interfaces, the manifest),
 the resident memory of the switch that took the mutated frames before and after, and prints
-one JSON object. Exit status 0 only if every transfer verified, nothing crashed and nothing
-was left behind.
+one JSON object: the summary, or with --json everything (--json FILE: everything to FILE).
+Exit status 0 only if every transfer verified, nothing crashed and nothing was left behind.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from fabric.options import add_json_arg, add_target_arg, json_to_stdout, write_json
 from fabric.topology import Fabric
 from topologies.agents import AgentError
 from topologies.network import MrcNetwork, NetworkConfig, NetworkError
@@ -256,15 +258,20 @@ def run(cfg: SoakConfig) -> dict[str, Any]:
     return {"summary": summary, "phases": phases, "leftovers": leftovers}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.soak",
+                                description=__doc__.splitlines()[0])
     p.add_argument("--frames", type=int, default=SoakConfig.frames, help="per injection point")
     p.add_argument("--flap-hz", type=float, default=SoakConfig.flap_hz)
     p.add_argument("--flap-s", type=float, default=SoakConfig.flap_s)
-    p.add_argument("--target", default="auto", choices=("auto", "soft", "bmv2"))
+    add_target_arg(p)
     p.add_argument("--quick", action="store_true", help="20,000 frames, 5 s of flapping")
-    p.add_argument("--json", help="also write the result to this file")
-    args = p.parse_args(argv)
+    add_json_arg(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if os.geteuid() != 0:
         print("bench.soak: needs root (Mininet): sudo .venv/bin/python -m bench.soak",
               file=sys.stderr)
@@ -279,11 +286,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench.soak: {name} must be positive, got {value}", file=sys.stderr)
             return 2
     result = run(cfg)
-    text = json.dumps(result, default=str)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            f.write(text)
-    print(json.dumps(result["summary"]))
+    if not json_to_stdout(args):
+        print(json.dumps(result["summary"], default=str))
+    write_json(args.json, result, default=str)
     return 0 if result["summary"]["ok"] else 1
 
 

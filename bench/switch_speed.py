@@ -1,7 +1,7 @@
 """Software switch cost: CPU ms of one switch process per 1,000 forwarded MRC data frames.
 
     sudo .venv/bin/python -m bench.switch_speed [--frames 10000] [--rate 2000] [--limit 4000]
-                                                [--repeat 5] [--vs COMMIT] [--json FILE]
+                                                [--repeat 5] [--vs COMMIT] [--json [FILE]]
 
 One `python -m softswitch` process on two veths (bench.forwarding's programming: a T0 that
 shifts the uSID and forwards to port 2, no trimming) gets `--frames` 1500-byte MRC data
@@ -19,7 +19,6 @@ figures depend on the machine and its load (on 2 noisy cores compare medians of
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import statistics
@@ -33,6 +32,7 @@ from pathlib import Path
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
 from bench.forwarding import DEVICE_ID, FRAME_LEN, mrc_frame, program
+from fabric.options import PACKET_RATE_UNIT, add_json_arg, add_rate_arg, write_json
 from p4rt import names as N
 from softswitch.cli import request
 from topologies.procs import stop_process
@@ -199,17 +199,24 @@ def _git(*args: str) -> str:
                           text=True).stdout.strip()
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.switch_speed", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--frames", type=int, default=10000)
-    p.add_argument("--rate", type=float, default=2000.0, help="offered frames/s")
-    p.add_argument("--limit", type=float, default=4000.0, help="port rate limit, packets/s")
+    add_rate_arg(p, "offered: the frames sent into port 1 (default %(default)g)", 2000.0,
+                 minimum=0, kind=float)
+    p.add_argument("--limit", type=float, default=4000.0,
+                   help=f"{PACKET_RATE_UNIT}: every port's rate limit (default %(default)g)")
     p.add_argument("--burst", type=int, default=1,
                    help="frames sent back to back each time (the average rate stays --rate)")
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--vs", metavar="COMMIT", help="also measure this commit's switch code")
-    p.add_argument("--json", metavar="FILE", help="write the whole report here")
+    add_json_arg(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     if os.geteuid() != 0:
         print("bench.switch_speed needs root (namespaces, raw sockets)", file=sys.stderr)
@@ -245,8 +252,7 @@ def main(argv: list[str] | None = None) -> int:
               "load_before": load_before, "load_after": round(os.getloadavg()[0], 2),
               "runs": runs, "summary": summarise(runs, old, new)}
     print(format_summary(report))
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    write_json(args.json, report)
     return 0
 
 

@@ -2,7 +2,7 @@
 fidelity monitor on and off, side by side on one fabric.
 
     sudo .venv/bin/python -m bench.view_cost [--fabric hosts-16] [--target soft]
-        [--rate PPS] [--seconds 15] [--rounds 3] [--json FILE]
+        [--rate PPS] [--seconds 15] [--rounds 3] [--json [FILE]]
 
 One fabric is started; then the same MRC permutation (host i -> i + hosts/2, each flow sized
 to last about `--seconds` at capacity) runs `--rounds` times in each of four settings, in
@@ -21,38 +21,47 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from bench import metrics
 from bench.context import metrics_payload
 from bench.mrc_flows import FlowSpec
 from bench.runner import flow_summary, open_network, run_contender
-from fabric.options import add_fabric_args, fabric_from_args
+from fabric.options import (
+    add_fabric_args,
+    add_json_arg,
+    add_rate_arg,
+    add_target_arg,
+    fabric_from_args,
+    write_json,
+)
 from topologies import fidelity
 from topologies.fidelity import Monitor
 from topologies.netconfig import DEFAULT_PORT_RATE_PPS, NetworkConfig
 from topologies.runstate import terminate_as_interrupt
 from topologies.runview import RunRecorder
-from topologies.targets import TARGETS
 
 SETTINGS = [(view, monitor) for monitor in (False, True) for view in (False, True)]
 BUDGET = 0.05  # the issue: the sampling costs the emulation at most 5 % more CPU
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.view_cost", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fabric_args(p, default="hosts-16")
-    p.add_argument("--target", choices=TARGETS, default="soft")
-    p.add_argument("--rate", type=int, default=DEFAULT_PORT_RATE_PPS,
-                   help="packets/s per switch port (default %(default)s)")
+    add_target_arg(p, default="soft")
+    add_rate_arg(p, "per switch port (default %(default)s)", DEFAULT_PORT_RATE_PPS)
     p.add_argument("--seconds", type=float, default=15.0, help="each run's length at capacity")
     p.add_argument("--rounds", type=int, default=3, help="runs per setting (default 3)")
-    p.add_argument("--json", type=Path, metavar="FILE", help="also write the results here")
+    add_json_arg(p)
+    return p
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = build_parser()
     args = p.parse_args(argv)
-    if args.rounds < 1 or args.seconds <= 0 or args.rate < 1:
-        p.error("--rounds >= 1, --seconds > 0 and --rate >= 1")
+    if args.rounds < 1 or args.seconds <= 0:
+        p.error("--rounds >= 1 and --seconds > 0")
     return args
 
 
@@ -132,10 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {"fabric": str(fabric), "target": args.target, "rate_pps": args.rate,
               "seconds": args.seconds, "rounds": args.rounds, "runs": runs,
               "summary": summarise(runs)}
-    text = json.dumps(result, indent=2)
-    if args.json:
-        args.json.write_text(text + "\n")
     print(json.dumps(result["summary"], indent=2))
+    write_json(args.json, result)
     return 0 if all(r["ok"] for r in runs) else 1
 
 

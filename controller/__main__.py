@@ -1,10 +1,10 @@
 """`python -m controller`: program a running fabric, export host paths, open a switch shell.
 
     python -m controller install --planes 4 --t0 2 --t1 2 --hosts-per-t0 2 --target soft
-    python -m controller paths --planes 4 --json > paths.json
+    python -m controller paths --planes 4 --json > paths.json     # or: --json paths.json
     python -m controller tables --switch p0l0
     python -m controller shell p0l0 --planes 4
-    python -m controller serve --delay 3.0      # install, then read link events from stdin
+    python -m controller serve --convergence-delay 3.0   # install, then read link events
 
 `serve` keeps the controller primary and runs the conventional-network baseline: stdin lines
 `down A B`, `up A B` (a cable between nodes A and B), `reinstall SWITCH`, `verify`, `quit`.
@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -26,7 +25,17 @@ if __name__ == "__main__":  # before grpc is imported: re-run with .venv if it i
 from controller import convergence, install, shell  # noqa: E402
 from controller.tables import PortThresholds, fabric_tables  # noqa: E402
 from fabric import hostpaths  # noqa: E402
-from fabric.options import add_fabric_args, fabric_from_args  # noqa: E402
+from fabric.options import (  # noqa: E402
+    add_convergence_delay_arg,
+    add_deprecated_spelling,
+    add_fabric_args,
+    add_json_arg,
+    add_target_arg,
+    fabric_from_args,
+    json_to_stdout,
+    resolve_target,
+    write_json,
+)
 from fabric.topology import TopologyError  # noqa: E402
 from p4rt.tls import ClientTls, TlsError  # noqa: E402
 
@@ -47,7 +56,7 @@ def tls_arg(p: argparse.ArgumentParser) -> None:
 
 def install_args(p: argparse.ArgumentParser) -> None:
     tls_arg(p)
-    p.add_argument("--target", choices=install.TARGETS, default="soft")
+    add_target_arg(p, default="soft")  # the switches running: auto is the fabric's own rule
     p.add_argument("--timeout", type=float, default=install.DEFAULT_TIMEOUT,
                    help="deadline of every P4Runtime call, seconds (default %(default)s)")
     p.add_argument("--switch", action="append", default=None,
@@ -64,12 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="install, then converge baseline routes on link events")
     fabric_args(p)
     install_args(p)
-    p.add_argument("--delay", type=float, default=convergence.DEFAULT_DELAY,
-                   help="convergence delay after a link event, seconds (default %(default)s)")
+    add_deprecated_spelling(p, "--delay",
+                            add_convergence_delay_arg(p, convergence.DEFAULT_DELAY))
     p = sub.add_parser("paths", help="host path sets (PathInfo data) for the host agents")
     fabric_args(p)
     p.add_argument("--src", type=int, default=None, help="only paths leaving this host")
-    p.add_argument("--json", action="store_true")
+    add_json_arg(p)
     p = sub.add_parser("tables", help="print the computed entries of switches")
     fabric_args(p)
     p.add_argument("--switch", action="append", default=None)
@@ -130,10 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         thresholds = PortThresholds(ecn=args.ecn_threshold, trim=args.trim_threshold)
         if args.command == "paths":
             data = hostpaths.export(fabric, args.src)
-            if args.json:
-                json.dump(data, sys.stdout, indent=1)
-                print()
-            else:
+            write_json(args.json, data)
+            if not json_to_stdout(args):
                 for p in data["paths"]:
                     spine = "-" if p["spine"] is None else p["spine"]
                     print(f"h{p['src_host']} -> h{p['dst_host']} plane {p['plane']} "
@@ -152,12 +159,13 @@ def main(argv: list[str] | None = None) -> int:
             return shell.run(fabric, args.name, tls_dir=args.tls_dir)
         start = time.monotonic()
         client = ClientTls.load(args.tls_dir) if args.tls_dir else None
-        ctl = install.Controller(fabric, args.target, args.timeout, thresholds, tls=client)
+        ctl = install.Controller(fabric, resolve_target(args.target), args.timeout, thresholds,
+                                 tls=client)
         try:
             results = ctl.install_all(args.switch)
             code = report(results, time.monotonic() - start)
             if args.command == "serve" and code == 0:
-                code = serve(ctl, args.delay)
+                code = serve(ctl, args.convergence_delay)
             return code
         finally:
             ctl.close()

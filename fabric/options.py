@@ -1,4 +1,8 @@
-"""One way to name a fabric on every command line: `--fabric NAME` or the four sizes.
+"""The options entry points share, each defined once here (docs/architecture.md,
+"Command-line conventions"): the fabric, the link delay, --json [FILE], --target, the rates
+and --convergence-delay, and the old spellings that still work with a warning.
+
+One way to name a fabric on every command line: `--fabric NAME` or the four sizes.
 
     --fabric paths-128                 a preset (PRESETS)
     --fabric paths-128 --t1 8          a preset with one size changed
@@ -16,11 +20,24 @@ presets are named for that figure, or for the number of hosts.
 
 The delay is part of the fabric: the emulation's software switches hold each frame that long
 on every link, the simulator's links take it, and the agents' base RTT counts it.
+
+    --json | --json FILE               results as JSON: bare to stdout (last line), or to FILE
+    --target auto|bmv2|soft            auto: resolve_target, the one rule
+    --rate PPS                         packets/s (help starts with the unit)
+    --line-rate 10G                    bits/s, the simulator's links
+    --convergence-delay S              the baseline's routing hold timer, seconds
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from fabric.topology import Fabric, TopologyError
 
@@ -92,3 +109,161 @@ def fabric_from_args(args: argparse.Namespace) -> Fabric:
         raise TopologyError(f"fabric {'x'.join(map(str, sizes))} "
                             f"(--fabric {args.fabric or 'default'} and the sizes given): "
                             f"{exc}") from None
+
+
+# ---- the options every entry point shares (docs/architecture.md, "Command-line conventions") --
+
+JSON_STDOUT = "-"  # --json given bare: the JSON goes to stdout
+JSON_HELP = ("the results as JSON: bare --json prints one JSON object on the last line of "
+             "stdout, --json FILE writes it to FILE instead")
+TARGETS = ("auto", "bmv2", "soft")
+BMV2_TOOLS = ("simple_switch_grpc", "p4c-bm2-ss")  # what BMv2 runs the program from p4src/ with
+TARGET_HELP = ("switch implementation: bmv2, soft, or auto (bmv2 where simple_switch_grpc and "
+               "p4c-bm2-ss are both on PATH, else soft)")
+PACKET_RATE_UNIT = "packets/s"  # the first word of every --rate's help
+BIT_RATE_UNIT = "bits/s"  # the first word of --line-rate's help
+BIT_RATE_SUFFIXES = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+CONVERGENCE_DELAY_HELP = ("seconds the baseline's routing holds a link-down report before its "
+                          "routes avoid the link")
+
+
+def add_json_arg(p: argparse.ArgumentParser) -> argparse.Action:
+    """--json [FILE]: bare, JSON to stdout (args.json == JSON_STDOUT); with FILE, to FILE;
+    absent, None. Emit it with write_json(args.json, data). A bare --json takes the next
+    word as its FILE unless that is an option: give it after the positional arguments."""
+    return p.add_argument("--json", nargs="?", const=JSON_STDOUT, default=None, metavar="FILE",
+                          help=JSON_HELP)
+
+
+def json_to_stdout(args: argparse.Namespace) -> bool:
+    """Whether --json was given bare: stdout then carries the JSON, so logs go to stderr."""
+    return getattr(args, "json", None) == JSON_STDOUT
+
+
+def write_json(dest: str | None, data: Any, *, default: Callable[[Any], Any] | None = None,
+               ) -> None:
+    """--json's value: JSON_STDOUT prints `data` as one line on stdout, a path gets it written
+    there (indented), None does nothing."""
+    if dest is None:
+        return
+    if dest == JSON_STDOUT:
+        print(json.dumps(data, default=default), flush=True)
+    else:
+        Path(dest).write_text(json.dumps(data, indent=1, default=default) + "\n")
+
+
+def bmv2_installed() -> bool:
+    """Whether everything BMv2 runs the program with is on PATH (BMV2_TOOLS)."""
+    return all(shutil.which(tool) is not None for tool in BMV2_TOOLS)
+
+
+def resolve_target(choice: str) -> str:
+    """The one rule for --target on every entry point: `auto` is `bmv2` where BMv2 is
+    installed (bmv2_installed), else `soft`; `bmv2` and `soft` are kept (whoever starts the
+    switch says what is missing). ValueError for any other name."""
+    if choice not in TARGETS:
+        raise ValueError(f"switch target {choice!r} unknown: choose one of {', '.join(TARGETS)}")
+    if choice != "auto":
+        return choice
+    return "bmv2" if bmv2_installed() else "soft"
+
+
+def add_target_arg(p: argparse.ArgumentParser, default: str = "auto",
+                   more: dict[str, str] | None = None) -> argparse.Action:
+    """--target {auto,bmv2,soft}, resolved by resolve_target; `more` adds choices of this
+    entry point's own (name -> what it does) to the choices and the help."""
+    more = more or {}
+    extra = "".join(f"; {name}: {what}" for name, what in more.items())
+    return p.add_argument("--target", choices=(*TARGETS, *more), default=default,
+                          help=f"{TARGET_HELP}{extra}; default %(default)s")
+
+
+def packet_rate(words: tuple[str, ...] = (), minimum: float = 1,
+                kind: type[int] | type[float] = int) -> Callable[[str], int | float | str]:
+    """The parser of a --rate in packets/s: a number of `kind` >= minimum, or one of `words`."""
+    def parse(text: str) -> int | float | str:
+        if text in words:
+            return text
+        alternatives = "".join(f" or {w!r}" for w in words)
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: give {PACKET_RATE_UNIT} (a number >= {minimum:g}){alternatives}"
+            ) from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(
+                f"{text}: give a positive rate in {PACKET_RATE_UNIT} (at least {minimum:g})"
+                f"{alternatives}" if minimum > 0 else
+                f"{text}: {PACKET_RATE_UNIT} cannot be negative{alternatives}")
+        return value
+    return parse
+
+
+def add_rate_arg(p: argparse.ArgumentParser, what: str, default: int | float | str | None, *,
+                 words: tuple[str, ...] = (), minimum: float = 1,
+                 kind: type[int] | type[float] = int) -> argparse.Action:
+    """--rate in packets/s (or one of `words`); its help starts with the unit, then `what`."""
+    metavar = "|".join(("PPS", *words))
+    return p.add_argument("--rate", type=packet_rate(words, minimum, kind), default=default,
+                          metavar=metavar, help=f"{PACKET_RATE_UNIT} {what}")
+
+
+def bit_rate(text: str) -> float:
+    """A rate in bits/s: a number with an optional k, M, G or T suffix (100G, 400M, 2.5e9)."""
+    match = re.fullmatch(r"\s*([0-9.]+(?:[eE][+-]?[0-9]+)?)\s*([kKMGT]?)\s*", text)
+    try:
+        value = float(match.group(1)) * BIT_RATE_SUFFIXES[match.group(2)] if match else None
+    except ValueError:
+        value = None
+    if value is None or not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give {BIT_RATE_UNIT} above 0, a number "
+                                         "with an optional k, M, G or T suffix (100G, 400M)")
+    return value
+
+
+def format_bit_rate(bps: float) -> str:
+    """bit_rate's inverse for the round figures of help texts: 10e9 -> '10G'."""
+    for suffix in "TGMk":
+        scale = BIT_RATE_SUFFIXES[suffix]
+        if bps >= scale and bps % scale == 0:
+            return f"{bps / scale:g}{suffix}"
+    return f"{bps:g}"
+
+
+def add_line_rate_arg(p: argparse.ArgumentParser, default_bps: float) -> argparse.Action:
+    """--line-rate RATE: every link's rate in bits/s (bit_rate), the simulator's."""
+    return p.add_argument("--line-rate", type=bit_rate, default=default_bps, metavar="RATE",
+                          help=f"{BIT_RATE_UNIT} of every link: a number with an optional k, M, "
+                               f"G or T suffix (100G, 400M, 2.5e9; default "
+                               f"{format_bit_rate(default_bps)})")
+
+
+def add_convergence_delay_arg(p: argparse.ArgumentParser, default_s: float) -> argparse.Action:
+    """--convergence-delay SECONDS: the conventional baseline's routing hold timer."""
+    return p.add_argument("--convergence-delay", type=float, default=default_s, metavar="S",
+                          help=f"{CONVERGENCE_DELAY_HELP} (default %(default)g)")
+
+
+class _DeprecatedSpelling(argparse.Action):
+    """An option's old spelling: stores into the new one's dest, saying so on stderr."""
+
+    def __init__(self, option_strings: list[str], dest: str, *, new: str,
+                 **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        print(f"{parser.prog}: {option_string} is deprecated: use {self.new} (same value)",
+              file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_deprecated_spelling(p: argparse.ArgumentParser, old: str,
+                            new: argparse.Action) -> argparse.Action:
+    """`old` keeps working as `new` (same type, same dest), warning on stderr with the new
+    spelling; it is left out of --help."""
+    return p.add_argument(old, dest=new.dest, type=new.type, metavar=new.metavar,
+                          default=argparse.SUPPRESS, help=argparse.SUPPRESS,
+                          action=_DeprecatedSpelling, new=new.option_strings[0])

@@ -4,7 +4,7 @@
     python -m grader exercise N [--force]        skeleton -> exercises/work/NN-slug/
     python -m grader solution N DIR              the reference solution's files -> DIR
     python -m grader grade N [--submission DIR | --skeleton | --solution | --wrong NAME]
-                             [--target soft|bmv2|auto] [--json FILE] [--trust-submissions]
+                             [--target auto|bmv2|soft] [--json [FILE]] [--trust-submissions]
 
 Each submission runs in a sandbox (grader.sandbox: bubblewrap, an unprivileged uid, limits);
 where none can be had, grading refuses unless --trust-submissions says the code is trusted.
@@ -13,20 +13,12 @@ where none can be had, grading refuses unless --trust-submissions says the code 
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import sys
 from pathlib import Path
 
+from fabric.options import add_json_arg, add_target_arg, resolve_target, write_json
 from grader import catalog, workspace
 from grader.report import Grade, render, summary
-
-
-def _target(choice: str) -> str:
-    if choice != "auto":
-        return choice
-    tools = ("p4c-bm2-ss", "simple_switch_grpc")
-    return "bmv2" if all(shutil.which(t) for t in tools) else "soft"
 
 
 def cmd_list(_args: argparse.Namespace) -> int:
@@ -82,19 +74,19 @@ def _to_grade(ex: catalog.Exercise,
 
 def cmd_grade(args: argparse.Namespace) -> int:
     ex = catalog.load(args.number)
-    target = "soft" if ex.kind == "lab" else _target(args.target)  # a lab runs no switch target
+    target = "soft" if ex.kind == "lab" else resolve_target(args.target)  # a lab runs none
     grades: list[Grade] = []
     for name, files in _to_grade(ex, args):
         grade = workspace.grade(ex, files, name, target, trust=args.trust_submissions)
         print(render(grade), flush=True)
         grades.append(grade)
-    if args.json:
+    if args.json is not None:
         data = summary(grades) if len(grades) > 1 or args.submission else grades[0].to_json()
-        Path(args.json).write_text(json.dumps(data, indent=1))
+        write_json(args.json, data)
     return 0 if grades and all(g.full_marks for g in grades) else 1
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="testbed", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list").set_defaults(run=cmd_list)
@@ -113,13 +105,17 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--skeleton", action="store_true", help="grade the untouched skeleton")
     which.add_argument("--solution", action="store_true", help="grade the reference solution")
     which.add_argument("--wrong", metavar="NAME", help="grade a wrong-solution fixture")
-    g.add_argument("--target", choices=("soft", "bmv2", "auto"), default="auto")
-    g.add_argument("--json", help="also write the report as JSON to this file")
+    add_target_arg(g)
+    add_json_arg(g)
     g.add_argument("--trust-submissions", action="store_true",
                    help="grade without the sandbox (where it cannot run): the submissions' "
                         "code then runs with this process's privileges")
     g.set_defaults(run=cmd_grade)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         return args.run(args)
     except (catalog.CatalogError, workspace.SubmissionError) as exc:

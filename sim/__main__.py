@@ -1,13 +1,26 @@
-"""`python -m sim SCENARIO [--json] [--seed N] [--size BYTES] ...`"""
+"""`python -m sim SCENARIO [--json [FILE]] [--seed N] [--size BYTES] [--line-rate 10G] ...`
+
+Options as every entry point spells them (fabric.options): `--line-rate` is the links' rate
+in bits/s (`--rate`, its old spelling, still works with a warning).
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
-from fabric.options import add_fabric_args, add_link_delay_arg, link_delay_s, named_fabric
+from fabric.options import (
+    add_deprecated_spelling,
+    add_fabric_args,
+    add_json_arg,
+    add_line_rate_arg,
+    add_link_delay_arg,
+    json_to_stdout,
+    link_delay_s,
+    named_fabric,
+    write_json,
+)
 from fabric.topology import TopologyError
 from sim.harness import SimSettings
 from sim.network import NetworkConfigError, QueueConfig
@@ -22,10 +35,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("scenario", choices=sorted(SCENARIOS),
                    help="; ".join(f"{s.name}: {s.summary}" for s in SCENARIOS.values())
                    .replace("%", "%%"))  # argparse formats help with %
-    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    add_json_arg(p)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--size", type=int, default=DEFAULT_SIZE, help="bytes moved in total")
-    p.add_argument("--rate", type=float, default=SimSettings.rate_bps, help="link rate, bits/s")
+    add_deprecated_spelling(p, "--rate", add_line_rate_arg(p, SimSettings.rate_bps))
     defaults = QueueConfig()
     p.add_argument("--queue", type=int, default=defaults.capacity, help="data queue, packets")
     p.add_argument("--ecn-threshold", type=int, default=defaults.ecn_threshold)
@@ -66,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         queues = QueueConfig(capacity=args.queue, ecn_threshold=args.ecn_threshold,
                              trim_threshold=args.trim_threshold)
-        settings = SimSettings(rate_bps=args.rate, delay_s=link_delay_s(args), queues=queues,
+        settings = SimSettings(rate_bps=args.line_rate, delay_s=link_delay_s(args), queues=queues,
                                seed=args.seed, chunk=args.chunk)
         if args.chunk < 1:
             raise ScenarioError("--chunk must be at least 1 byte")
@@ -75,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ScenarioError, NetworkConfigError, TopologyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(result) if args.json else _report(result))
+    if not json_to_stdout(args):
+        print(_report(result))
+    write_json(args.json, result)
     return 0 if result["ok"] else 1
 
 

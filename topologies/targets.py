@@ -1,7 +1,8 @@
 """Which switch implementation a topology runs: `bmv2`, `soft`, or `auto`.
 
-`auto` picks BMv2 when simple_switch_grpc is on PATH, else the software switch; both
-node classes take the same keyword arguments and expose the same methods.
+`auto` is fabric.options.resolve_target's, the one rule of every entry point: BMv2 where
+simple_switch_grpc and p4c-bm2-ss are on PATH, else the software switch. Both node classes
+take the same keyword arguments and expose the same methods.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ import shutil
 
 from mininet.node import Switch
 
+from fabric.options import TARGETS, resolve_target
 from topologies.bmv2_switch import Bmv2Switch
 from topologies.softswitch_node import SoftSwitch
 
-TARGETS = ("bmv2", "soft", "auto")
 BMV2_BINARY = "simple_switch_grpc"
 
 
@@ -22,16 +23,14 @@ class TargetError(ValueError):
 
 
 def resolve(target: str) -> str:
-    """The concrete target (`bmv2` or `soft`) for a requested one."""
+    """The concrete target (`bmv2` or `soft`) for a requested one; `auto` never raises."""
     if target not in TARGETS:
         raise TargetError(f"switch target {target!r} unknown: choose one of {', '.join(TARGETS)}")
-    bmv2 = shutil.which(BMV2_BINARY) is not None
-    if target == "auto":
-        return "bmv2" if bmv2 else "soft"
-    if target == "bmv2" and not bmv2:
+    concrete = resolve_target(target)
+    if concrete == "bmv2" and shutil.which(BMV2_BINARY) is None:
         raise TargetError(f"target 'bmv2' needs {BMV2_BINARY} on PATH; install p4lang-bmv2 "
                           "or use --target soft / auto")
-    return target
+    return concrete
 
 
 def switch_class(target: str) -> type[Switch]:

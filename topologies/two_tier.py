@@ -4,7 +4,7 @@ Run as root with the project's virtualenv (it has grpc/protobuf; Debian's Minine
 through system site-packages):
 
     sudo .venv/bin/python topologies/two_tier.py                 # demo, report, then the CLI
-    sudo .venv/bin/python topologies/two_tier.py --no-cli --json
+    sudo .venv/bin/python topologies/two_tier.py --no-cli --json      # or --json FILE
     sudo .venv/bin/python topologies/two_tier.py --baseline      # 1 plane, single-path ECMP
     sudo ./testbed demo                                          # same as --no-cli
 
@@ -32,7 +32,6 @@ veths and namespaces.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -55,7 +54,14 @@ def _bootstrap() -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from controller.tables import DEFAULT_ECN_THRESHOLD, DEFAULT_TRIM_THRESHOLD
-    from fabric.options import add_fabric_args, add_link_delay_arg
+    from fabric.options import (
+        add_convergence_delay_arg,
+        add_fabric_args,
+        add_json_arg,
+        add_link_delay_arg,
+        add_rate_arg,
+        add_target_arg,
+    )
     from topologies.cluster import add_cluster_args
     from topologies.liveview import add_view_args
     from topologies.netconfig import (
@@ -70,21 +76,20 @@ def build_parser() -> argparse.ArgumentParser:
     add_fabric_args(p)
     add_link_delay_arg(p)
     add_cluster_args(p)
-    p.add_argument("--rate", type=_rate, default="auto",
-                   help="egress rate of every switch port and host NIC, packets/s; 'auto' "
-                   "(the default) measures what this machine emulates faithfully for the "
-                   "fabric and target first (topologies.calibration); 'target' takes the "
-                   f"target's fixed rate ({DEFAULT_PORT_RATE_PPS} software switch, "
-                   f"{BMV2_PORT_RATE_PPS} BMv2); 0 = unlimited, then the CPU is the bottleneck")
+    add_rate_arg(p, "of every switch port and host NIC; 'auto' (the default) measures what "
+                 "this machine emulates faithfully for the fabric and target first "
+                 "(topologies.calibration); 'target' takes the target's fixed rate "
+                 f"({DEFAULT_PORT_RATE_PPS} software switch, {BMV2_PORT_RATE_PPS} BMv2); "
+                 "0 = unlimited, then the CPU is the bottleneck", "auto",
+                 words=("auto", "target"), minimum=0)
     p.add_argument("--queue-depth", type=int, default=DEFAULT_QUEUE_DEPTH,
                    help="egress queue depth, packets (default %(default)s)")
     p.add_argument("--ecn-threshold", type=int, default=DEFAULT_ECN_THRESHOLD)
     p.add_argument("--trim-threshold", type=int, default=DEFAULT_TRIM_THRESHOLD)
-    p.add_argument("--target", choices=("bmv2", "soft", "auto"), default="auto")
+    add_target_arg(p)
     p.add_argument("--baseline", action="store_true",
                    help="one plane, single-path agents (RoCE-like, switches route by LPM/ECMP)")
-    p.add_argument("--convergence-delay", type=float, default=3.0,
-                   help="seconds before baseline routes avoid a failed link (default 3)")
+    add_convergence_delay_arg(p, 3.0)
     p.add_argument("--rx-hold-ms", type=float, default=DEFAULT_RX_HOLD_MS,
                    help="agents read their NICs at most once per this many ms while frames "
                    "keep coming, unless a timer is due (interrupt moderation; default "
@@ -96,31 +101,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "mrc_write 0 3 100000, ...) instead of the interactive CLI; the exit "
                    "status is 1 if any failed")
     add_view_args(p, "the demo")
-    p.add_argument("--json", action="store_true",
-                   help="print the report as one JSON object on the last line")
+    add_json_arg(p)
     p.add_argument("--workdir", help="keep switch and agent logs here (default: a temp dir, "
                    "removed on exit)")
     return p
-
-
-def _rate(text: str) -> int | str:
-    if text in ("auto", "target"):
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: give packets/s, 0, 'auto' or 'target'") \
-            from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value}: packets/s cannot be negative")
-    return value
 
 
 def main(argv: list[str] | None = None) -> int:
     _bootstrap()
     from mininet.log import setLogLevel
 
-    from fabric.options import fabric_from_args, link_delay_s
+    from fabric.options import fabric_from_args, json_to_stdout, link_delay_s, write_json
     from fabric.topology import Fabric, TopologyError
     from topologies.calibration import CalibrationError
     from topologies.cli_commands import MrcCLI
@@ -139,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
               f"sudo {VENV_PYTHON} {Path(sys.argv[0]).resolve()}", file=sys.stderr)
         return 2
     setLogLevel("warning")
-    log = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
+    log = (lambda *a: print(*a, file=sys.stderr)) if json_to_stdout(args) else print
     try:
         fabric = fabric_from_args(args)
         if args.baseline:  # the conventional network: one plane of the same shape
@@ -180,8 +171,8 @@ def main(argv: list[str] | None = None) -> int:
                     return 1
             elif not args.no_cli and sys.stdin.isatty():
                 MrcCLI(net, views=views)
-            if args.json and not args.no_demo:
-                print(json.dumps(report, default=str))
+            if not args.no_demo:
+                write_json(args.json, report, default=str)
             if not args.no_demo and not report["transfer"]["ok"]:
                 return 1
     except KeyboardInterrupt:

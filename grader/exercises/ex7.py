@@ -56,7 +56,7 @@ class Setup:
 
     def command(self, scenario: str) -> str:
         return (f"python -m sim {scenario} --size {SIZE} --seed {self.seed} "
-                f"--delay {self.delay_us:g}e-6 --json")
+                f"--link-delay {self.delay_us / 1000:g} --json")
 
 
 @functools.lru_cache(maxsize=4)
@@ -386,7 +386,7 @@ def _check(q: Question, answer: Any, problem: str, runs: Runs, setup: Setup) -> 
         return Check(q.check_id, q.title, q.points, True, expected=expected,
                      observed=f"{answer}")
     hint = q.hints(answer, runs) or (
-        f"read it again from {run}: check the seed, --delay and --size you ran with, and the "
+        f"read it again from {run}: check the seed, --link-delay and --size you ran with, and the "
         f"unit ({q.unit})")
     return Check(q.check_id, q.title, q.points, False, expected=expected,
                  observed=f"{answer}", hint=hint)

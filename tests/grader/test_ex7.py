@@ -40,7 +40,8 @@ def test_skeleton_fails_first_on_the_form_with_useful_messages() -> None:
     assert not first.passed and "no answer" in first.observed
     for c in g.checks:
         assert not c.passed and c.expected and c.observed and c.hint, c
-    assert "python -m sim link-failure --size 4000000 --seed 1 --delay 1e-6" in g.checks[1].hint
+    assert ("python -m sim link-failure --size 4000000 --seed 1 --link-delay 0.001"
+            in g.checks[1].hint)
 
 
 def test_solution_gets_full_marks() -> None:
