@@ -8,6 +8,8 @@ packet dataclasses), `wire.codec` (BTH and its extensions to and from bytes) and
 """
 
 from wire.codec import (  # noqa: F401 (re-exported)
+    DataFields,
+    SackFields,
     decode_data_fields,
     decode_packet,
     decode_probe_fields,
@@ -192,6 +194,8 @@ __all__ = [
     "PSN_MAX",
     "PSN_MOD",
     "Bth",
+    "DataFields",
+    "SackFields",
     "Meth",
     "Reth",
     "SackExt",

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import NamedTuple
 
+from wire import fields as F
+from wire.fields import check_fields, maximum, minimum, struct_format
 from wire.frame import (
     BadField,
     TruncatedPacket,
     UnknownOpcode,
-    check_bits,
 )
 from wire.layout import (
     BTH_LEN,
@@ -45,7 +47,6 @@ from wire.packets import (
     OP_PROBE,
     OP_SACK,
     OP_WRITE_ONLY,
-    PSN_BITS,
     PSN_MAX,
     PSN_MOD,
     QPN_ENDPOINT,
@@ -74,15 +75,26 @@ def _check_m(m: int) -> None:
         raise BadField(f"m={m!r} is not an EV advice value (0..2)")
 
 
-# One Struct per packet type covering BTH and everything after it up to the payload.
-_S_BTH = "BBHII"
-_S_DATA = struct.Struct("!" + _S_BTH + "HH" + "QII")  # BTH METH RETH
-_S_IMM = struct.Struct("!I")
-_S_SACK = struct.Struct("!" + _S_BTH + "HhIHHIBBHQ" + "HHI")  # BTH SACK CC_STATE
-_S_NACK = struct.Struct("!" + _S_BTH + "HBBIHHII")
-_S_PROBE = struct.Struct("!" + _S_BTH + "HHI")
-_S_PORT_STATUS = _S_PROBE  # same shape: ext word, 16-bit field, 32-bit field
+# One Struct per packet type covering BTH and everything after it up to the payload, from
+# the field tables (wire.fields).
+_S_DATA = struct.Struct("!" + struct_format(F.BTH, F.METH, F.RETH))
+_S_IMM = struct.Struct("!" + struct_format(F.IMMDT))
+_S_SACK = struct.Struct("!" + struct_format(F.BTH, F.SACK, F.CC_STATE))
+_S_NACK = struct.Struct("!" + struct_format(F.BTH, F.NACK))
+_S_PROBE = struct.Struct("!" + struct_format(F.BTH, F.PROBE))
+_S_PORT_STATUS = struct.Struct("!" + struct_format(F.BTH, F.PORT_STATUS))
 _DATA_MIN = BTH_LEN + METH_LEN + RETH_LEN
+# The fast paths' bounds (the dataclass encoders check every field through check_fields).
+_QP_MAX = maximum(F.BTH, "dest_qp")
+_MSN_MAX = maximum(F.METH, "msn")
+_VA_MAX, _RKEY_MAX = maximum(F.RETH, "va"), maximum(F.RETH, "rkey")
+_DMA_MAX, _IMM_MAX = maximum(F.RETH, "dma_len"), maximum(F.IMMDT, "imm")
+_APO_MIN, _APO_MAX = minimum(F.SACK, "ack_psn_offset"), maximum(F.SACK, "ack_psn_offset")
+_ENTROPY_MAX, _SOFF_MAX = maximum(F.SACK, "entropy"), maximum(F.SACK, "sack_offset")
+_BITMAP_MAX, _PDCID_MAX = maximum(F.SACK, "sack_bitmap"), maximum(F.SACK, "spdcid")
+_OOO_MAX, _RCVD_MAX = maximum(F.CC_STATE, "ooo_count"), maximum(F.CC_STATE, "rcvd_bytes")
+_PEN_MAX = maximum(F.CC_STATE, "rcv_cwnd_pen")
+_EXT_SET_BY_CODEC = frozenset({"ext_type", "next_ext", "m"})  # m: _check_m names its values
 
 
 def _bth_fields(b: Bth, expected: frozenset[int] | int) -> tuple[int, int, int, int, int]:
@@ -90,18 +102,14 @@ def _bth_fields(b: Bth, expected: frozenset[int] | int) -> tuple[int, int, int, 
     ok = b.opcode in expected if isinstance(expected, frozenset) else b.opcode == expected
     if not ok:
         raise BadField(f"bth.opcode=0x{b.opcode:02X} does not match the packet type")
-    check_bits("bth.pad", b.pad, 2)
-    check_bits("bth.tver", b.tver, 4)
-    check_bits("bth.pkey", b.pkey, 16)
-    check_bits("bth.dest_qp", b.dest_qp, 24)
-    check_bits("bth.psn", b.psn, PSN_BITS)
+    check_fields("bth", b, F.BTH, frozenset({"opcode"}))
     flags = bool(b.se) << 7 | bool(b.migreq) << 6 | b.pad << 4 | b.tver
     return b.opcode, flags, b.pkey, b.dest_qp, bool(b.ack_req) << 31 | bool(b.rtx) << 30 | b.psn
 
 
 def _bth_from(op: int, flags: int, pkey: int, qp_word: int, psn_word: int) -> Bth:
     return Bth(
-        op, qp_word & 0xFFFFFF, psn_word & _PSN_MASK, bool(psn_word >> 31),
+        op, qp_word & _QP_MAX, psn_word & _PSN_MASK, bool(psn_word >> 31),
         bool(psn_word >> 30 & 1), bool(flags >> 7), bool(flags >> 6 & 1),
         flags >> 4 & 3, flags & 0xF, pkey,
     )
@@ -120,11 +128,8 @@ def _expect_ext(word: int, ext_type: int, nxt: int) -> None:
 
 def _encode_data(p: DataPacket) -> bytes:
     meth, reth, payload = p.meth, p.reth, p.payload
-    check_bits("meth.msn", meth.msn, 16)
-    check_bits("meth.rq_msn", meth.rq_msn, 16)
-    check_bits("reth.va", reth.va, 64)
-    check_bits("reth.rkey", reth.rkey, 32)
-    check_bits("reth.dma_len", reth.dma_len, 32)
+    check_fields("meth", meth, F.METH)
+    check_fields("reth", reth, F.RETH)
     if len(payload) > reth.dma_len:
         raise BadField(f"payload of {len(payload)} bytes exceeds reth.dma_len={reth.dma_len}")
     hdr = _S_DATA.pack(
@@ -135,7 +140,8 @@ def _encode_data(p: DataPacket) -> bytes:
             if payload:
                 raise BadField("imm is required on an IMM opcode unless the packet is trimmed")
             return hdr
-        check_bits("imm", p.imm, 32)
+        if not 0 <= p.imm <= _IMM_MAX:
+            raise BadField(f"imm={p.imm!r} does not fit in 32 unsigned bits")
         return hdr + _S_IMM.pack(p.imm) + payload
     if p.imm is not None:
         raise BadField(f"imm set on opcode 0x{p.bth.opcode:02X}, which carries no ImmDt")
@@ -145,17 +151,8 @@ def _encode_data(p: DataPacket) -> bytes:
 def _encode_sack(p: SackPacket) -> bytes:
     s, c = p.sack, p.cc
     _check_m(s.m)
-    if not -0x8000 <= s.ack_psn_offset <= 0x7FFF:
-        raise BadField(f"sack.ack_psn_offset={s.ack_psn_offset!r} does not fit in int16")
-    for name, value, bits in (
-        ("sack.cack_psn", s.cack_psn, PSN_BITS), ("sack.entropy", s.entropy, 32),
-        ("sack.sack_offset", s.sack_offset, 16), ("sack.sack_bitmap", s.sack_bitmap, 64),
-        ("sack.spdcid", s.spdcid, 16), ("sack.dpdcid", s.dpdcid, 16),
-        ("sack.cc_type", s.cc_type, 4), ("sack.cc_flags", s.cc_flags, 4), ("sack.mpr", s.mpr, 8),
-        ("cc.ooo_count", c.ooo_count, 15), ("cc.rcvd_bytes", c.rcvd_bytes, 24),
-        ("cc.tx_ts", c.tx_ts, 16), ("cc.rcv_cwnd_pen", c.rcv_cwnd_pen, 7),
-    ):
-        check_bits(name, value, bits)
+    check_fields("sack", s, F.SACK, _EXT_SET_BY_CODEC)
+    check_fields("cc", c, F.CC_STATE)
     return _S_SACK.pack(
         *_bth_fields(p.bth, OP_SACK),
         _ext_word(EXT_SACK, EXT_CC_STATE, s.m, s.probe_resp), s.ack_psn_offset, s.entropy,
@@ -168,12 +165,7 @@ def _encode_sack(p: SackPacket) -> bytes:
 def _encode_nack(p: NackPacket) -> bytes:
     n = p.nack
     _check_m(n.m)
-    for name, value, bits in (
-        ("nack.reason", n.reason, 8), ("nack.entropy", n.entropy, 32),
-        ("nack.spdcid", n.spdcid, 16), ("nack.dpdcid", n.dpdcid, 16),
-        ("nack.nack_psn", n.nack_psn, PSN_BITS), ("nack.cack_psn", n.cack_psn, PSN_BITS),
-    ):
-        check_bits(name, value, bits)
+    check_fields("nack", n, F.NACK, _EXT_SET_BY_CODEC)
     return _S_NACK.pack(
         *_bth_fields(p.bth, OP_NACK), _ext_word(EXT_NACK, 0, n.m), n.reason, 0, n.entropy,
         n.spdcid, n.dpdcid, n.nack_psn, n.cack_psn,
@@ -181,7 +173,7 @@ def _encode_nack(p: NackPacket) -> bytes:
 
 
 def _encode_probe(p: ProbePacket) -> bytes:
-    check_bits("probe.entropy", p.probe.entropy, 32)
+    check_fields("probe", p.probe, F.PROBE)
     return _S_PROBE.pack(*_bth_fields(p.bth, OP_PROBE), _ext_word(EXT_PROBE, 0), 0,
                          p.probe.entropy)
 
@@ -193,8 +185,7 @@ def _encode_port_status(p: PortStatusPacket) -> bytes:
     st = p.status
     if p.bth.dest_qp != QPN_ENDPOINT:
         raise BadField(f"bth.dest_qp={p.bth.dest_qp:#x}: port status goes to QP {QPN_ENDPOINT:#x}")
-    check_bits("status.seq", st.seq, 16)
-    check_bits("status.port_mask", st.port_mask, 32)
+    check_fields("status", st, F.PORT_STATUS)
     return _S_PORT_STATUS.pack(*_bth_fields(p.bth, _EP_OPCODES), _ext_word(EXT_PORT_STATUS, 0),
                                st.seq, st.port_mask)
 
@@ -241,7 +232,7 @@ def _decode_sack(f: tuple) -> SackPacket:
     _check_m(m)
     sack = SackExt(cackw & _PSN_MASK, apo, ent, soff, bitmap, m, bool(w0 >> 1 & 1), spd, dpd,
                    cc_byte >> 4, cc_byte & 0xF, mpr)
-    cc = CcState(ooo & 0x7FFF, ccw & 0xFFFFFF, tx_ts, bool(ccw >> 31), ccw >> 24 & 0x7F)
+    cc = CcState(ooo & _OOO_MAX, ccw & _RCVD_MAX, tx_ts, bool(ccw >> 31), ccw >> 24 & _PEN_MAX)
     return SackPacket(_bth_from(*f[:5]), sack, cc)
 
 
@@ -294,6 +285,36 @@ def decode_packet(data: bytes) -> Packet:
 
 
 # ---------------------------------------------------------------- per-packet fast paths
+
+
+class DataFields(NamedTuple):
+    """decode_data_fields: a data packet's fields the receiver reads (wire.fields: BTH, METH,
+    RETH, ImmDt); `payload` is a slice of the decoded buffer."""
+
+    opcode: int
+    dest_qp: int
+    psn: int
+    msn: int
+    va: int
+    rkey: int
+    dma_len: int
+    imm: int | None
+    payload: bytes
+
+
+class SackFields(NamedTuple):
+    """decode_sack_fields: a SACK's fields the sender reads (wire.fields: BTH, SACK)."""
+
+    dest_qp: int
+    cack_psn: int
+    ack_psn_offset: int
+    entropy: int
+    sack_offset: int
+    sack_bitmap: int
+    m: int
+    probe_resp: bool
+
+
 # The host agents' data and SACK traffic without the dataclasses: the same bytes as
 # encode_packet/decode_packet and the same WireErrors (an argument out of range falls back to
 # the dataclass encoder, which names the field). BTH fields not named are their defaults.
@@ -308,15 +329,15 @@ def encode_data_fields(opcode: int, dest_qp: int, psn: int, ack_req: bool, rtx: 
                        payload: bytes) -> bytes:
     """encode_packet(DataPacket(Bth(opcode, dest_qp, psn, ack_req, rtx), Meth(msn),
     Reth(va, rkey, dma_len), payload, imm))."""
-    if (0 <= dest_qp <= 0xFFFFFF and 0 <= psn <= _PSN_MASK and 0 <= msn <= 0xFFFF
-            and 0 <= va <= 0xFFFFFFFFFFFFFFFF and 0 <= rkey <= 0xFFFFFFFF
-            and len(payload) <= dma_len <= 0xFFFFFFFF and opcode in DATA_OPCODES):
+    if (0 <= dest_qp <= _QP_MAX and 0 <= psn <= PSN_MAX and 0 <= msn <= _MSN_MAX
+            and 0 <= va <= _VA_MAX and 0 <= rkey <= _RKEY_MAX
+            and len(payload) <= dma_len <= _DMA_MAX and opcode in DATA_OPCODES):
         if imm is None:
             if opcode not in IMM_OPCODES:
                 return _S_DATA.pack(opcode, _DATA_FLAGS, 0xFFFF, dest_qp,
                                     (ack_req and 0x80000000) | (rtx and 0x40000000) | psn,
                                     0, msn, va, rkey, dma_len) + payload
-        elif opcode in IMM_OPCODES and 0 <= imm <= 0xFFFFFFFF:
+        elif opcode in IMM_OPCODES and 0 <= imm <= _IMM_MAX:
             return _S_DATA.pack(opcode, _DATA_FLAGS, 0xFFFF, dest_qp,
                                 (ack_req and 0x80000000) | (rtx and 0x40000000) | psn,
                                 0, msn, va, rkey, dma_len) + _S_IMM.pack(imm) + payload
@@ -330,11 +351,12 @@ def encode_sack_fields(dest_qp: int, psn: int, cack_psn: int, ack_psn_offset: in
     """encode_packet(SackPacket(Bth(OP_SACK, dest_qp, psn), SackExt(cack_psn, ack_psn_offset,
     entropy, sack_offset, sack_bitmap, m, probe_resp, spdcid, dpdcid),
     CcState(ooo_count, rcvd_bytes)))."""
-    if (0 <= dest_qp <= 0xFFFFFF and 0 <= psn <= _PSN_MASK and 0 <= cack_psn <= _PSN_MASK
-            and -0x8000 <= ack_psn_offset <= 0x7FFF and 0 <= entropy <= 0xFFFFFFFF
-            and 0 <= sack_offset <= 0xFFFF and 0 <= sack_bitmap <= 0xFFFFFFFFFFFFFFFF
-            and M_NONE <= m <= M_ALWAYS_SKIP and 0 <= spdcid <= 0xFFFF and 0 <= dpdcid <= 0xFFFF
-            and 0 <= ooo_count <= 0x7FFF and 0 <= rcvd_bytes <= 0xFFFFFF):
+    if (0 <= dest_qp <= _QP_MAX and 0 <= psn <= PSN_MAX and 0 <= cack_psn <= PSN_MAX
+            and _APO_MIN <= ack_psn_offset <= _APO_MAX and 0 <= entropy <= _ENTROPY_MAX
+            and 0 <= sack_offset <= _SOFF_MAX and 0 <= sack_bitmap <= _BITMAP_MAX
+            and M_NONE <= m <= M_ALWAYS_SKIP and 0 <= spdcid <= _PDCID_MAX
+            and 0 <= dpdcid <= _PDCID_MAX and 0 <= ooo_count <= _OOO_MAX
+            and 0 <= rcvd_bytes <= _RCVD_MAX):
         return _S_SACK.pack(OP_SACK, _DATA_FLAGS, 0xFFFF, dest_qp, psn,
                             _SACK_EXT_BASE | m << 5 | (probe_resp and 2), ack_psn_offset,
                             entropy, spdcid, dpdcid, cack_psn, _SACK_CC_BYTE, 0, sack_offset,
@@ -346,11 +368,10 @@ def encode_sack_fields(dest_qp: int, psn: int, cack_psn: int, ack_psn_offset: in
         CcState(ooo_count, rcvd_bytes)))
 
 
-def decode_data_fields(data: bytes) -> tuple[int, int, int, int, int, int, int, int | None,
-                                             bytes]:
-    """decode_packet of a data packet as (opcode, dest_qp, psn, msn, va, rkey, dma_len, imm,
-    payload); the caller has seen a data opcode in data[0]. The payload is a slice of `data`
-    (a view of a memoryview: placed without another copy)."""
+def decode_data_fields(data: bytes) -> DataFields:
+    """decode_packet of a data packet as DataFields; the caller has seen a data opcode in
+    data[0]. The payload is a slice of `data` (a view of a memoryview: placed without another
+    copy)."""
     n = len(data)
     if n < _DATA_MIN:
         if n < BTH_LEN:
@@ -365,12 +386,12 @@ def decode_data_fields(data: bytes) -> tuple[int, int, int, int, int, int, int, 
         off += IMM_LEN
     if n - off > dma_len:
         raise BadField(f"payload of {n - off} bytes exceeds reth.dma_len={dma_len}")
-    return op, qpw & 0xFFFFFF, psnw & _PSN_MASK, msn, va, rkey, dma_len, imm, data[off:]
+    return DataFields(op, qpw & _QP_MAX, psnw & _PSN_MASK, msn, va, rkey, dma_len, imm,
+                      data[off:])
 
 
-def decode_sack_fields(data: bytes) -> tuple[int, int, int, int, int, int, int, bool]:
-    """decode_packet of a SACK as (dest_qp, cack_psn, ack_psn_offset, entropy, sack_offset,
-    sack_bitmap, m, probe_resp); the caller has seen OP_SACK in data[0]."""
+def decode_sack_fields(data: bytes) -> SackFields:
+    """decode_packet of a SACK as SackFields; the caller has seen OP_SACK in data[0]."""
     if len(data) != _S_SACK.size:
         if len(data) < BTH_LEN:
             raise TruncatedPacket(f"{len(data)} bytes cannot hold a {BTH_LEN}-byte BTH")
@@ -381,7 +402,8 @@ def decode_sack_fields(data: bytes) -> tuple[int, int, int, int, int, int, int, 
     _expect_ext(w0, EXT_SACK, EXT_CC_STATE)
     m = w0 >> 5 & 3
     _check_m(m)
-    return qpw & 0xFFFFFF, cackw & _PSN_MASK, apo, ent, soff, bitmap, m, bool(w0 >> 1 & 1)
+    return SackFields(qpw & _QP_MAX, cackw & _PSN_MASK, apo, ent, soff, bitmap, m,
+                      bool(w0 >> 1 & 1))
 
 
 _PROBE_EXT = _ext_word(EXT_PROBE, 0)
@@ -389,7 +411,7 @@ _PROBE_EXT = _ext_word(EXT_PROBE, 0)
 
 def encode_probe_fields(dest_qp: int, psn: int, entropy: int) -> bytes:
     """encode_packet(ProbePacket(Bth(OP_PROBE, dest_qp, psn), ProbeExt(entropy)))."""
-    if 0 <= dest_qp <= 0xFFFFFF and 0 <= psn <= _PSN_MASK and 0 <= entropy <= 0xFFFFFFFF:
+    if 0 <= dest_qp <= _QP_MAX and 0 <= psn <= PSN_MAX and 0 <= entropy <= _ENTROPY_MAX:
         return _S_PROBE.pack(OP_PROBE, _DATA_FLAGS, 0xFFFF, dest_qp, psn, _PROBE_EXT, 0, entropy)
     return _encode_probe(ProbePacket(Bth(OP_PROBE, dest_qp, psn), ProbeExt(entropy)))
 
@@ -405,7 +427,7 @@ def decode_probe_fields(data: bytes) -> tuple[int, int]:
                   f"{_S_PROBE.size}")
     _op, _fl, _pkey, qpw, _psnw, w0, _rsvd, entropy = _S_PROBE.unpack_from(data)
     _expect_ext(w0, EXT_PROBE, 0)
-    return qpw & 0xFFFFFF, entropy
+    return qpw & _QP_MAX, entropy
 
 
 # ---------------------------------------------------------------- PSN serial arithmetic

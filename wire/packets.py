@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from wire.fields import PSN
+
 OP_WRITE_FIRST = 0xC6
 OP_WRITE_MIDDLE = 0xC7
 OP_WRITE_LAST = 0xC8
@@ -40,7 +42,7 @@ M_SKIP_ONCE = 1
 M_ALWAYS_SKIP = 2
 
 QPN_ENDPOINT = 0x2
-PSN_BITS = 24
+PSN_BITS = PSN.bits
 PSN_MOD = 1 << PSN_BITS
 PSN_MAX = PSN_MOD - 1  # the largest PSN
 

@@ -13,13 +13,9 @@ from host_agent.core.events import Event, EvStateChanged
 from host_agent.core.evs import INDEX_BITS, EvSet
 from host_agent.core.evstate import EvEntry
 from host_agent.core.memory import MemoryTable
-from host_agent.core.receiver import DataFields, Receiver
+from host_agent.core.receiver import Receiver
 from host_agent.core.sender import Sender
 from host_agent.core.types import EvState, PathInfo, RxMeta, TxPacket
-
-# wire.decode_sack_fields: dest_qp, cack_psn, ack_psn_offset, entropy, sack_offset,
-# sack_bitmap, m, probe_resp
-SackFields = tuple[int, int, int, int, int, int, int, bool]
 
 
 class Connection:
@@ -61,7 +57,8 @@ class Connection:
 
     # ---- input -------------------------------------------------------------------------------
 
-    def on_data(self, fields: DataFields, meta: RxMeta, now: float, out: list[TxPacket]) -> None:
+    def on_data(self, fields: wire.DataFields, meta: RxMeta, now: float,
+                out: list[TxPacket]) -> None:
         """Process one data packet (wire.decode_data_fields) addressed to this QP; raise
         RemoteProtocolError if invalid."""
         peer, plane, ev, dscp, ecn = meta
@@ -73,12 +70,12 @@ class Connection:
         if self.evs._changes:  # (drain_changes would hand back an empty list)
             self.drain_ev_changes()
 
-    def on_sack(self, fields: SackFields, meta: RxMeta, now: float) -> None:
+    def on_sack(self, fields: wire.SackFields, meta: RxMeta, now: float) -> None:
         """Process one SACK (wire.decode_sack_fields) addressed to this QP; raise
         RemoteProtocolError if invalid."""
         if meta.peer != self.peer:
             self._wrong_peer(meta.peer)
-        _qp, cack, offset, entropy, sack_offset, bitmap, m, probe_resp = fields
+        entropy, probe_resp = fields.entropy, fields.probe_resp
         if entropy not in self.evs:
             self._check_ev(entropy)
         self._stats["sacks_received"] += 1
@@ -86,8 +83,7 @@ class Connection:
         if probe_resp:
             self._stats["probe_replies"] += 1
             outstanding = self.evs.on_probe_reply(entropy, now)
-        if self.sender.on_sack(cack, offset, entropy, sack_offset, bitmap, m, probe_resp, now,
-                               probe_outstanding=outstanding, plane=meta.plane):
+        if self.sender.on_sack(fields, now, probe_outstanding=outstanding, plane=meta.plane):
             self._learn_peer_tag(meta.ev)
         if self.evs._changes:
             self.drain_ev_changes()

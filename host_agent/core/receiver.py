@@ -27,18 +27,18 @@ from host_agent.core.memory import BoundsViolation, MemoryTable, RkeyViolation
 from wire import psn_add, psn_diff
 
 BITMAP_BITS = 64
-_BITMAP_MASK = (1 << BITMAP_BITS) - 1
-_OFFSET_MIN, _OFFSET_MAX = -(1 << 15), (1 << 15) - 1
-_OOO_MAX = (1 << 15) - 1
-_RCVD_MOD = 1 << 24
+_BITMAP_MASK = wire.fields.maximum(wire.fields.SACK, "sack_bitmap")
+assert _BITMAP_MASK == (1 << BITMAP_BITS) - 1
+_OFFSET_MIN = wire.fields.minimum(wire.fields.SACK, "ack_psn_offset")
+_OFFSET_MAX = wire.fields.maximum(wire.fields.SACK, "ack_psn_offset")
+_OOO_MAX = wire.fields.maximum(wire.fields.CC_STATE, "ooo_count")
+_RCVD_MOD = wire.fields.maximum(wire.fields.CC_STATE, "rcvd_bytes") + 1
 _TRIM_REASON = {
     wire.DSCP_TRIMMED: wire.NACK_TRIMMED,
     wire.DSCP_TRIMMED_LASTHOP: wire.NACK_TRIMMED_LASTHOP,
 }
 _NOT_LAST = (wire.OP_WRITE_FIRST, wire.OP_WRITE_MIDDLE)  # no message ends with these
 
-# wire.decode_data_fields: opcode, dest_qp, psn, msn, va, rkey, dma_len, imm, payload
-DataFields = tuple[int, int, int, int, int, int, int, "int | None", bytes]
 
 
 class Receiver:
@@ -70,7 +70,7 @@ class Receiver:
     def tracked_entries(self) -> int:
         return len(self._ends) + len(self._lengths)
 
-    def on_data(self, fields: DataFields, dscp: int, ecn: int, ev: int) -> bytes:
+    def on_data(self, fields: wire.DataFields, dscp: int, ecn: int, ev: int) -> bytes:
         """Accept one data packet (wire.decode_data_fields) that arrived with outer `dscp`,
         `ecn` and EV `ev`; return the SACK or NACK to send back, encoded."""
         opcode, _qp, psn, msn, va, rkey, dma_len, imm, payload = fields

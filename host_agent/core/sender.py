@@ -180,13 +180,13 @@ class Sender:
         pkt = self._flight.tracked(psn)
         return pkt if pkt is not None and ev in pkt.una_by_ev else None
 
-    def on_sack(self, cack_psn: int, ack_psn_offset: int, entropy: int, sack_offset: int,
-                sack_bitmap: int, m: int, probe_resp: bool, now: float, *,
-                probe_outstanding: bool = False, plane: int | None = None) -> bool:
-        """Apply a SACK (its SackExt fields); False (and nothing changed) if it answers nothing
-        we sent. A probe reply counts only if the EvSet had a probe outstanding on its EV.
+    def on_sack(self, sack: wire.SackFields, now: float, *, probe_outstanding: bool = False,
+                plane: int | None = None) -> bool:
+        """Apply a SACK; False (and nothing changed) if it answers nothing we sent. A probe
+        reply counts only if the EvSet had a probe outstanding on its EV.
         `plane`: the plane it came in on; only deliveries on that plane feed loss detection
         (recovery module docstring); None trusts it for every plane."""
+        _qp, cack_psn, ack_psn_offset, entropy, sack_offset, sack_bitmap, m, probe_resp = sack
         rtt: float | None = None
         flight = self._flight
         flight.newest_acked = None
