@@ -31,7 +31,8 @@ from controller.tables import LinkKey, link_key
 from topologies.cablecut import CableCuts
 from topologies.clusternodes import REPO, remote_classes
 from topologies.credentials import RunCredentials
-from topologies.fabricnet import node_mac, veth_pairs
+from topologies.fabricnet import veth_pairs
+from topologies.mrctopo import node_mac
 from topologies.netconfig import NetworkConfig, NetworkError
 from topologies.placement import Placement, place
 from topologies.remote import Forwarder, RemoteError, SshTarget

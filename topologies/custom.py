@@ -15,13 +15,13 @@ of this in one go.
 
 Caution: when mn fails (for example because another fabric already uses these interface
 names) it runs its own cleanup, which kills every Mininet process on the machine by matching
-names, other users' fabrics included. two_tier.py and MrcNetwork never do that. To avoid
-the collision, building the topology takes the machine-wide fabric lock of
-topologies.network (waiting while another fabric runs, then for its interfaces to go away)
-and holds it until mn exits. Like MrcNetwork, it issues the run's keys into the private run
-directory (P4Runtime over mutual TLS, the software switch's control token) and shields the
-switches' control ports (topologies.shield); both go when mn exits, or with the next run's
-cleanup (the run manifest) if mn is killed.
+names, other users' fabrics included. two_tier.py and MrcNetwork never do that. To avoid the
+collision, the `mrc` factory takes the machine-wide fabric lock of topologies.network before
+it builds the graph (MrcTopo, which has no side effect), waiting while another fabric runs,
+then for its interfaces to go away, and holds it until mn exits. Like MrcNetwork, it issues
+the run's keys into the private run directory (P4Runtime over mutual TLS, the software
+switch's control token) and shields the switches' control ports (topologies.shield); both go
+when mn exits, or with the next run's cleanup (the run manifest) if mn is killed.
 """
 
 from __future__ import annotations
@@ -36,33 +36,14 @@ _REPO = Path(sys._getframe().f_code.co_filename).resolve().parent.parent
 if str(_REPO) not in sys.path:
     sys.path.insert(0, str(_REPO))
 
-from mininet.topo import Topo  # noqa: E402
-
 from fabric.topology import Fabric  # noqa: E402
 from topologies.bmv2_switch import Bmv2Switch  # noqa: E402
+from topologies.mrctopo import MrcTopo  # noqa: E402
 from topologies.network import wait_interfaces_gone  # noqa: E402
 from topologies.runguard import RunGuard  # noqa: E402
 from topologies.softswitch_node import SoftSwitch  # noqa: E402
 
 LOCK_TIMEOUT = 600.0  # seconds mn waits for another fabric on this machine
-
-
-class MrcTopo(Topo):
-    """Every switch carries its device_id (P4Runtime device and port numbers) as a node option."""
-
-    def build(self, planes: int = 4, t0: int = 2, t1: int = 2, hosts_per_t0: int = 2) -> None:
-        fabric = Fabric(planes, t0, t1, hosts_per_t0)
-        if not _guard:
-            deadline = time.monotonic() + LOCK_TIMEOUT
-            _protect(fabric)
-            wait_interfaces_gone(fabric, deadline)
-        for sw in fabric.switches:
-            self.addSwitch(sw.name, device_id=sw.device_id, credentials=_guard[0].credentials)
-        for h in range(fabric.hosts):
-            self.addHost(fabric.host_name(h), ip=None)
-        for lk in fabric.links:
-            self.addLink(lk.a, lk.b, port1=lk.a_port, port2=lk.b_port,
-                         addr1=_mac(fabric, lk.a, lk.a_port), addr2=_mac(fabric, lk.b, lk.b_port))
 
 
 _guard: list[RunGuard] = []  # this mn process's lock, keys and shield, released at exit
@@ -77,15 +58,21 @@ def _protect(fabric: Fabric) -> RunGuard:
     return guard
 
 
-def _mac(fabric: Fabric, node: str, port: int) -> str:
-    if node in fabric.by_name:
-        return fabric.by_name[node].mac
-    return fabric.nic(int(node[1:]), port).mac
+def mrc_topo(planes: int = 4, t0: int = 2, t1: int = 2, hosts_per_t0: int = 2) -> MrcTopo:
+    """`--topo mrc,P,T0,T1,H`: take this mn process's lock, keys and shield (waiting for
+    another fabric and its interfaces to go), then the pure graph with the run's credentials
+    on every switch."""
+    fabric = Fabric(planes, t0, t1, hosts_per_t0)
+    if not _guard:
+        deadline = time.monotonic() + LOCK_TIMEOUT
+        _protect(fabric)
+        wait_interfaces_gone(fabric, deadline)
+    return MrcTopo(fabric=fabric, switch_opts={"credentials": _guard[0].credentials})
 
 
 def baseline_topo(t0: int = 2, t1: int = 2, hosts_per_t0: int = 2) -> MrcTopo:
-    return MrcTopo(1, t0, t1, hosts_per_t0)
+    return mrc_topo(1, t0, t1, hosts_per_t0)
 
 
-topos = {"mrc": MrcTopo, "mrcbase": baseline_topo}
+topos = {"mrc": mrc_topo, "mrcbase": baseline_topo}
 switches = {"mrcsoft": SoftSwitch, "mrcbmv2": Bmv2Switch}

@@ -18,6 +18,7 @@ from mininet.node import Host
 from fabric.topology import Fabric
 from p4rt.names import PRIORITY_HIGH
 from topologies.credentials import RunCredentials
+from topologies.mrctopo import MrcTopo, node_mac
 from topologies.netconfig import NetworkConfig, NetworkError
 from topologies.nicpacing import CONTROL_RATE_FACTOR
 from topologies.p4switch import STOP_TIMEOUT_S, SwitchProcessError
@@ -27,12 +28,6 @@ from topologies.targets import switch_class
 from topologies.veths import PrebuiltIntf, PrebuiltLink, VethPair, create_pairs, delete_pairs
 
 QUEUE_SETUP_WORKERS = 8  # switches whose queues are set at once (BMv2: a CLI process each)
-
-
-def node_mac(fabric: Fabric, node: str, port: int) -> str:
-    if node in fabric.by_name:
-        return fabric.by_name[node].mac
-    return fabric.nic(int(node[1:]), port).mac
 
 
 def switch_processes(fabric: Fabric, count: int, workdir: Path,
@@ -60,20 +55,22 @@ def veth_pairs(fabric: Fabric, net: Mininet) -> list[VethPair]:
 
 def add_nodes(config: NetworkConfig, target: str, workdir: Path,
               credentials: RunCredentials | None) -> Mininet:
-    """A Mininet with the fabric's switch and host nodes (host shells running, no links)."""
+    """A Mininet with the switch and host nodes of the fabric's graph (MrcTopo; host shells
+    running, no links yet: start() adds them from the same graph)."""
     fabric = config.fabric
+    topo = MrcTopo(fabric=fabric, switch_opts={"credentials": credentials})
     cls = switch_class(target)
     net = Mininet(topo=None, controller=None, build=False, autoSetMacs=False,
-                  autoStaticArp=False, waitConnected=False)
+                  autoStaticArp=False, waitConnected=False)  # not topo=: build() would add it
+    net.fabric_topo = topo  # type: ignore[attr-defined] (start() adds its links)
     groups = switch_processes(fabric, config.soft_processes, workdir, credentials) \
         if cls is SoftSwitch else {}
-    for sw in fabric.switches:
-        extra = {"switch_process": groups[sw.plane]} if groups else {}
-        net.addSwitch(sw.name, cls=cls, device_id=sw.device_id,
-                      log_path=str(workdir / f"{sw.name}.log"), credentials=credentials,
-                      batch_start=True, **extra)
-    for h in range(fabric.hosts):
-        net.addHost(fabric.host_name(h), cls=Host, ip=None)
+    for name in topo.switches(sort=False):
+        extra = {"switch_process": groups[fabric.by_name[name].plane]} if groups else {}
+        net.addSwitch(name, cls=cls, log_path=str(workdir / f"{name}.log"), batch_start=True,
+                      **topo.nodeInfo(name), **extra)
+    for name in topo.hosts(sort=False):
+        net.addHost(name, cls=Host, **topo.nodeInfo(name))
     return net
 
 
@@ -83,10 +80,8 @@ def start(net: Mininet, fabric: Fabric) -> None:
     pairs = veth_pairs(fabric, net)
     net.pairs = pairs  # type: ignore[attr-defined] (teardown needs them if start fails)
     create_pairs(pairs, {h.pid: h for h in net.hosts})
-    for lk in fabric.links:
-        net.addLink(lk.a, lk.b, port1=lk.a_port, port2=lk.b_port, cls=PrebuiltLink,
-                    intf=PrebuiltIntf, addr1=node_mac(fabric, lk.a, lk.a_port),
-                    addr2=node_mac(fabric, lk.b, lk.b_port))
+    for _a, _b, info in net.fabric_topo.links(sort=False, withInfo=True):  # type: ignore[attr-defined]
+        net.addLink(cls=PrebuiltLink, intf=PrebuiltIntf, **info)  # info: node1/2, port1/2, addr1/2
     net.build()
     net.start()  # each switch node silences the kernel's IPv6 on its ports
 
