@@ -21,9 +21,13 @@ USID_NET = ipaddress.IPv6Network((USID_BLOCK << (128 - BLOCK_BITS), BLOCK_BITS))
 ROLE_T0 = 0x1
 ROLE_T1 = 0x2
 ROLE_HOST = 0xE
+# Hosts take the four roles 0xC-0xF: the role nibble carries the two high bits of a host's
+# index (ROLE_HOST ^ (host >> 8)), so hosts 0-255 keep role 0xE and a fabric holds 1,024.
+HOST_ROLES = 4
 
 MAX_PLANES = 16  # plane is a 4-bit field of the uSID
 MAX_INDEX = 256  # index is an 8-bit field of the uSID
+MAX_HOSTS = HOST_ROLES * MAX_INDEX
 MAX_IFNAME = 15  # Linux IFNAMSIZ - 1
 
 # Each switch process listens on loopback: P4Runtime at GRPC_BASE_PORT + device_id,
@@ -41,6 +45,11 @@ class TopologyError(ValueError):
 
 def usid(plane: int, role: int, index: int) -> int:
     return (plane & 0xF) << 12 | (role & 0xF) << 8 | (index & 0xFF)
+
+
+def host_role(host: int) -> int:
+    """The role nibble of host `host`'s uSID (ROLE_HOST for hosts 0-255, HOST_ROLES)."""
+    return ROLE_HOST ^ (host >> 8)
 
 
 def usid_address(usids: list[int]) -> ipaddress.IPv6Address:
@@ -112,11 +121,11 @@ class Nic:
 
     @property
     def mac(self) -> str:
-        return f"02:00:00:{self.plane:02x}:{ROLE_HOST:02x}:{self.host:02x}"
+        return f"02:00:00:{self.plane:02x}:{host_role(self.host):02x}:{self.host & 0xFF:02x}"
 
     @property
     def usid(self) -> int:
-        return usid(self.plane, ROLE_HOST, self.host)
+        return usid(self.plane, host_role(self.host), self.host & 0xFF)
 
 
 @dataclass(frozen=True)
@@ -159,9 +168,9 @@ class Fabric:
             (1 <= self.t1_per_plane <= MAX_INDEX,
              f"t1_per_plane must be 1..{MAX_INDEX}, got {self.t1_per_plane}"),
             (self.hosts_per_t0 >= 1, f"hosts_per_t0 must be at least 1, got {self.hosts_per_t0}"),
-            (self.hosts == 0 or self.hosts <= MAX_INDEX,
-             f"{self.hosts} hosts do not fit the 8-bit uSID index: "
-             f"t0_per_plane x hosts_per_t0 must be at most {MAX_INDEX}"),
+            (self.hosts == 0 or self.hosts <= MAX_HOSTS,
+             f"{self.hosts} hosts do not fit the uSID's host roles and 8-bit index: "
+             f"t0_per_plane x hosts_per_t0 must be at most {MAX_HOSTS}"),
         ]
         for ok, message in checks:
             if not ok:

@@ -21,7 +21,8 @@ def parse(*argv: str) -> argparse.Namespace:
 
 @pytest.mark.parametrize("name, switches, hosts, paths", [
     ("default", 16, 4, 8), ("paths-32", 40, 4, 32), ("paths-128", 144, 4, 128),
-    ("paths-256", 272, 4, 256), ("hosts-16", 128, 16, 64)])
+    ("paths-256", 272, 4, 256), ("hosts-16", 128, 16, 64), ("hosts-256", 256, 256, 128),
+    ("hosts-1024", 768, 1024, 256)])
 def test_presets_are_the_fabrics_they_are_named_for(name, switches, hosts, paths) -> None:
     f = fabric_from_args(parse("--fabric", name))
     assert (len(f.switches), f.hosts) == (switches, hosts)

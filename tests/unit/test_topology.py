@@ -54,7 +54,7 @@ def test_carrier_rejects_seven_usids() -> None:
     ({"t0_per_plane": 0}, "t0_per_plane"),
     ({"t1_per_plane": 0}, "t1_per_plane"),
     ({"hosts_per_t0": 0}, "hosts_per_t0"),
-    ({"t0_per_plane": 100, "hosts_per_t0": 3}, "8-bit uSID index"),
+    ({"t0_per_plane": 100, "hosts_per_t0": 11}, "host roles and 8-bit index"),
 ])
 def test_invalid_fabrics_say_what_to_fix(kwargs: dict, hint: str) -> None:
     with pytest.raises(TopologyError, match=hint):
@@ -144,3 +144,19 @@ def test_switch_ports_of_the_largest_fabric_stay_below_the_ephemeral_range() -> 
     ports = {int(sw.grpc_address.rsplit(":", 1)[1]) for sw in largest.switches}
     ports |= {sw.thrift_port for sw in largest.switches}
     assert max(ports) < EPHEMERAL_PORT_START and len(ports) == 2 * len(largest.switches)
+
+
+def test_a_fabric_of_1024_hosts_gives_every_nic_its_own_address_usid_and_mac() -> None:
+    """Hosts take the roles 0xC-0xF (the two high bits of their index); hosts 0-255 keep
+    role 0xE, so every smaller fabric's addresses are what they were."""
+    fabric = Fabric(planes=2, t0_per_plane=64, t1_per_plane=2, hosts_per_t0=16)
+    nics = [fabric.nic(h, p) for h in range(fabric.hosts) for p in range(fabric.planes)]
+    assert fabric.hosts == 1024
+    for attr in ("usid", "mac", "address"):
+        assert len({getattr(n, attr) for n in nics}) == len(nics), attr
+    roles = {n.host >> 8: n.usid >> 8 & 0xF for n in nics}
+    assert roles == {0: 0xE, 1: 0xF, 2: 0xC, 3: 0xD}
+    assert fabric.nic(5, 1).mac == "02:00:00:01:0e:05" and fabric.nic(5, 1).usid == 0x1E05
+    assert fabric.nic(1023, 1).mac == "02:00:00:01:0d:ff"
+    switch_usids = {sw.usid for sw in fabric.switches}
+    assert switch_usids.isdisjoint(n.usid for n in nics)
