@@ -70,7 +70,9 @@ def _report(r: dict[str, Any]) -> str:
     if extra:
         lines.append("  " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
                                       for k, v in extra.items()))
-    lines.append(f"  ({r['sim']['events']} events, {r['sim']['wall_s']:.1f} s wall)")
+    sim = r["sim"]
+    lines.append(f"  ({sim['events']} events, {sim['wall_s']:.1f} s wall, "
+                 f"{sim['data_packets_per_s']:,.0f} data packets delivered per second)")
     return "\n".join(lines)
 
 

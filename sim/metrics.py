@@ -3,8 +3,11 @@
 Capacity is a max-flow: for the set of sending hosts and the set of receiving hosts it is
 the most bits/s the *live* fabric could carry from the senders' NICs to the receivers'
 NICs, summed over planes, using each port's rate. Hosts other than the senders and
-receivers do not relay. Background traffic is not subtracted: a scenario that injects
-it (ecn) therefore cannot reach a ratio of 1.
+receivers do not relay. A host that both sends and receives (a permutation) is two nodes, its
+sending and its receiving half, so its own traffic cannot short-cut the fabric; the figure is
+then the aggregate max-flow, which bounds what the flows can carry together (on a
+non-blocking fabric, as the presets are, it is what they can carry). Background traffic is
+not subtracted: a scenario that injects it (ecn) therefore cannot reach a ratio of 1.
 """
 
 from __future__ import annotations
@@ -33,6 +36,14 @@ def path_rtt(net: Network, path: Path, data_bytes: int, ack_bytes: int) -> float
     return total
 
 
+def _tx(host: str) -> str:
+    return host + "/tx"
+
+
+def _rx(host: str) -> str:
+    return host + "/rx"
+
+
 def capacity_bps(net: Network, senders: Iterable[int], receivers: Iterable[int]) -> float:
     """Max-flow (Edmonds-Karp) from the senders' NICs to the receivers' NICs over live links."""
     send, recv = set(senders), set(receivers)
@@ -55,11 +66,12 @@ def capacity_bps(net: Network, senders: Iterable[int], receivers: Iterable[int])
                 continue
             if isinstance(b, HostNode) and b.index not in recv:
                 continue
-            edge(a.name, b.name, port.rate_bps)
+            edge(_tx(a.name) if isinstance(a, HostNode) else a.name,
+                 _rx(b.name) if isinstance(b, HostNode) else b.name, port.rate_bps)
     for h in send:
-        edge(_SOURCE, net.hosts[h].name, float("inf"))
+        edge(_SOURCE, _tx(net.hosts[h].name), float("inf"))
     for h in recv:
-        edge(net.hosts[h].name, _SINK, float("inf"))
+        edge(_rx(net.hosts[h].name), _SINK, float("inf"))
     flow = 0.0
     while True:
         parent: dict[str, str] = {_SOURCE: _SOURCE}

@@ -96,6 +96,20 @@ def test_ecn_moves_traffic_off_the_congested_spine() -> None:
     assert r["drops"] == {} and r["retired_evs"] == 0 and r["retransmits"] == 0
 
 
+def test_permutation_sends_and_receives_once_per_host_across_the_spines() -> None:
+    r = result("permutation")
+    pairs = [(t["sender"], t["receiver"]) for t in r["transfers"]]
+    hosts = r["fabric"]["hosts"]
+    assert sorted(s for s, _ in pairs) == sorted(d for _, d in pairs) == list(range(hosts))
+    assert not {(d, s) for s, d in pairs} & set(pairs)  # no two hosts write to each other
+    per_t0 = r["fabric"]["hosts_per_t0"]
+    assert all(s // per_t0 != d // per_t0 for s, d in pairs)  # every flow crosses spines
+    # the aggregate max-flow: every NIC of every host at line rate (a non-blocking fabric)
+    f = r["fabric"]
+    assert r["capacity_bps"] == hosts * f["planes"] * f["link_rate_bps"]
+    assert r["sim"]["data_packets"] == r["endpoint"]["sacks_sent"] > 0
+
+
 def test_same_seed_same_result_other_seed_differs() -> None:
     def strip(r: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in r.items() if k != "sim"}
