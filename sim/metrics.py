@@ -44,6 +44,42 @@ def _rx(host: str) -> str:
     return host + "/rx"
 
 
+def _hop_rtt(net: Network, a: str, b: str, data_bytes: int, ack_bytes: int) -> float:
+    """A data frame from a to b and an ack frame back over their link, store-and-forward."""
+    link = net.link(a, b)
+    out = next(p for p in link.ports if p.node.name == a)
+    back = next(p for p in link.ports if p.node.name == b)
+    return (data_bytes * 8 / out.rate_bps + out.delay_s
+            + ack_bytes * 8 / back.rate_bps + back.delay_s)
+
+
+def longest_rtt_from(net: Network, src: int, data_bytes: int, ack_bytes: int) -> float:
+    """max(path_rtt) over every path from host `src` to every other host, without listing
+    the paths: per plane, the worst host link down from each T0, then the worst spine and T0
+    beyond it. Host pairs x paths grow as hosts^2 x spines; this grows as T0s x spines."""
+    fabric = net.fabric
+    hop = lambda a, b: _hop_rtt(net, a, b, data_bytes, ack_bytes)  # noqa: E731
+    me, best = fabric.host_name(src), 0.0
+    per_t0 = fabric.hosts_per_t0
+    for plane in range(fabric.planes):
+        home = fabric.nic(src, plane).t0
+        t0s = [fabric.t0(plane, t).name for t in range(fabric.t0_per_plane)]
+        down = []  # per T0: the worst link down to one of its hosts other than src
+        for t, name in enumerate(t0s):
+            hosts = [h for h in range(t * per_t0, (t + 1) * per_t0) if h != src]
+            down.append(max((hop(name, fabric.host_name(h)) for h in hosts), default=None))
+        up = hop(me, t0s[home])
+        if down[home] is not None:
+            best = max(best, up + down[home])
+        for spine in range(fabric.t1_per_plane):
+            s = fabric.t1(plane, spine).name
+            far = [hop(s, t0s[t]) + down[t] for t in range(len(t0s))
+                   if t != home and down[t] is not None]
+            if far:
+                best = max(best, up + hop(t0s[home], s) + max(far))
+    return best
+
+
 def capacity_bps(net: Network, senders: Iterable[int], receivers: Iterable[int]) -> float:
     """Max-flow (Edmonds-Karp) from the senders' NICs to the receivers' NICs over live links."""
     send, recv = set(senders), set(receivers)

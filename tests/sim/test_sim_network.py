@@ -299,3 +299,18 @@ def test_invalid_configuration_is_rejected() -> None:
         net.set_loss(net.link("p0l0", "p0s0"), 1.5)
     with pytest.raises(SimulationError):
         loop.at(-1.0, print)
+
+
+def test_longest_rtt_from_a_host_is_the_longest_of_its_paths() -> None:
+    """base_rtt_for walks T0s and spines instead of every path to every host (hosts^2 x
+    spines); it must give what listing the paths gives, also with one link slowed down."""
+    from fabric.options import PRESETS
+    from sim.harness import Harness, SimSettings
+
+    fabric = Fabric(*PRESETS["hosts-16"])
+    h = Harness(fabric, SimSettings())
+    h.net.set_link_rate(h.net.link(fabric.t0(0, 0).name, fabric.t1(0, 1).name), 1e9)
+    h.net.set_link_rate(h.net.host_link(9, 3), 2e9)
+    for src in range(fabric.hosts):
+        listed = max(h.path_rtt(src, dst) for dst in range(fabric.hosts) if dst != src)
+        assert h.base_rtt_for(src) == pytest.approx(listed, rel=1e-12), src
