@@ -6,11 +6,11 @@ so the two address frames identically.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from ipaddress import IPv6Address
 
-from fabric.hostpaths import HostPath, all_host_paths
+from fabric.hostpaths import HostPath, all_host_paths, host_paths
 from fabric.topology import Fabric
 from host_agent.core import PathInfo
 
@@ -26,7 +26,8 @@ class Carrier(IPv6Address):
     __slots__ = ("_hash",)
 
     def __init__(self, address: object) -> None:
-        super().__init__(address)  # type: ignore[arg-type]
+        # an address given as an address is taken by value: as text it would be parsed again
+        super().__init__(int(address) if isinstance(address, IPv6Address) else address)  # type: ignore[arg-type]
         self._hash = super().__hash__()
 
     def __hash__(self) -> int:
@@ -51,7 +52,7 @@ class HostConfig:
     host: int
     planes: int
     nics: tuple[NicConfig, ...]  # indexed by plane
-    paths: dict[int, tuple[PathInfo, ...]]  # peer host -> every route to it
+    paths: Mapping[int, tuple[PathInfo, ...]]  # peer host -> every route to it
     peer_address: dict[tuple[int, int], IPv6Address]  # (peer, plane) -> peer NIC address
 
     @classmethod
@@ -77,7 +78,18 @@ class HostConfig:
 
     @classmethod
     def from_fabric(cls, fabric: Fabric, host: int) -> HostConfig:
-        return cls.from_paths(host, fabric.planes, all_host_paths(fabric, host))
+        """The same config as from the path export, with each peer's routes made when first
+        asked for (_FabricRoutes): a host of a 1,024-host fabric has 261,888 routes, and a
+        simulated host uses those to the one or two peers it talks to."""
+        first = 1 if host == 0 else 0  # any other host: its paths give this host's NICs
+        if not 0 <= host < fabric.hosts or first >= fabric.hosts:  # refused as from_paths does
+            return cls.from_paths(host, fabric.planes, all_host_paths(fabric, host)
+                                  if 0 <= host < fabric.hosts else [])
+        nics = cls.from_paths(host, fabric.planes, host_paths(fabric, host, first)).nics
+        peer_address = {(peer, plane): fabric.nic(peer, plane).address
+                        for peer in range(fabric.hosts) if peer != host
+                        for plane in range(fabric.planes)}
+        return cls(host, fabric.planes, nics, _FabricRoutes(fabric, host), peer_address)
 
     def peer_of(self) -> dict[IPv6Address, int]:
         return {addr: peer for (peer, _), addr in self.peer_address.items()}
@@ -87,3 +99,32 @@ def qpn_for(host: int, lane: int = 0) -> int:
     """QPN convention: a host's QP on lane L towards peer P is (L + 1) * 0x100 + P, so the
     peer's is (L + 1) * 0x100 + me."""
     return ((lane + 1) << 8) + host
+
+
+class _FabricRoutes(Mapping[int, tuple[PathInfo, ...]]):
+    """peer -> its routes from `host`, as HostConfig.from_paths would hold them, each peer's
+    made once, when first asked for."""
+
+    def __init__(self, fabric: Fabric, host: int) -> None:
+        self._fabric, self._host = fabric, host
+        self._made: dict[int, tuple[PathInfo, ...]] = {}
+
+    def __getitem__(self, peer: int) -> tuple[PathInfo, ...]:
+        routes = self._made.get(peer)
+        if routes is None:
+            if peer not in self:
+                raise KeyError(peer)
+            routes = self._made[peer] = tuple(
+                PathInfo(plane=p.plane, route=Carrier(p.route))
+                for p in host_paths(self._fabric, self._host, peer))
+        return routes
+
+    def __contains__(self, peer: object) -> bool:
+        return (type(peer) is int and 0 <= peer < self._fabric.hosts
+                and peer != self._host)
+
+    def __iter__(self) -> Iterator[int]:
+        return (p for p in range(self._fabric.hosts) if p != self._host)
+
+    def __len__(self) -> int:
+        return self._fabric.hosts - 1
