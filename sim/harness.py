@@ -116,15 +116,17 @@ class Harness:
         """The longest unloaded RTT from `host` to any other host (the endpoint's RTT hint)."""
         if self.fabric.hosts < 2:
             return self.path_rtt(host, host)
-        data = DATA_HEADERS_LEN + self.adapter_mtu()
-        ack = FRAME_HEADERS_LEN + BTH_LEN + SACK_LEN + CC_STATE_LEN
-        return metrics.longest_rtt_from(self.net, host, data, ack)
+        return metrics.longest_rtt_from(self.net, host, *self._frame_sizes())
 
     def path_rtt(self, src: int, dst: int) -> float:
-        data = DATA_HEADERS_LEN + self.adapter_mtu()
-        ack = FRAME_HEADERS_LEN + BTH_LEN + SACK_LEN + CC_STATE_LEN
+        data, ack = self._frame_sizes()
         return max(metrics.path_rtt(self.net, p, data, ack)
                    for p in self.fabric.all_paths(src, dst))
+
+    def _frame_sizes(self) -> tuple[int, int]:
+        """Bytes of a full data frame and of a SACK frame: what an RTT is measured with."""
+        return (DATA_HEADERS_LEN + self.adapter_mtu(),
+                FRAME_HEADERS_LEN + BTH_LEN + SACK_LEN + CC_STATE_LEN)
 
     def adapter_mtu(self) -> int:
         return (self.config or EndpointConfig()).mtu

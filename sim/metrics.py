@@ -28,11 +28,9 @@ def path_rtt(net: Network, path: Path, data_bytes: int, ack_bytes: int) -> float
     nodes = [fabric.host_name(path.src.host), *path.hops, fabric.host_name(path.dst.host)]
     total = 0.0
     for a, b in zip(nodes, nodes[1:], strict=False):
-        link = net.link(a, b)
-        out = next(p for p in link.ports if p.node.name == a)
-        back = next(p for p in link.ports if p.node.name == b)
-        total += data_bytes * 8 / out.rate_bps + out.delay_s
-        total += ack_bytes * 8 / back.rate_bps + back.delay_s
+        out, back = _hop_times(net, a, b, data_bytes, ack_bytes)
+        total += out
+        total += back
     return total
 
 
@@ -44,19 +42,26 @@ def _rx(host: str) -> str:
     return host + "/rx"
 
 
-def _hop_rtt(net: Network, a: str, b: str, data_bytes: int, ack_bytes: int) -> float:
-    """A data frame from a to b and an ack frame back over their link, store-and-forward."""
+def _hop_times(net: Network, a: str, b: str, data_bytes: int,
+               ack_bytes: int) -> tuple[float, float]:
+    """A data frame from a to b, and an ack frame back, over their link, store-and-forward."""
     link = net.link(a, b)
     out = next(p for p in link.ports if p.node.name == a)
     back = next(p for p in link.ports if p.node.name == b)
-    return (data_bytes * 8 / out.rate_bps + out.delay_s
-            + ack_bytes * 8 / back.rate_bps + back.delay_s)
+    return (data_bytes * 8 / out.rate_bps + out.delay_s,
+            ack_bytes * 8 / back.rate_bps + back.delay_s)
+
+
+def _hop_rtt(net: Network, a: str, b: str, data_bytes: int, ack_bytes: int) -> float:
+    out, back = _hop_times(net, a, b, data_bytes, ack_bytes)
+    return out + back
 
 
 def longest_rtt_from(net: Network, src: int, data_bytes: int, ack_bytes: int) -> float:
     """max(path_rtt) over every path from host `src` to every other host, without listing
     the paths: per plane, the worst host link down from each T0, then the worst spine and T0
-    beyond it. Host pairs x paths grow as hosts^2 x spines; this grows as T0s x spines."""
+    beyond it. Listing the paths costs hosts x spines per plane; this costs hosts + T0s x
+    spines (the host links are still looked at again for every source host)."""
     fabric = net.fabric
     hop = lambda a, b: _hop_rtt(net, a, b, data_bytes, ack_bytes)  # noqa: E731
     me, best = fabric.host_name(src), 0.0

@@ -140,8 +140,7 @@ def _encode_data(p: DataPacket) -> bytes:
             if payload:
                 raise BadField("imm is required on an IMM opcode unless the packet is trimmed")
             return hdr
-        if not 0 <= p.imm <= _IMM_MAX:
-            raise BadField(f"imm={p.imm!r} does not fit in 32 unsigned bits")
+        check_fields("", p, F.IMMDT)  # the packet's imm: "imm=... does not fit ..."
         return hdr + _S_IMM.pack(p.imm) + payload
     if p.imm is not None:
         raise BadField(f"imm set on opcode 0x{p.bth.opcode:02X}, which carries no ImmDt")

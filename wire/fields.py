@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wire.frame import BadField
+from wire.frame import BadField, check_bits
 
 
 @dataclass(frozen=True)
@@ -130,12 +130,13 @@ def minimum(header: tuple[Word, ...], name: str) -> int:
 def check_fields(prefix: str, obj: object, header: tuple[Word, ...],
                  skip: frozenset[str] = frozenset()) -> None:
     """Raise BadField for the first attribute of `obj` named in `header` whose value does
-    not fit its field (`prefix`.name in the message); reserved fields and `skip` aside."""
+    not fit its field (`prefix`.name in the message, or the bare name with no prefix);
+    reserved fields and `skip` aside."""
     for f in fields(header):
         if not f.name or f.name in skip or not hasattr(obj, f.name):
             continue
-        value = getattr(obj, f.name)
-        low = -(1 << (f.bits - 1)) if f.signed else 0
-        if not low <= value < low + (1 << f.bits):
-            raise BadField(f"{prefix}.{f.name}={value!r} does not fit in {f.bits} "
-                           f"{'signed' if f.signed else 'unsigned'} bits")
+        name, value = f"{prefix}.{f.name}" if prefix else f.name, getattr(obj, f.name)
+        if not f.signed:
+            check_bits(name, value, f.bits)
+        elif not -(1 << (f.bits - 1)) <= value < 1 << (f.bits - 1):
+            raise BadField(f"{name}={value!r} does not fit in {f.bits} signed bits")
