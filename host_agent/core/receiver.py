@@ -40,7 +40,6 @@ _TRIM_REASON = {
 _NOT_LAST = (wire.OP_WRITE_FIRST, wire.OP_WRITE_MIDDLE)  # no message ends with these
 
 
-
 class Receiver:
     def __init__(
         self,
