@@ -95,6 +95,7 @@ class Harness:
         self.peer_plane_events: list[tuple[float, int, int, int, bool]] = []
         self.ev_changes = 0
         self.listeners: list[Callable[[float, HostAdapter, Event], None]] = []
+        self._rtt_table: metrics.RttTable | None = None
 
     # --- setup ------------------------------------------------------------------------------
     def adapter(self, host: int) -> HostAdapter:
@@ -116,7 +117,11 @@ class Harness:
         """The longest unloaded RTT from `host` to any other host (the endpoint's RTT hint)."""
         if self.fabric.hosts < 2:
             return self.path_rtt(host, host)
-        return metrics.longest_rtt_from(self.net, host, *self._frame_sizes())
+        data, ack = self._frame_sizes()
+        table = self._rtt_table
+        if table is None or not table.current(self.net, data, ack):
+            table = self._rtt_table = metrics.RttTable(self.net, data, ack)
+        return table.longest_rtt_from(host)
 
     def path_rtt(self, src: int, dst: int) -> float:
         data, ack = self._frame_sizes()

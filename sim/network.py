@@ -270,6 +270,7 @@ class Network:
         self.queues = queues or QueueConfig()
         self.rng = random.Random(seed)
         self.sim_drops: Counter[str] = Counter()
+        self.rate_changes = 0  # link rates set since the start: RTT figures made before are stale
         self.codec = Codec.committed()
         self.program = program or self.controller_tables
         self.switches = {s.name: SwitchNode(self, s) for s in fabric.switches}
@@ -324,6 +325,7 @@ class Network:
             raise NetworkConfigError("link rate must be > 0")
         for port in link.ports:
             port.rate_bps = rate_bps
+        self.rate_changes += 1
 
     def set_loss(self, link: LinkState, probability: float) -> None:
         if not 0.0 <= probability < 1.0:

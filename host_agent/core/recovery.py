@@ -44,6 +44,7 @@ packet leaves the index when it is acknowledged, declared lost or resent (forget
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -91,6 +92,7 @@ class OutPkt:
 
 @dataclass(slots=True)
 class _PathState:
+    order: int  # when the path was first seen: detect() reports in this order
     queue: OrderedDict[int, OutPkt] = field(default_factory=OrderedDict)  # by tx_seq
     rack_seq: int = -1  # newest-sent delivered transmission on this path...
     rack_rtt: float = 0.0  # ...and its RTT
@@ -99,31 +101,53 @@ class _PathState:
     silent_losses: int = 0  # rule-B losses since the path's last delivery
     busy: bool = False  # something was still in flight on the path at its last delivery
     max_pause: float = 0.0  # longest wait between deliveries while the path stayed busy
+    heaped: int = -1  # the head tx_seq last put on its plane's heap (no duplicates)
 
 
 class LossDetector:
-    """Rules A and B of the module docstring, evaluated path by path."""
+    """Rules A and B of the module docstring, evaluated path by path.
+
+    Why it keeps a watch list: a connection sprayed over hundreds of paths gets a SACK per
+    packet, and looking at every path on each one cost more than the rest of the SACK's
+    handling (docs/decisions.md, "Loss detection looks only at watched paths"). A rule can
+    only apply to a path's oldest packet in flight (its head) once a later transmission on
+    the path was delivered (rule A) or the plane's newest delivery is `reorder_threshold`
+    transmissions past it (rule B); both only grow until the head changes. So detect()
+    evaluates just the watched paths, whose head a rule applies to; a path is re-judged when
+    its head or its own deliveries change (`_dirty`), and a plane's unwatched heads wait on a
+    heap ordered by tx_seq until the plane's newest delivery passes them."""
 
     def __init__(self, reorder_threshold: int) -> None:
         self._threshold = reorder_threshold
         self._paths: dict[PathInfo, _PathState] = {}
         # per plane: the newest-sent transmission known delivered and its RTT (rule B)
         self._planes: dict[int, tuple[int, float]] = {}
+        self._watched: dict[PathInfo, _PathState] = {}
+        self._dirty: set[PathInfo] = set()
+        self._heads: dict[int, list[tuple[int, int, PathInfo]]] = {}  # plane -> heap
 
     def _state(self, path: PathInfo) -> _PathState:
         state = self._paths.get(path)
         if state is None:
-            state = self._paths[path] = _PathState()
+            state = self._paths[path] = _PathState(len(self._paths))
         return state
 
     def sent(self, pkt: OutPkt) -> None:
-        assert pkt.path is not None
-        (self._paths.get(pkt.path) or self._state(pkt.path)).queue[pkt.tx_seq] = pkt
+        path = pkt.path
+        assert path is not None
+        queue = (self._paths.get(path) or self._state(path)).queue
+        if not queue:
+            self._dirty.add(path)
+        queue[pkt.tx_seq] = pkt
 
     def forget(self, pkt: OutPkt) -> None:
         """`pkt`'s latest transmission is no longer in flight."""
-        assert pkt.path is not None
-        del self._paths[pkt.path].queue[pkt.tx_seq]
+        path = pkt.path
+        assert path is not None
+        queue = self._paths[path].queue
+        if next(iter(queue)) == pkt.tx_seq:
+            self._dirty.add(path)
+        del queue[pkt.tx_seq]
 
     def delivered(self, path: PathInfo, tx_seq: int, rtt: float, now: float) -> None:
         """An unambiguous transmission on `path`, sent `rtt` seconds ago, arrived, as told by
@@ -137,6 +161,7 @@ class LossDetector:
         state.busy = bool(state.queue)
         if tx_seq > state.rack_seq:
             state.rack_seq, state.rack_rtt = tx_seq, rtt
+            self._dirty.add(path)
         decayed = state.rtt_max * _RTT_MAX_DECAY
         state.rtt_max = rtt if rtt > decayed else decayed  # max(rtt, decayed)
         newest = self._planes.get(path.plane)
@@ -149,15 +174,45 @@ class LossDetector:
         jitter")."""
         return {path: state.max_pause for path, state in self._paths.items()}
 
+    def _update_watch(self) -> None:
+        """Watch the paths whose head a rule now applies to; heap the other heads."""
+        planes, watched, threshold = self._planes, self._watched, self._threshold
+        for path in self._dirty:
+            state = self._paths[path]
+            if not state.queue:
+                watched.pop(path, None)
+                continue
+            head = next(iter(state.queue))
+            if head < state.rack_seq or head <= planes.get(path.plane, (-1,))[0] - threshold:
+                watched[path] = state
+                continue
+            watched.pop(path, None)
+            if state.heaped != head:
+                state.heaped = head
+                heapq.heappush(self._heads.setdefault(path.plane, []),
+                               (head, state.order, path))
+        self._dirty.clear()
+        for plane, heap in self._heads.items():
+            below = planes.get(plane, (-1,))[0] - threshold
+            while heap and heap[0][0] <= below:
+                head, _, path = heapq.heappop(heap)
+                state = self._paths[path]
+                if state.queue and next(iter(state.queue)) == head:
+                    watched[path] = state
+
     def detect(
         self, now: float, reorder_window: float, fallback_patience: float
     ) -> tuple[list[OutPkt], float | None, list[PathInfo]]:
         """Packets lost by now (each at most once), when to look again if some may be, and the
         paths that went dark (module docstring)."""
+        self._update_watch()
         lost: list[OutPkt] = []
         dark: list[PathInfo] = []
         recheck: float | None = None
-        for path, state in self._paths.items():
+        watched = self._watched.items()
+        if len(self._watched) > 1:
+            watched = sorted(watched, key=lambda item: item[1].order)
+        for path, state in watched:
             newest = self._planes.get(path.plane, (-1, 0.0))
             rule_b_below = newest[0] - self._threshold  # rule B needs tx_seq <= this
             for pkt in state.queue.values():

@@ -309,8 +309,10 @@ def test_longest_rtt_from_a_host_is_the_longest_of_its_paths() -> None:
 
     fabric = Fabric(*PRESETS["hosts-16"])
     h = Harness(fabric, SimSettings())
+    before = h.base_rtt_for(9)
     h.net.set_link_rate(h.net.link(fabric.t0(0, 0).name, fabric.t1(0, 1).name), 1e9)
     h.net.set_link_rate(h.net.host_link(9, 3), 2e9)
+    assert h.base_rtt_for(9) > before  # the table made before the change is not reused
     for src in range(fabric.hosts):
         listed = max(h.path_rtt(src, dst) for dst in range(fabric.hosts) if dst != src)
         assert h.base_rtt_for(src) == pytest.approx(listed, rel=1e-12), src
