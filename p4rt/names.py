@@ -62,7 +62,7 @@ ROUTING_V6_TABLE_SIZE = 1024
 
 # ---- action profile (ECMP) ----------------------------------------------------------------
 ECMP_SELECTOR = "IngressPipeImpl.ecmp_selector"
-ECMP_SELECTOR_SIZE = 1024
+ECMP_SELECTOR_SIZE = 4096  # summed weights of a T0's groups: T0s x spines (2,016 at hosts-1024)
 ECMP_HASH_BITS = 16  # crc16 over the 5-tuple and flow label
 
 # ---- counters -----------------------------------------------------------------------------

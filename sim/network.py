@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from p4.v1 import p4runtime_pb2
+
 from controller.tables import (
     DEFAULT_ECN_THRESHOLD,
     DEFAULT_TRIM_THRESHOLD,
@@ -36,6 +38,7 @@ from controller.tables import (
 from fabric.topology import Fabric, Switch, TopologyError
 from p4rt import names as N
 from p4rt.codec import Codec
+from p4rt.entities import Entity
 from sim.engine import EventLoop
 from softswitch.pipeline import Pipeline
 from softswitch.queues import DEFAULT_DEPTH
@@ -272,6 +275,7 @@ class Network:
         self.sim_drops: Counter[str] = Counter()
         self.rate_changes = 0  # link rates set since the start: RTT figures made before are stale
         self.codec = Codec.committed()
+        self._inserts: dict[Entity, p4runtime_pb2.Update] = {}
         self.program = program or self.controller_tables
         self.switches = {s.name: SwitchNode(self, s) for s in fabric.switches}
         self.hosts = [HostNode(self, fabric.host_name(h), h) for h in range(fabric.hosts)]
@@ -287,11 +291,19 @@ class Network:
         except TopologyError as exc:
             raise NetworkConfigError(str(exc)) from None
         state = DeviceState(self.codec.index)
-        updates = [self.codec.update("INSERT", e) for e in tables.entities()]
+        updates = [self._insert(e) for e in tables.entities()]
         errors = [e for e in state.write(updates) if e is not None]
         if errors:
             raise NetworkConfigError(f"{switch.name}: tables rejected: {errors[0]}")
         return state
+
+    def _insert(self, entity: Entity) -> p4runtime_pb2.Update:
+        """The INSERT of `entity`, encoded once per fabric: the T0s of a plane share their
+        routes and groups, and the device state copies what it keeps."""
+        update = self._inserts.get(entity)
+        if update is None:
+            update = self._inserts[entity] = self.codec.update("INSERT", entity)
+        return update
 
     def _wire(self, a: str, a_port: int, b: str, b_port: int) -> None:
         state = LinkState(a, b)

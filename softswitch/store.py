@@ -36,6 +36,7 @@ class Group:
         self.member_ids = [m.member_id for m in proto.members]
         ordered = sorted(proto.members, key=lambda m: handles[m.member_id])
         self.slots: list[int] = [m.member_id for m in ordered for _ in range(m.weight)]
+        self.weights = len(self.slots)  # what the group takes of a SumOfWeights profile
 
 
 class DeviceState:
@@ -295,7 +296,8 @@ class DeviceState:
         if op == INSERT and len(groups) >= info.size:
             raise P4RTError(grpc.StatusCode.RESOURCE_EXHAUSTED,
                             f"action profile {info.name} holds at most {info.size} groups")
-        others = sum(used(grp.proto) for gid, grp in groups.items() if gid != g.group_id)
+        others = sum(len(grp.member_ids) if info.sum_of_members else grp.weights
+                     for gid, grp in groups.items() if gid != g.group_id)
         if others + size > info.size:
             raise P4RTError(grpc.StatusCode.RESOURCE_EXHAUSTED,
                             f"{where}: action profile {info.name} would hold "

@@ -70,7 +70,7 @@ const bit<32> DROP_REASON_COUNT = 5;
 
 /* Sizes of counters, register, tables and the ECMP selector. */
 const bit<32> PORT_COUNT = 512;
-const bit<32> ECMP_SELECTOR_SIZE = 1024;
+const bit<32> ECMP_SELECTOR_SIZE = 4096;  /* summed member weights: 63 remote T0s x 32 spines at hosts-1024 */
 const bit<32> ECMP_HASH_BITS = 16;
 const bit<32> MY_USID_TABLE_SIZE = 64;
 const bit<32> USID_FWD_TABLE_SIZE = 1024;
