@@ -32,17 +32,16 @@ import os
 import signal
 import socket
 import sys
-from typing import Any
 
 from fabric import hostpaths
 from fabric.options import add_fabric_args, fabric_from_args
 from fabric.topology import TopologyError
 from host_agent.commands import Commands
 from host_agent.control import ControlServer, RequestError
-from host_agent.core import Endpoint, EndpointConfig, EvConfig, RecoveryMode
+from host_agent.core import Endpoint, EndpointConfig
 from host_agent.driver import Driver
 from host_agent.hostconfig import HostConfig, HostConfigError
-from host_agent.modes import MODE_HELP, MRC_MODE, AgentMode
+from host_agent.modes import MODE_HELP, MRC_MODE, AgentMode, roce_endpoint_config
 from host_agent.nic import NicError, kernel_setup
 from wire.layout import FULL_DATA_FRAME_LEN
 
@@ -182,19 +181,6 @@ def line_rate_bps(nic_rate_pps: float | None, planes: int, sprays: bool) -> floa
     if nic_rate_pps <= 0:
         raise ValueError(f"--nic-rate {nic_rate_pps:g}: must be > 0 packets/s")
     return nic_rate_pps * FULL_DATA_FRAME_LEN * 8 * (planes if sprays else 1)
-
-
-def roce_endpoint_config(base_rtt: float, line_rate_bps: float | None = None,
-                         **overrides: Any) -> EndpointConfig:
-    """Per QP: one EV, no backups, the floor at one EV (a failed path keeps being retried, as
-    in RoCE), go-back-N recovery, and a window a timeout does not shrink (RoCE has no window;
-    DCQCN lowers the rate on congestion notifications only, so after a timeout a QP resends
-    at the rate it had: docs/decisions.md, "The RoCE-like baseline keeps its rate")."""
-    ev = EvConfig.for_base_rtt(base_rtt, evs_per_connection=1, backups_per_plane=0,
-                               ev_min_active=1)
-    return EndpointConfig.for_base_rtt(base_rtt, line_rate_bps, ev=ev,
-                                       recovery=RecoveryMode.GO_BACK_N,
-                                       cc_overrides={"timeout_factor": 1.0}, **overrides)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
-from host_agent.core import PathInfo
+from host_agent.core import EndpointConfig, EvConfig, PathInfo, RecoveryMode
 from host_agent.hostconfig import Carrier, HostConfig
 
 MAX_QPS = 64  # QPs per peer a roce agent opens: the paper's largest sweep is 16
@@ -89,3 +90,16 @@ def stripe(length: int, lanes: int, unit: int) -> list[tuple[int, int]]:
 
 
 MRC_MODE = AgentMode()
+
+
+def roce_endpoint_config(base_rtt: float, line_rate_bps: float | None = None,
+                         **overrides: Any) -> EndpointConfig:
+    """Per QP: one EV, no backups, the floor at one EV (a failed path keeps being retried, as
+    in RoCE), go-back-N recovery, and a window a timeout does not shrink (RoCE has no window;
+    DCQCN lowers the rate on congestion notifications only, so after a timeout a QP resends
+    at the rate it had: docs/decisions.md, "The RoCE-like baseline keeps its rate")."""
+    ev = EvConfig.for_base_rtt(base_rtt, evs_per_connection=1, backups_per_plane=0,
+                               ev_min_active=1)
+    return EndpointConfig.for_base_rtt(base_rtt, line_rate_bps, ev=ev,
+                                       recovery=RecoveryMode.GO_BACK_N,
+                                       cc_overrides={"timeout_factor": 1.0}, **overrides)

@@ -22,6 +22,7 @@ from fabric.options import (
     write_json,
 )
 from fabric.topology import TopologyError
+from host_agent.modes import MODE_HELP, ModeError
 from sim.harness import SimSettings
 from sim.network import NetworkConfigError, QueueConfig
 from sim.scenarios import SCENARIOS, ScenarioError, run_scenario
@@ -44,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ecn-threshold", type=int, default=defaults.ecn_threshold)
     p.add_argument("--trim-threshold", type=int, default=defaults.trim_threshold)
     p.add_argument("--chunk", type=int, default=SimSettings.chunk, help="bytes per RDMA WRITE")
+    p.add_argument("--contender", default=SimSettings.contender, metavar="MODE",
+                   help="the transport every host runs, as the bench names it: " + MODE_HELP)
     add_fabric_args(p, default=None)
     add_link_delay_arg(p, SimSettings.delay_s * 1000)
     return p
@@ -52,7 +55,8 @@ def _parser() -> argparse.ArgumentParser:
 def _report(r: dict[str, Any]) -> str:
     f = r["fabric"]
     lines = [
-        f"scenario {r['scenario']} (seed {r['seed']}): {'OK' if r['ok'] else 'FAILED'}",
+        f"scenario {r['scenario']}, {r['contender']} (seed {r['seed']}): "
+        f"{'OK' if r['ok'] else 'FAILED'}",
         f"  fabric: {f['planes']} planes x {f['t0_per_plane']} T0 x {f['t1_per_plane']} T1, "
         f"{f['hosts']} hosts, {f['link_rate_bps'] / 1e9:g} Gb/s links, {f['delay_s'] * 1e6:g} us",
         f"  {r['bytes']} bytes in {r['duration_s'] * 1e3:.3f} ms simulated: goodput "
@@ -82,12 +86,12 @@ def main(argv: list[str] | None = None) -> int:
         queues = QueueConfig(capacity=args.queue, ecn_threshold=args.ecn_threshold,
                              trim_threshold=args.trim_threshold)
         settings = SimSettings(rate_bps=args.line_rate, delay_s=link_delay_s(args), queues=queues,
-                               seed=args.seed, chunk=args.chunk)
+                               seed=args.seed, chunk=args.chunk, contender=args.contender)
         if args.chunk < 1:
             raise ScenarioError("--chunk must be at least 1 byte")
         result = run_scenario(args.scenario, size=args.size, settings=settings,
                               fabric=named_fabric(args))
-    except (ScenarioError, NetworkConfigError, TopologyError) as exc:
+    except (ScenarioError, NetworkConfigError, TopologyError, ModeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if not json_to_stdout(args):

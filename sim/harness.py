@@ -34,6 +34,7 @@ from host_agent.core import (
     WriteCompleted,
     WriteFailed,
 )
+from host_agent.modes import MRC, AgentMode, roce_endpoint_config, stripe
 from sim import metrics
 from sim.engine import EventLoop
 from sim.host import HostAdapter
@@ -48,6 +49,7 @@ class SimSettings:
     queues: QueueConfig = field(default_factory=QueueConfig)
     seed: int = 1
     chunk: int = 256 * 1024  # bytes per post_write; the last write of a transfer has no imm
+    contender: str = MRC  # an agent mode (host_agent.modes): mrc, roce, roce:K, single_port
 
 
 @dataclass
@@ -55,7 +57,7 @@ class Transfer:
     sender: int
     receiver: int
     data: bytes
-    send_qpn: int
+    send_qpn: int  # lane 0's QPs
     recv_qpn: int
     va: int = 0
     rkey: int = 0
@@ -67,6 +69,7 @@ class Transfer:
     failed: list[int] = field(default_factory=list)
     done_at: float | None = None
     progress: list[tuple[float, int]] = field(default_factory=list)  # (time, bytes received)
+    lanes: list[tuple[int, int]] = field(default_factory=list)  # (send QPN, receive QPN) per QP
 
     @property
     def done(self) -> bool:
@@ -77,6 +80,7 @@ class Harness:
     def __init__(self, fabric: Fabric, settings: SimSettings,
                  config: EndpointConfig | None = None) -> None:
         self.fabric, self.settings = fabric, settings
+        self.mode = AgentMode.parse(settings.contender, fabric.planes)
         self.loop = EventLoop()
         self.net = Network(fabric, self.loop, rate_bps=settings.rate_bps, delay_s=settings.delay_s,
                            queues=settings.queues, seed=settings.seed)
@@ -103,12 +107,15 @@ class Harness:
             config = self.config or self.fabric_config(host)
             ep = Endpoint(config, planes=self.fabric.planes, name=self.fabric.host_name(host),
                           seed=self.settings.seed * 1_000_003 + host)
-            self.adapters[host] = HostAdapter(self.net, host, ep, self._on_event)
+            self.adapters[host] = HostAdapter(self.net, host, ep, self._on_event, mode=self.mode)
         return self.adapters[host]
 
     def fabric_config(self, host: int) -> EndpointConfig:
-        """Timers scaled to this fabric's RTT; NSCC window sized to the host's summed NIC rate."""
+        """Timers scaled to this fabric's RTT; NSCC window sized to the host's summed NIC rate
+        (a RoCE-like QP: one NIC's rate, and the agent's RoCE-like configuration)."""
         rtt = self.base_rtt_for(host)
+        if not self.mode.is_mrc:
+            return roce_endpoint_config(rtt, self.settings.rate_bps)
         line_rate = self.fabric.planes * self.settings.rate_bps
         nscc = NsccConfig.for_link(line_rate, rtt, mtu=DEFAULT_MTU)
         return EndpointConfig.for_base_rtt(rtt, line_rate, cc_factory=functools.partial(Nscc, nscc))
@@ -140,15 +147,16 @@ class Harness:
         if size <= 0:
             raise ValueError(f"transfer size must be positive, got {size}")
         tx, rx = self.adapter(sender), self.adapter(receiver)
-        sq, rq = self._qpn(sender), self._qpn(receiver)
-        t = Transfer(sender, receiver, self.rng.randbytes(size), sq, rq)
+        lanes = [(self._qpn(sender), self._qpn(receiver)) for _ in range(self.mode.qps)]
+        t = Transfer(sender, receiver, self.rng.randbytes(size), *lanes[0], lanes=lanes)
         region = rx.endpoint.register_memory(size)
         t.va, t.rkey, t.buffer = region.va, region.rkey, region.buffer
-        tx.connect(receiver, sq, rq)
-        rx.connect(sender, rq, sq)
+        for lane, (sq, rq) in enumerate(lanes):
+            tx.connect(receiver, sq, rq, lane=lane)
+            rx.connect(sender, rq, sq, lane=lane)
+            self._by_qpn[(sender, sq)] = t
+            self._by_qpn[(receiver, rq)] = t
         self.transfers.append(t)
-        self._by_qpn[(sender, sq)] = t
-        self._by_qpn[(receiver, rq)] = t
         return t
 
     def _qpn(self, host: int) -> int:
@@ -161,18 +169,29 @@ class Harness:
         now = self.loop.now
         self.start_time = now
         self.note_capacity()
-        chunk = self.settings.chunk
         for t in self.transfers:
-            ep = self.adapters[t.sender].endpoint
-            offsets = range(0, len(t.data), chunk)
-            for i, off in enumerate(offsets):
-                imm = i if off + chunk < len(t.data) else None
-                ep.post_write(t.send_qpn, t.data[off:off + chunk], t.va + off, t.rkey,
-                              imm=imm, now=now)
-            t.writes = len(offsets)
+            self._post(t, now)
             self.pending += 1
         for t in self.transfers:
             self.adapters[t.sender].wake()
+
+    def _post(self, t: Transfer, now: float) -> None:
+        """Post a transfer's writes, `chunk` bytes each; with several QPs (roce:K) each write
+        is striped over them in MTU-aligned parts, as the agent does, and carries no imm."""
+        ep = self.adapters[t.sender].endpoint
+        chunk, size = self.settings.chunk, len(t.data)
+        for i, off in enumerate(range(0, size, chunk)):
+            length = min(chunk, size - off)
+            if len(t.lanes) == 1:
+                parts = [(0, length)]
+            else:
+                parts = stripe(length, len(t.lanes), self.adapter_mtu())
+            for lane, (part, part_len) in enumerate(parts):
+                imm = i if len(t.lanes) == 1 and off + chunk < size else None
+                at = off + part
+                ep.post_write(t.lanes[lane][0], t.data[at:at + part_len], t.va + at, t.rkey,
+                              imm=imm, now=now)
+                t.writes += 1
 
     def run(self, time_limit: float) -> bool:
         return self.loop.run(until=time_limit, done=lambda: self.pending == 0)

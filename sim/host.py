@@ -12,6 +12,7 @@ from collections.abc import Callable
 from host_agent.adapter import EndpointAdapter
 from host_agent.core import Endpoint, Event
 from host_agent.hostconfig import HostConfig
+from host_agent.modes import MRC_MODE, AgentMode
 from sim.engine import SimulationError
 from sim.network import Network
 
@@ -25,11 +26,11 @@ class HostAdapter(EndpointAdapter):
     """Drives one Endpoint on one simulated host."""
 
     def __init__(self, net: Network, host: int, endpoint: Endpoint,
-                 listener: EventListener | None = None) -> None:
+                 listener: EventListener | None = None, mode: AgentMode = MRC_MODE) -> None:
         node = net.hosts[host]
         super().__init__(endpoint, HostConfig.from_fabric(net.fabric, host),
                          lambda plane, frame: node.send(plane, bytearray(frame)),
-                         on_event=self._on_event)
+                         on_event=self._on_event, mode=mode)
         self.net, self.host = net, host
         self.loop = net.loop
         self.listener = listener

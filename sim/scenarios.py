@@ -291,7 +291,7 @@ def run_scenario(name: str, *, size: int = 32 * 1024 * 1024, settings: SimSettin
     capacity = h.mean_capacity(end)
     ep = h.endpoint_totals()
     result: dict[str, Any] = {
-        "scenario": name, "seed": settings.seed,
+        "scenario": name, "contender": h.mode.name, "seed": settings.seed,
         "fabric": {"planes": f.planes, "t0_per_plane": f.t0_per_plane,
                    "t1_per_plane": f.t1_per_plane, "hosts_per_t0": f.hosts_per_t0,
                    "hosts": f.hosts, "link_rate_bps": settings.rate_bps,

@@ -3,9 +3,9 @@ and the RoCE-like baseline's window survives a timeout."""
 
 from __future__ import annotations
 
-from host_agent.agent import roce_endpoint_config
 from host_agent.core.cc import DEFAULT_MTU
 from host_agent.core.config import PSN_WINDOW_BDPS, EndpointConfig
+from host_agent.modes import roce_endpoint_config
 
 
 def test_the_psn_window_spans_several_bandwidth_delay_products() -> None:

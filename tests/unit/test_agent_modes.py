@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from fabric.topology import Fabric
-from host_agent.agent import Agent, roce_endpoint_config
+from host_agent.agent import Agent
 from host_agent.control import Reply
 from host_agent.core import DEFAULT_MTU, EndpointConfig, FailReason, WriteCompleted, WriteFailed
 from host_agent.hostconfig import HostConfig
-from host_agent.modes import MRC_MODE, ROCE, AgentMode, ModeError, stripe
+from host_agent.modes import MRC_MODE, ROCE, AgentMode, ModeError, roce_endpoint_config, stripe
 
 FABRIC = Fabric(planes=2, t0_per_plane=1, t1_per_plane=2, hosts_per_t0=2)
 
