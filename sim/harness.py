@@ -99,6 +99,8 @@ class Harness:
         self.peer_plane_events: list[tuple[float, int, int, int, bool]] = []
         self.ev_changes = 0
         self.listeners: list[Callable[[float, HostAdapter, Event], None]] = []
+        self.on_idle: Callable[[], None] | None = None  # every transfer done: post more?
+        self.planned_bytes = 0  # bytes the whole run moves, when more than the transfers hold
         self._rtt_table: metrics.RttTable | None = None
 
     # --- setup ------------------------------------------------------------------------------
@@ -193,6 +195,18 @@ class Harness:
                               imm=imm, now=now)
                 t.writes += 1
 
+    def repost(self, t: Transfer, data: bytes) -> None:
+        """Send `t` again with new data into the same receive buffer, on the same QPs (a
+        collective's next phase)."""
+        if len(data) != len(t.buffer):
+            raise ValueError(f"repost of {len(data)} bytes into a {len(t.buffer)}-byte buffer")
+        t.data, t.writes, t.completed, t.received, t.received_bytes = data, 0, 0, 0, 0
+        t.done_at = None
+        t.progress.clear()
+        self._post(t, self.loop.now)
+        self.pending += 1
+        self.adapters[t.sender].wake()
+
     def run(self, time_limit: float) -> bool:
         return self.loop.run(until=time_limit, done=lambda: self.pending == 0)
 
@@ -238,6 +252,8 @@ class Harness:
             self.pending -= 1
             if self.pending == 0:
                 self.end_time = now
+                if self.on_idle is not None:
+                    self.on_idle()
 
     # --- results ----------------------------------------------------------------------------
     def verified(self) -> bool:

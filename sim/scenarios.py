@@ -11,81 +11,46 @@ control packets are excluded. Failures happen at FAILURE_AT x the ideal transfer
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from fabric.topology import Fabric
 from host_agent.core import EndpointConfig, Event, PeerPlaneChanged
+from sim import collective, failures
 from sim.harness import Harness, SimSettings
 from sim.host import HostAdapter
-from sim.traffic import ConstantRateSource, CountingSink
-from wire import (
-    DATA_DSCPS,
-    decode_frame,
+from sim.scenario_kit import (
+    DEFAULT_FABRIC,
+    FAILURE_AT,
+    TIME_LIMIT_FACTOR,
+    DataCounter,
+    Finisher,
+    Scenario,
+    ScenarioError,
+    ideal_time,
+    ideal_time_for,
+    neighbour,
+    recovery,
+    single,
 )
+from sim.traffic import ConstantRateSource, CountingSink
 
-DEFAULT_FABRIC = Fabric(planes=4, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=2)
 INCAST_FABRIC = Fabric(planes=4, t0_per_plane=3, t1_per_plane=2, hosts_per_t0=3)
-FAILURE_AT = 0.3  # fraction of the ideal transfer time at which failures strike
 CONGESTION_AT = 0.25  # ecn: background load starts here
 BACKGROUND_SHARE = 0.8  # ecn: background rate as a fraction of the link rate
 LOSS_PROBABILITY = 0.01  # loss: on every link, both directions
 
-TIME_LIMIT_FACTOR = 50  # give up after this many ideal transfer times (+ 50 ms)
-
-Finisher = Callable[[dict[str, Any]], None]
-
-
-class ScenarioError(ValueError):
-    """Unknown scenario name or unusable parameters."""
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    fabric: Fabric
-    summary: str
-    setup: Callable[[Harness, int], Finisher]
-    min_hosts: int = 2  # on another fabric (--fabric): the hosts its setup names
-    min_hosts_per_t0: int = 1
-
-    def refusal(self, fabric: Fabric) -> str | None:
-        """Why `fabric` cannot run this scenario, or None."""
-        if fabric.t0_per_plane < 2:
-            return f"{self.name} sends across spines: it needs at least 2 T0 switches per plane"
-        if fabric.hosts < self.min_hosts or fabric.hosts_per_t0 < self.min_hosts_per_t0:
-            return (f"{self.name} needs at least {self.min_hosts} hosts and "
-                    f"{self.min_hosts_per_t0} per T0; the fabric has {fabric.hosts} and "
-                    f"{fabric.hosts_per_t0}")
-        return None
-
-
-def _ideal_time(h: Harness) -> float:
-    return len(h.transfers[0].data) * len(h.transfers) * 8 / h.capacity_log[-1][1]
-
-
-def _recovery(h: Harness, sender: HostAdapter, routes: set, t_fail: float) -> float:
-    last = max((sender.last_data_tx_route.get(r, -1.0) for r in routes), default=-1.0)
-    return max(0.0, last - t_fail) / h.base_rtt if last > t_fail else 0.0
-
-
-def _single(h: Harness, size: int) -> tuple[HostAdapter, int, int]:
-    src, dst = 0, h.fabric.hosts - 1  # first and last host: on different T0s (cross-spine)
-    h.add_transfer(src, dst, size)
-    return h.adapters[src], src, dst
-
 
 def _clean(h: Harness, size: int) -> Finisher:
-    _single(h, size)
+    single(h, size)
     return lambda result: None
 
 
 def _loss(h: Harness, size: int) -> Finisher:
-    sender, _, dst = _single(h, size)
+    sender, _, dst = single(h, size)
     for link in h.net.links.values():
         h.net.set_loss(link, LOSS_PROBABILITY)
-    arrived = _DataCounter(h, dst)
+    arrived = DataCounter(h, dst)
 
     def finish(result: dict[str, Any]) -> None:
         result["loss_probability_per_link"] = LOSS_PROBABILITY
@@ -93,31 +58,13 @@ def _loss(h: Harness, size: int) -> Finisher:
     return finish
 
 
-class _DataCounter:
-    """Sits in front of a host's adapter and counts the data frames (trimmed or not) that
-    reach it, so a scenario can report exactly how many data frames the fabric lost."""
-
-    def __init__(self, h: Harness, host: int) -> None:
-        self.inner = h.adapters[host]
-        self.frames = 0
-        h.net.attach(host, self)
-
-    def on_frame(self, plane: int, frame: bytearray) -> None:
-        if decode_frame(frame)[0].dscp in DATA_DSCPS:
-            self.frames += 1
-        self.inner.on_frame(plane, frame)
-
-    def on_nic_state(self, plane: int, up: bool) -> None:
-        self.inner.on_nic_state(plane, up)
-
-
 def _link_failure(h: Harness, size: int) -> Finisher:
-    sender, src, dst = _single(h, size)
+    sender, src, dst = single(h, size)
     plane, spine = 0, 0
     t0 = h.fabric.t0(plane, h.fabric.nic(src, plane).t0).name
     t1 = h.fabric.t1(plane, spine).name
     routes = {p.address for p in h.fabric.paths(src, dst, plane) if p.spine == spine}
-    t_fail = FAILURE_AT * _ideal_time_for(h, size)
+    t_fail = FAILURE_AT * ideal_time_for(h, size)
     before: dict[str, int] = {}
 
     def fail() -> None:
@@ -128,16 +75,16 @@ def _link_failure(h: Harness, size: int) -> Finisher:
     def finish(result: dict[str, Any]) -> None:
         after = sum(sender.data_tx_per_route[r] for r in routes) - before.get("data", 0)
         result.update(failed_link=[t0, t1], failure_at_s=t_fail,
-                      recovery_rtts=_recovery(h, sender, routes, t_fail),
+                      recovery_rtts=recovery(h, sender, routes, t_fail),
                       data_on_failed_path_after_failure=after)
     return finish
 
 
 def _plane_failure(h: Harness, size: int) -> Finisher:
-    sender, src, dst = _single(h, size)
+    sender, src, dst = single(h, size)
     plane = 0
     routes = {p.address for p in h.fabric.paths(src, dst, plane)}
-    t_fail = FAILURE_AT * _ideal_time_for(h, size)
+    t_fail = FAILURE_AT * ideal_time_for(h, size)
     notified: dict[str, float] = {}
 
     def on_event(now: float, adapter: HostAdapter, event: Event) -> None:
@@ -155,7 +102,7 @@ def _plane_failure(h: Harness, size: int) -> Finisher:
         after_bps = (len(t.data) - done_before) * 8 / (end - t_fail) if end > t_fail else 0.0
         result.update(
             failed_nic=[h.fabric.host_name(dst), plane], failure_at_s=t_fail,
-            recovery_rtts=_recovery(h, sender, routes, t_fail),
+            recovery_rtts=recovery(h, sender, routes, t_fail),
             peer_notified_after_rtts=((notified["at"] - t_fail) / h.base_rtt
                                       if "at" in notified else None),
             data_on_failed_plane_after_notification=(
@@ -173,16 +120,16 @@ def _incast(h: Harness, size: int) -> Finisher:
 
 
 def _ecn(h: Harness, size: int) -> Finisher:
-    sender, src, dst = _single(h, size)
+    sender, src, dst = single(h, size)
     spine = 1
     fabric = h.fabric
-    bg_src = _neighbour(fabric, src)
-    bg_dst = _neighbour(fabric, dst)
+    bg_src = neighbour(fabric, src)
+    bg_dst = neighbour(fabric, dst)
     sink = CountingSink()
     h.net.attach(bg_dst, sink)
     bg_rate = BACKGROUND_SHARE * h.settings.rate_bps
     source = ConstantRateSource(h.net, bg_src, bg_dst, spine, bg_rate, active=lambda: h.pending > 0)
-    t_cong = CONGESTION_AT * _ideal_time_for(h, size)
+    t_cong = CONGESTION_AT * ideal_time_for(h, size)
     source.start(t_cong)
     hot = {p.address for p in fabric.all_paths(src, dst) if p.spine == spine}
     snapshot: dict[str, int] = {}
@@ -230,19 +177,6 @@ def _sim_costs(h: Harness, ep: dict[str, int], wall_s: float) -> dict[str, Any]:
             "events_per_data_packet": h.loop.events_run / delivered if delivered else None}
 
 
-def _neighbour(fabric: Fabric, host: int) -> int:
-    """Another host on the same T0 (the ecn scenario's background endpoints)."""
-    t0 = fabric.nic(host, 0).t0
-    return next(x for x in range(fabric.hosts) if x != host and fabric.nic(x, 0).t0 == t0)
-
-
-def _ideal_time_for(h: Harness, size: int) -> float:
-    """Ideal transfer time before start() has logged capacity: evaluate it now."""
-    if not h.capacity_log:
-        h.note_capacity()
-    return size * 8 / h.capacity_log[-1][1]
-
-
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("clean", DEFAULT_FABRIC, "one cross-spine transfer, nothing goes wrong", _clean),
     Scenario("loss", DEFAULT_FABRIC, f"{LOSS_PROBABILITY:.0%} random loss on every link", _loss),
@@ -258,6 +192,19 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("permutation", DEFAULT_FABRIC,
              "every host writes size/hosts bytes to a host half the fabric away",
              _permutation, min_hosts=4),
+    Scenario("flap", DEFAULT_FABRIC, "the sender's T0 link to one spine on plane 0 flaps "
+             f"({failures.FLAP_HALF_PERIOD_RTTS:g} RTTs down, as long up) mid-transfer",
+             failures.flap),
+    Scenario("switch-reboot", DEFAULT_FABRIC, "spine 0 of plane 0 reboots mid-transfer "
+             f"(away {failures.REBOOT_RTTS:g} RTTs, tables reinstalled)", failures.switch_reboot),
+    Scenario("allreduce", DEFAULT_FABRIC, f"{collective.STEPS} steps of a ring all-reduce of "
+             "a size-byte buffer over every host", collective.allreduce, min_hosts=3),
+    Scenario("allreduce-flap", DEFAULT_FABRIC, "the all-reduce while T0-T1 links flap across "
+             f"the fabric ({collective.FLAPS_PER_STEP:g} per ideal step time)",
+             collective.allreduce_flap, min_hosts=3),
+    Scenario("allreduce-reboot", DEFAULT_FABRIC, "the all-reduce; spine 0 of plane 0 reboots "
+             f"as step {collective.REBOOT_STEP} starts", collective.allreduce_reboot,
+             min_hosts=3),
 )}
 
 
@@ -282,7 +229,7 @@ def run_scenario(name: str, *, size: int = 32 * 1024 * 1024, settings: SimSettin
     h.base_rtt = h.path_rtt(h.transfers[0].sender, h.transfers[0].receiver)
     h.capacity_log.clear()
     h.start()
-    limit = TIME_LIMIT_FACTOR * _ideal_time(h) + 0.05
+    limit = TIME_LIMIT_FACTOR * ideal_time(h) + 0.05
     finished = h.run(limit)
     end = h.end_time if finished and h.end_time is not None else h.loop.now
     total = sum(len(t.data) for t in h.transfers)

@@ -316,7 +316,7 @@ def test_sim_json_bare_is_stdout_and_a_file_keeps_the_text(tmp_path: Path, capsy
     path = tmp_path / "sim.json"
     assert main(["clean", "--size", "100000", "--json", str(path)]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("scenario clean (seed 1): OK")
+    assert text.startswith("scenario clean, mrc (seed 1): OK")
     written, printed = json.loads(path.read_text()), json.loads(out)
     assert written.pop("sim").keys() == printed.pop("sim").keys()  # wall-clock time differs
     assert written == printed
