@@ -28,6 +28,7 @@ from sim.network import NetworkConfigError, QueueConfig
 from sim.scenarios import SCENARIOS, ScenarioError, run_scenario
 
 DEFAULT_SIZE = 32 * 1024 * 1024
+REPORT_HOSTS = 16  # the text report lists each host's packets per plane up to this many
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -65,8 +66,12 @@ def _report(r: dict[str, Any]) -> str:
         f"  timeouts {r['timeouts']}, nacks {r['nacks']}, trims {r['trims']}, "
         f"retired EVs {r['retired_evs']}, reinstated EVs {r['reinstated_evs']}, "
         f"retransmits {r['retransmits']}, ECN marks {r['ecn_marks']}",
-        f"  data packets per plane: {r['data_tx_per_plane']}",
     ]
+    per_plane = r["data_tx_per_plane"]
+    if len(per_plane) <= REPORT_HOSTS:
+        lines.append(f"  data packets per plane: {per_plane}")
+    else:
+        lines.append(f"  data packets per plane: {len(per_plane)} hosts (in the JSON)")
     extra = {k: v for k, v in r.items() if k in (
         "recovery_rtts", "peer_notified_after_rtts", "data_on_failed_plane_after_notification",
         "data_on_failed_path_after_failure", "goodput_ratio_after_failure",
@@ -75,8 +80,10 @@ def _report(r: dict[str, Any]) -> str:
         lines.append("  " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
                                       for k, v in extra.items()))
     sim = r["sim"]
-    lines.append(f"  ({sim['events']} events, {sim['wall_s']:.1f} s wall, "
-                 f"{sim['data_packets_per_s']:,.0f} data packets delivered per second)")
+    lines.append(f"  ({sim['events']} events, {sim['wall_s']:.1f} s wall: network "
+                 f"{sim['network_s']:.1f} s, endpoints {sim['setup_s']:.1f} s, run "
+                 f"{sim['run_s']:.1f} s; {sim['data_packets_per_s']:,.0f} data packets "
+                 "delivered per second)")
     return "\n".join(lines)
 
 

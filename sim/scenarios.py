@@ -168,11 +168,15 @@ def _permutation(h: Harness, size: int) -> Finisher:
     return lambda result: result.update(bytes_per_host=each)
 
 
-def _sim_costs(h: Harness, ep: dict[str, int], wall_s: float) -> dict[str, Any]:
-    """What the run cost: events, wall time, and data packets delivered whole (each is
-    answered by one SACK; probe replies are SACKs too) per second of wall time."""
+def _sim_costs(h: Harness, ep: dict[str, int], marks: list[float]) -> dict[str, Any]:
+    """What the run cost: events, wall time (in all, and building the network, setting up
+    the endpoints and transfers, running), and data packets delivered whole (each is
+    answered by one SACK; probe replies are SACKs too) per second of wall time in all."""
     delivered = ep.get("sacks_sent", 0) - ep.get("probe_replies", 0)
-    return {"events": h.loop.events_run, "wall_s": wall_s, "data_packets": delivered,
+    wall_s = marks[-1] - marks[0]
+    return {"events": h.loop.events_run, "wall_s": wall_s, "network_s": marks[1] - marks[0],
+            "setup_s": marks[2] - marks[1], "run_s": marks[3] - marks[2],
+            "data_packets": delivered,
             "data_packets_per_s": delivered / wall_s if wall_s > 0 else 0.0,
             "events_per_data_packet": h.loop.events_run / delivered if delivered else None}
 
@@ -223,14 +227,17 @@ def run_scenario(name: str, *, size: int = 32 * 1024 * 1024, settings: SimSettin
     refusal = scenario.refusal(f)
     if refusal:
         raise ScenarioError(refusal)
-    wall = time.perf_counter()
+    wall = [time.perf_counter()]
     h = Harness(f, settings, config)
+    wall.append(time.perf_counter())
     finish = scenario.setup(h, size)
     h.base_rtt = h.path_rtt(h.transfers[0].sender, h.transfers[0].receiver)
     h.capacity_log.clear()
     h.start()
+    wall.append(time.perf_counter())
     limit = TIME_LIMIT_FACTOR * ideal_time(h) + 0.05
     finished = h.run(limit)
+    wall.append(time.perf_counter())
     end = h.end_time if finished and h.end_time is not None else h.loop.now
     total = sum(len(t.data) for t in h.transfers)
     duration = end - h.start_time
@@ -257,7 +264,7 @@ def run_scenario(name: str, *, size: int = 32 * 1024 * 1024, settings: SimSettin
         "tx_packets_per_plane": {a.endpoint.name: a.tx_per_plane for a in h.adapters.values()},
         "data_tx_per_plane": {a.endpoint.name: a.data_tx_per_plane for a in h.adapters.values()},
         "endpoint": {k: ep[k] for k in sorted(ep)},
-        "sim": _sim_costs(h, ep, time.perf_counter() - wall),
+        "sim": _sim_costs(h, ep, wall),
     }
     finish(result)
     return result

@@ -16,6 +16,7 @@ def test_sim_speed_reports_speed_costs_and_determinism(tmp_path) -> None:
     assert len(runs) == 2 and all(r["ok"] for r in runs)
     assert report["deterministic"] and runs[0]["digest"] == runs[1]["digest"]
     assert runs[0]["data_packets"] > 0 and report["data_packets_per_s"] > 0
+    assert report["run_data_packets_per_s"] > report["data_packets_per_s"]  # set-up excluded
     assert runs[0]["events_per_data_packet"] > 2  # a hop each way at least
     setup = report["setup"]
     assert setup["bytes_per_switch"] > 0 and setup["bytes_per_host"] > 0
