@@ -61,7 +61,7 @@ class EndpointAdapter:
         self._address = [nic.address for nic in config.nics]
         self._next_hop_mac = [nic.next_hop_mac for nic in config.nics]
         self._peer_address = config.peer_address
-        self._peer_of = {addr.packed: peer for addr, peer in config.peer_of().items()}
+        self._peer_of = config.peer_of_packed()  # may hold our own addresses: see below
         # id(route) -> its _Route: keyed by identity, as routes (IPv6 addresses) hash slowly;
         # the _Route holds the route, so its id is not reused while it is a key
         self._routes: dict[int, _Route] = {}
@@ -127,7 +127,7 @@ class EndpointAdapter:
             rx["rx_malformed"] += 1
             return
         peer = self._peer_of.get(inner_src)
-        if peer is None:
+        if peer is None or peer == self.config.host:  # no host, or claiming to be this one
             rx["rx_unknown_peer"] += 1
             return
         rx["rx_frames"] += 1

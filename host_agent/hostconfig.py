@@ -6,6 +6,7 @@ so the two address frames identically.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from ipaddress import IPv6Address
@@ -53,7 +54,7 @@ class HostConfig:
     planes: int
     nics: tuple[NicConfig, ...]  # indexed by plane
     paths: Mapping[int, tuple[PathInfo, ...]]  # peer host -> every route to it
-    peer_address: dict[tuple[int, int], IPv6Address]  # (peer, plane) -> peer NIC address
+    peer_address: Mapping[tuple[int, int], IPv6Address]  # (peer, plane) -> peer NIC address
 
     @classmethod
     def from_paths(cls, host: int, planes: int, paths: Iterable[HostPath]) -> HostConfig:
@@ -86,19 +87,59 @@ class HostConfig:
             return cls.from_paths(host, fabric.planes, all_host_paths(fabric, host)
                                   if 0 <= host < fabric.hosts else [])
         nics = cls.from_paths(host, fabric.planes, host_paths(fabric, host, first)).nics
-        peer_address = {(peer, plane): fabric.nic(peer, plane).address
-                        for peer in range(fabric.hosts) if peer != host
-                        for plane in range(fabric.planes)}
-        return cls(host, fabric.planes, nics, _FabricRoutes(fabric, host), peer_address)
+        return cls(host, fabric.planes, nics, _FabricRoutes(fabric, host),
+                   _OtherHosts(fabric, host))
 
     def peer_of(self) -> dict[IPv6Address, int]:
         return {addr: peer for (peer, _), addr in self.peer_address.items()}
+
+    def peer_of_packed(self) -> Mapping[bytes, int]:
+        """Packed NIC address -> its host, for reading a frame's inner source. It may hold
+        this host's own addresses too (one table shared by a fabric's hosts): callers
+        refuse a frame claiming to come from their own host."""
+        if isinstance(self.peer_address, _OtherHosts):
+            return self.peer_address.packed
+        return {addr.packed: peer for addr, peer in self.peer_of().items()}
 
 
 def qpn_for(host: int, lane: int = 0) -> int:
     """QPN convention: a host's QP on lane L towards peer P is (L + 1) * 0x100 + P, so the
     peer's is (L + 1) * 0x100 + me."""
     return ((lane + 1) << 8) + host
+
+
+@functools.lru_cache(maxsize=2)
+def _fabric_addresses(fabric: Fabric) -> tuple[dict[tuple[int, int], IPv6Address],
+                                              dict[bytes, int]]:
+    """Every NIC's address by (host, plane), and its host by packed address: one table per
+    fabric, shared by its hosts' configs (per host, it was 8,192 addresses on a 1,024-host
+    fabric, 8 million for the fabric)."""
+    by_nic = {(h, p): fabric.nic(h, p).address
+              for h in range(fabric.hosts) for p in range(fabric.planes)}
+    return by_nic, {addr.packed: h for (h, _), addr in by_nic.items()}
+
+
+class _OtherHosts(Mapping[tuple[int, int], IPv6Address]):
+    """(peer, plane) -> the peer's NIC address, for every host but `host`, over the
+    fabric's one table."""
+
+    def __init__(self, fabric: Fabric, host: int) -> None:
+        self._all, self.packed = _fabric_addresses(fabric)
+        self._host, self._planes = host, fabric.planes
+
+    def __getitem__(self, key: tuple[int, int]) -> IPv6Address:
+        if key[0] == self._host:
+            raise KeyError(key)
+        return self._all[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._all and key[0] != self._host  # type: ignore[index]
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return (k for k in self._all if k[0] != self._host)
+
+    def __len__(self) -> int:
+        return len(self._all) - self._planes
 
 
 class _FabricRoutes(Mapping[int, tuple[PathInfo, ...]]):
