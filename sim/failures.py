@@ -21,7 +21,14 @@ from typing import Any
 from sim.harness import Harness
 from sim.host import HostAdapter
 from sim.network import LinkState
-from sim.scenario_kit import FAILURE_AT, Finisher, ideal_time_for, recovery, single
+from sim.scenario_kit import (
+    FAILURE_AT,
+    Finisher,
+    failing_uplink,
+    ideal_time_for,
+    recovery,
+    single,
+)
 
 FLAP_HALF_PERIOD_RTTS = 20.0  # flap: down this long, then up as long
 REBOOT_RTTS = 60.0  # switch-reboot: how long the spine is away
@@ -67,13 +74,9 @@ def flap_link(h: Harness, link: LinkState, start: float, half_period: float,
 
 
 def flap(h: Harness, size: int) -> Finisher:
-    sender, src, dst = single(h, size)
-    plane, spine = 0, 0
-    t0 = h.fabric.t0(plane, h.fabric.nic(src, plane).t0).name
-    t1 = h.fabric.t1(plane, spine).name
-    routes = _spine_routes(h, src, dst, plane, spine)
+    sender, t0, t1, routes = failing_uplink(h, size)
     start = FAILURE_AT * ideal_time_for(h, size)
-    half = FLAP_HALF_PERIOD_RTTS * h.path_rtt(src, dst)
+    half = FLAP_HALF_PERIOD_RTTS * h.path_rtt(h.transfers[0].sender, h.transfers[0].receiver)
     downs = flap_link(h, h.net.link(t0, t1), start, half, lambda: h.pending > 0)
 
     def finish(result: dict[str, Any]) -> None:

@@ -92,3 +92,15 @@ def ideal_time_for(h: Harness, size: int) -> float:
     if not h.capacity_log:
         h.note_capacity()
     return size * 8 / h.capacity_log[-1][1]
+
+
+def failing_uplink(h: Harness, size: int) -> tuple[HostAdapter, str, str, set]:
+    """One cross-spine transfer (single) and the link its failure scenarios hit: the
+    sender's T0's plane-0 link to spine 0. (sender, T0 name, spine name, the routes of the
+    transfer that cross that link)."""
+    sender, src, dst = single(h, size)
+    plane, spine = 0, 0
+    t0 = h.fabric.t0(plane, h.fabric.nic(src, plane).t0).name
+    t1 = h.fabric.t1(plane, spine).name
+    routes = {p.address for p in h.fabric.paths(src, dst, plane) if p.spine == spine}
+    return sender, t0, t1, routes

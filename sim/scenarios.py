@@ -27,6 +27,7 @@ from sim.scenario_kit import (
     Finisher,
     Scenario,
     ScenarioError,
+    failing_uplink,
     ideal_time,
     ideal_time_for,
     neighbour,
@@ -59,11 +60,7 @@ def _loss(h: Harness, size: int) -> Finisher:
 
 
 def _link_failure(h: Harness, size: int) -> Finisher:
-    sender, src, dst = single(h, size)
-    plane, spine = 0, 0
-    t0 = h.fabric.t0(plane, h.fabric.nic(src, plane).t0).name
-    t1 = h.fabric.t1(plane, spine).name
-    routes = {p.address for p in h.fabric.paths(src, dst, plane) if p.spine == spine}
+    sender, t0, t1, routes = failing_uplink(h, size)
     t_fail = FAILURE_AT * ideal_time_for(h, size)
     before: dict[str, int] = {}
 
