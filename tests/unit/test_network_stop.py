@@ -128,3 +128,19 @@ class StoppableAgent:
 
     def stop(self) -> None:
         self.stopped = True
+
+
+def test_a_refusal_before_anything_starts_leaves_no_work_directory(monkeypatch) -> None:
+    """start() refused up front (memory, netem, calibration) by a caller that does not use
+    the network as a context manager (the bench's open_network): its work directory goes."""
+    from topologies import capacity
+    from topologies.network import NetworkError
+
+    def refuse(*_args: object) -> None:
+        raise capacity.CapacityError("does not fit")
+    monkeypatch.setattr(capacity, "check", refuse)
+    net = MrcNetwork(NetworkConfig(target="soft"), log=lambda *_: None)
+    assert net.workdir.is_dir()
+    with pytest.raises(NetworkError, match="does not fit"):
+        net.start()
+    assert not net.workdir.exists()
