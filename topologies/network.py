@@ -49,7 +49,7 @@ from topologies.agents import (
     TransferHandle,
     exchange_qps,
 )
-from topologies.calibration import calibrate_transfer
+from topologies.calibration import CalibrationError, calibrate_transfer
 from topologies.clusternet import ClusterRun
 from topologies.credentials import RunCredentials
 from topologies.faults import FaultInjection
@@ -127,14 +127,18 @@ class MrcNetwork(FaultInjection):
     def start(self) -> None:
         """Build, program and start everything; on any failure clean up and re-raise. A
         fabric this machine's memory cannot hold is refused before anything starts."""
-        try:
-            self._check_and_calibrate()
-        except BaseException:
-            self.stop()  # only the work directory exists yet: a refusal must not leave it
-            raise
-        try:
+        try:  # a refusal before anything starts must not leave the work directory either
+            capacity.check(self.fabric, self.target, self.config.soft_processes)
+            refused = refuse_on_bmv2(self.config.link_delay_s, self.target)
+            if refused:
+                raise NetworkError(refused)
+            if self.config.port_rate_pps == AUTO_RATE:
+                self.rate_choice = calibrate_transfer(type(self), self.config, 0,
+                                                      self.fabric.hosts - 1, self.log)
+                self.config = dataclasses.replace(self.config,
+                                                  port_rate_pps=self.rate_choice["rate_pps"])
             self._start()
-        except (NetworkError, AgentError):
+        except (NetworkError, AgentError, CalibrationError):
             self.stop()
             raise
         except Exception as exc:  # Mininet raises bare Exception (e.g. an interface exists)
@@ -143,18 +147,6 @@ class MrcNetwork(FaultInjection):
         except BaseException:  # Ctrl-C, or SystemExit from a SIGTERM handler (the bench's)
             self.stop()
             raise
-
-    def _check_and_calibrate(self) -> None:
-        """The refusals that need nothing started, then the rate for port_rate_pps "auto"."""
-        capacity.check(self.fabric, self.target, self.config.soft_processes)
-        refused = refuse_on_bmv2(self.config.link_delay_s, self.target)
-        if refused:
-            raise NetworkError(refused)
-        if self.config.port_rate_pps == AUTO_RATE:
-            self.rate_choice = calibrate_transfer(type(self), self.config, 0,
-                                                  self.fabric.hosts - 1, self.log)
-            self.config = dataclasses.replace(self.config,
-                                              port_rate_pps=self.rate_choice["rate_pps"])
 
     def _start(self) -> None:
         deadline = time.monotonic() + self.config.lock_timeout
