@@ -27,7 +27,6 @@ from sim.scenario_kit import (
     failing_uplink,
     ideal_time_for,
     recovery,
-    single,
 )
 
 FLAP_HALF_PERIOD_RTTS = 20.0  # flap: down this long, then up as long
@@ -47,10 +46,6 @@ def retirements(h: Harness, sender: HostAdapter, failed_routes: set) -> dict[str
             else:
                 healthy += retired
     return {"failed_route_retirements": failed, "healthy_route_retirements": healthy}
-
-
-def _spine_routes(h: Harness, src: int, dst: int, plane: int, spine: int) -> set:
-    return {p.address for p in h.fabric.paths(src, dst, plane) if p.spine == spine}
 
 
 def flap_link(h: Harness, link: LinkState, start: float, half_period: float,
@@ -87,12 +82,9 @@ def flap(h: Harness, size: int) -> Finisher:
 
 
 def switch_reboot(h: Harness, size: int) -> Finisher:
-    sender, src, dst = single(h, size)
-    plane, spine = 0, 0
-    name = h.fabric.t1(plane, spine).name
-    routes = _spine_routes(h, src, dst, plane, spine)
+    sender, _, name, routes = failing_uplink(h, size)  # name: that uplink's spine
     t_fail = FAILURE_AT * ideal_time_for(h, size)
-    away = REBOOT_RTTS * h.path_rtt(src, dst)
+    away = REBOOT_RTTS * h.path_rtt(h.transfers[0].sender, h.transfers[0].receiver)
     h.at(t_fail, lambda: h.net.set_switch_up(name, False))
     h.at(t_fail + away, lambda: h.net.set_switch_up(name, True))
 
