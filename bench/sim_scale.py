@@ -27,7 +27,7 @@ from typing import Any
 from fabric.options import PRESETS, add_json_arg, json_to_stdout, write_json
 from fabric.topology import Fabric
 from sim.harness import SimSettings
-from sim.scenarios import run_scenario
+from sim.scenarios import SCENARIOS, run_scenario
 
 BYPASS_FABRICS = ("default", "hosts-16", "hosts-256", "hosts-1024")
 BYPASS_BYTES = 32 * 1024 * 1024
@@ -106,7 +106,7 @@ def run_all(quick: bool, seed: int, log=print) -> dict[str, Any]:
     for name in bypass:
         runs["bypass"].append(run("link-failure", name, bypass_bytes, seed, log=log))
     for name in perm:
-        hosts = (fabric_of(name) or Fabric(4, 2, 2, 2)).hosts
+        hosts = (fabric_of(name) or SCENARIOS["permutation"].fabric).hosts
         for contender in PERMUTATION_CONTENDERS:
             runs["permutation"].append(run("permutation", name, per_host * hosts, seed,
                                            contender, log=log))
