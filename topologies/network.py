@@ -84,8 +84,8 @@ class MrcNetwork(FaultInjection):
         self.log = log
         self.target = resolve(config.target)
         self._own_workdir = workdir is None
-        # mkdtemp: a fresh 0700 directory, created exclusively; a given one must be ours
-        self.workdir = Path(tempfile.mkdtemp(prefix="mrc-net-")) if workdir is None else workdir
+        # ours is made by start(), so a network never started leaves none; a given one is checked
+        self.workdir = Path() if workdir is None else workdir
         if workdir is not None:
             check_workdir(workdir)
         self._guard: RunGuard | None = None  # the run's lock, manifest, keys and shield
@@ -127,6 +127,8 @@ class MrcNetwork(FaultInjection):
     def start(self) -> None:
         """Build, program and start everything; on any failure clean up and re-raise. A
         fabric this machine's memory cannot hold is refused before anything starts."""
+        if self._own_workdir and self.workdir == Path():  # mkdtemp: fresh, 0700, exclusive
+            self.workdir = Path(tempfile.mkdtemp(prefix="mrc-net-"))
         try:  # a refusal before anything starts must not leave the work directory either
             capacity.check(self.fabric, self.target, self.config.soft_processes)
             refused = refuse_on_bmv2(self.config.link_delay_s, self.target)
@@ -329,7 +331,7 @@ class MrcNetwork(FaultInjection):
             if any(swept.values()) and errors:
                 errors.append(f"removed {swept['processes']} processes and "
                               f"{swept['interfaces']} interfaces it left")
-        elif self._own_workdir:
+        elif self._own_workdir and self.workdir != Path():
             shutil.rmtree(self.workdir, ignore_errors=True)
         if errors:
             self.log("stop: " + "; ".join(errors))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -139,8 +140,10 @@ def test_a_refusal_before_anything_starts_leaves_no_work_directory(monkeypatch) 
     def refuse(*_args: object) -> None:
         raise capacity.CapacityError("does not fit")
     monkeypatch.setattr(capacity, "check", refuse)
+    before = set(Path(tempfile.gettempdir()).glob("mrc-net-*"))
     net = MrcNetwork(NetworkConfig(target="soft"), log=lambda *_: None)
-    assert net.workdir.is_dir()
+    assert set(Path(tempfile.gettempdir()).glob("mrc-net-*")) == before  # made by start()
     with pytest.raises(NetworkError, match="does not fit"):
         net.start()
-    assert not net.workdir.exists()
+    assert net.workdir.name.startswith("mrc-net-") and not net.workdir.exists()
+    net.stop()  # a second stop (or a stop of a network never started) removes nothing else
