@@ -14,7 +14,8 @@ Model (documented here because tests and scenario figures depend on it):
   pipeline's egress step runs when a frame starts serialization, with the depth it leaves.
   Host NIC ports have the same two queues, unbounded, and never trim or mark.
 - A down link drops whatever is queued, on the wire or offered to it, silently. Random loss
-  drops a frame when it is put on the wire, with the link's probability, in both directions.
+  drops a frame when it is put on the wire, with its port's probability: set_loss sets both
+  directions of a link, set_port_loss one (the emulation's loss is a switch port's egress).
 - A switch that goes down loses its queues and its table state; when it comes back the
   controller's tables are written again (a reinstall), with fresh registers and counters.
 """
@@ -87,13 +88,12 @@ class HostHandler(Protocol):
 class LinkState:
     """One cable; `epoch` changes on every down so frames in flight across a flap are lost."""
 
-    __slots__ = ("a", "b", "up", "epoch", "loss", "ports")
+    __slots__ = ("a", "b", "up", "epoch", "ports")
 
     def __init__(self, a: str, b: str) -> None:
         self.a, self.b = a, b
         self.up = True
         self.epoch = 0
-        self.loss = 0.0
         self.ports: list[Port] = []
 
 
@@ -117,6 +117,7 @@ class Port:
         self.switch_port = switch_port
         self.rate_bps = net.rate_bps
         self.delay_s = net.delay_s
+        self.loss = 0.0  # probability that a frame put on the wire is lost
         self.peer: Port | None = None
         self.fifos: tuple[deque, deque] = (deque(), deque())  # indexed by priority
         self.busy_until = 0.0
@@ -178,7 +179,7 @@ class Port:
         self.tx_packets += 1
         self.tx_bytes += len(frame)
         link = self.link
-        if link.loss and net.rng.random() < link.loss:
+        if self.loss and net.rng.random() < self.loss:
             net.sim_drops["random_loss"] += 1
         else:
             loop.at(end + self.delay_s, self.peer._arrive, frame, link.epoch)  # type: ignore[union-attr]
@@ -340,9 +341,15 @@ class Network:
         self.rate_changes += 1
 
     def set_loss(self, link: LinkState, probability: float) -> None:
+        """Random loss in both directions of a link."""
+        for port in link.ports:
+            self.set_port_loss(port, probability)
+
+    def set_port_loss(self, port: Port, probability: float) -> None:
+        """Random loss on what one port puts on the wire (one direction of its link)."""
         if not 0.0 <= probability < 1.0:
             raise NetworkConfigError(f"loss probability must be in [0, 1), got {probability}")
-        link.loss = probability
+        port.loss = probability
 
     def set_link_up(self, link: LinkState, up: bool) -> None:
         if link.up == up:

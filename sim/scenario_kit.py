@@ -57,6 +57,19 @@ def recovery(h: Harness, sender: HostAdapter, routes: set, t_fail: float) -> flo
     return max(0.0, last - t_fail) / h.base_rtt if last > t_fail else 0.0
 
 
+def retirements(sender: HostAdapter, routes: set) -> dict[str, int]:
+    """EVs the sender retired (moved into ASSUMED_BAD) on `routes` and on every other route,
+    counted as the bench counts them (bench.runner.retirements): a healthy route should keep
+    its EVs."""
+    failed = {str(r) for r in routes}
+    out = {"failed_route_retirements": 0, "healthy_route_retirements": 0}
+    for evs in sender.endpoint.stats()["per_ev"].values():  # type: ignore[union-attr]
+        for info in evs.values():
+            key = "failed" if info["route"] in failed else "healthy"
+            out[f"{key}_route_retirements"] += int(info["retired"])
+    return out
+
+
 def single(h: Harness, size: int) -> tuple[HostAdapter, int, int]:
     src, dst = 0, h.fabric.hosts - 1  # first and last host: on different T0s (cross-spine)
     h.add_transfer(src, dst, size)

@@ -32,6 +32,7 @@ from sim.scenario_kit import (
     ideal_time_for,
     neighbour,
     recovery,
+    retirements,
     single,
 )
 from sim.traffic import ConstantRateSource, CountingSink
@@ -39,7 +40,7 @@ from sim.traffic import ConstantRateSource, CountingSink
 INCAST_FABRIC = Fabric(planes=4, t0_per_plane=3, t1_per_plane=2, hosts_per_t0=3)
 CONGESTION_AT = 0.25  # ecn: background load starts here
 BACKGROUND_SHARE = 0.8  # ecn: background rate as a fraction of the link rate
-LOSS_PROBABILITY = 0.01  # loss: on every link, both directions
+LOSS_PROBABILITY = 0.01  # loss: what every switch port sends, as the bench's topologies.impair
 
 
 def _clean(h: Harness, size: int) -> Finisher:
@@ -50,11 +51,13 @@ def _clean(h: Harness, size: int) -> Finisher:
 def _loss(h: Harness, size: int) -> Finisher:
     sender, _, dst = single(h, size)
     for link in h.net.links.values():
-        h.net.set_loss(link, LOSS_PROBABILITY)
+        for port in link.ports:
+            if port.switch_port:
+                h.net.set_port_loss(port, LOSS_PROBABILITY)
     arrived = DataCounter(h, dst)
 
     def finish(result: dict[str, Any]) -> None:
-        result["loss_probability_per_link"] = LOSS_PROBABILITY
+        result["loss_probability_per_switch_port"] = LOSS_PROBABILITY
         result["data_frames_lost"] = sum(sender.data_tx_per_plane) - arrived.frames
     return finish
 
@@ -73,7 +76,7 @@ def _link_failure(h: Harness, size: int) -> Finisher:
         after = sum(sender.data_tx_per_route[r] for r in routes) - before.get("data", 0)
         result.update(failed_link=[t0, t1], failure_at_s=t_fail,
                       recovery_rtts=recovery(h, sender, routes, t_fail),
-                      data_on_failed_path_after_failure=after)
+                      data_on_failed_path_after_failure=after, **retirements(sender, routes))
     return finish
 
 
@@ -180,7 +183,8 @@ def _sim_costs(h: Harness, ep: dict[str, int], marks: list[float]) -> dict[str, 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("clean", DEFAULT_FABRIC, "one cross-spine transfer, nothing goes wrong", _clean),
-    Scenario("loss", DEFAULT_FABRIC, f"{LOSS_PROBABILITY:.0%} random loss on every link", _loss),
+    Scenario("loss", DEFAULT_FABRIC,
+             f"every switch port loses {LOSS_PROBABILITY:.0%} of what it sends", _loss),
     Scenario("link-failure", DEFAULT_FABRIC,
              "the sender's T0 loses its link to one spine on plane 0 mid-transfer", _link_failure),
     Scenario("plane-failure", DEFAULT_FABRIC,

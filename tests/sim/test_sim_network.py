@@ -274,6 +274,23 @@ def test_random_loss_rate_and_determinism() -> None:
     assert run(4) != (lost, times)
 
 
+def test_port_loss_drops_one_direction_only() -> None:
+    """The loss scenario drops on switch egress ports, as the bench's nftables rules do: a
+    port's loss leaves its link's other direction alone."""
+    def lost_with_loss_on(node: str) -> int:
+        loop, net, sinks = make()
+        port = next(p for p in net.link("p0l0", "p0s0").ports if p.node.name == node)
+        net.set_port_loss(port, 0.9)
+        for i in range(50):  # plane 0, spine 0: over p0l0 -> p0s0
+            loop.at(i * 1e-6, net.hosts[0].send, 0, bytearray(data_frame(0, 2, 0, 0, psn=i)))
+        loop.run(until=1.0)
+        assert net.drops["random_loss"] + len(sinks[2].frames) == 50
+        return net.drops["random_loss"]
+
+    assert lost_with_loss_on("p0l0") >= 30  # the leaf's port sends towards the spine
+    assert lost_with_loss_on("p0s0") == 0  # the spine's port towards the leaf: not this way
+
+
 def test_bad_hop_limit_and_unknown_usid_are_dropped_and_counted() -> None:
     loop, net, sinks = make()
     frame = bytearray(data_frame(0, 2, 0, 0))

@@ -69,6 +69,9 @@ def test_link_failure_retires_the_dead_path_quickly() -> None:
     assert r["ok"] and r["retired_evs"] > 0
     assert r["recovery_rtts"] < RECOVERY_BOUND_RTTS
     assert set(r["drops"]) <= {"link_down"}
+    # every retirement is on the routes over the dead link (the bench's figure, same split)
+    assert r["failed_route_retirements"] == r["retired_evs"]
+    assert r["healthy_route_retirements"] == 0
 
 
 def test_plane_failure_keeps_the_other_planes_busy() -> None:
@@ -143,7 +146,7 @@ def test_cli_help_lists_every_scenario(capsys: pytest.CaptureFixture[str]) -> No
         main(["--help"])
     assert exit_info.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "1% random loss on every link" in out and "link-failure:" in out
+    assert "every switch port loses 1% of what it sends" in out and "link-failure:" in out
 
 
 def test_link_delay_option_sets_the_links_and_the_base_rtt(
