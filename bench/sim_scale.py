@@ -10,8 +10,11 @@ Runs, each a `python -m sim` scenario (sim.scenarios.run_scenario) on a named fa
   PERMUTATION_FABRICS, PERMUTATION_BYTES_PER_HOST each: P100 (the last flow's completion)
   of each contender over MRC's, and MRC's share of the usable capacity;
 - all-reduce: ALLREDUCE_FABRIC, clean, under fabric-wide flaps and with a spine reboot: the
-  step-time slowdown against the clean run (paper: no measurable impact).
---quick runs the same on the default fabric with small sizes (the test does that).
+  step-time slowdown against the clean run (paper: no measurable impact);
+- allreduce-2d: the same with the hierarchical all-reduce (rings within T0s, then across)
+  on ALLREDUCE_2D_FABRIC, 1,024 hosts: a ring there has 2,046 phases a step.
+--parts runs some of these; --quick runs them on the default fabrics with small sizes (the
+test does that).
 Results keep what the summary needs (per-host arrays dropped) and the simulator's costs.
 """
 
@@ -36,8 +39,12 @@ PERMUTATION_CONTENDERS = ("mrc", "roce", "roce:16", "single_port")
 PERMUTATION_BYTES_PER_HOST = 256 * 1024
 ALLREDUCE_FABRIC = "hosts-16"
 ALLREDUCE_BYTES = 4 * 1024 * 1024
+ALLREDUCE_2D_FABRIC = "hosts-1024"
+ALLREDUCE_2D_BYTES = 64 * 1024  # 4 KiB a host within its T0, 64 bytes across: 246 packets a step
+PARTS = ("bypass", "permutation", "allreduce", "allreduce-2d")
 QUICK = {"bypass": ("default",), "permutation": ("default",), "allreduce": "default",
-         "bypass_bytes": 2 * 1024 * 1024, "per_host": 256 * 1024, "allreduce_bytes": 1 << 20}
+         "bypass_bytes": 2 * 1024 * 1024, "per_host": 256 * 1024, "allreduce_bytes": 1 << 20,
+         "allreduce-2d": "default", "allreduce_2d_bytes": 64 * 1024}
 _DROPPED = ("tx_packets_per_plane", "data_tx_per_plane", "transfers")
 
 
@@ -66,9 +73,10 @@ def run(scenario: str, fabric: str, size: int, seed: int, contender: str = "mrc"
 def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """The figures the paper reports, from the runs."""
     bypass = [{"fabric": r["fabric_name"], "hosts": r["fabric"]["hosts"],
-               "recovery_rtts": r.get("recovery_rtts"), "ok": r["ok"]} for r in runs["bypass"]]
+               "recovery_rtts": r.get("recovery_rtts"), "ok": r["ok"]}
+              for r in runs.get("bypass", [])]
     perm: dict[str, dict[str, Any]] = {}
-    for r in runs["permutation"]:
+    for r in runs.get("permutation", []):
         perm.setdefault(r["fabric_name"], {})[r["contender"]] = r
     permutation = {}
     for fabric, by in perm.items():
@@ -80,14 +88,16 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
                               for c, r in by.items() if c != "mrc"},
             "share_of_capacity": {c: r["goodput_ratio"] for c, r in by.items()},
             "ok": all(r["ok"] for r in by.values())}
-    steps = {r["scenario"]: r for r in runs["allreduce"]}
-    clean = steps.get("allreduce", {}).get("step_time_s") or {}
-    allreduce = {name: {"step_time_s": r.get("step_time_s"),
-                        "mean_over_clean": _ratio((r.get("step_time_s") or {}).get("mean"),
-                                                  clean.get("mean")),
-                        "flaps": r.get("flaps"), "ok": r["ok"],
-                        "step_time_over_first": r.get("step_time_over_first")}
-                 for name, r in steps.items()}
+    allreduce = {}
+    for part in ("allreduce", "allreduce-2d"):
+        steps = {r["scenario"]: r for r in runs.get(part, [])}
+        clean = steps.get(part, {}).get("step_time_s") or {}
+        allreduce.update({name: {
+            "fabric": r["fabric_name"], "hosts": r["fabric"]["hosts"],
+            "step_time_s": r.get("step_time_s"),
+            "mean_over_clean": _ratio((r.get("step_time_s") or {}).get("mean"), clean.get("mean")),
+            "flaps": r.get("flaps"), "ok": r["ok"],
+            "step_time_over_first": r.get("step_time_over_first")} for name, r in steps.items()})
     return {"bypass": bypass, "permutation": permutation, "allreduce": allreduce}
 
 
@@ -95,23 +105,28 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def run_all(quick: bool, seed: int, log=print) -> dict[str, Any]:
+def run_all(quick: bool, seed: int, log=print, parts: tuple[str, ...] = PARTS
+            ) -> dict[str, Any]:
     bypass = QUICK["bypass"] if quick else BYPASS_FABRICS
     perm = QUICK["permutation"] if quick else PERMUTATION_FABRICS
-    ar = QUICK["allreduce"] if quick else ALLREDUCE_FABRIC
     bypass_bytes = QUICK["bypass_bytes"] if quick else BYPASS_BYTES
     per_host = QUICK["per_host"] if quick else PERMUTATION_BYTES_PER_HOST
-    ar_bytes = QUICK["allreduce_bytes"] if quick else ALLREDUCE_BYTES
-    runs: dict[str, list[dict[str, Any]]] = {"bypass": [], "permutation": [], "allreduce": []}
-    for name in bypass:
+    collectives = {  # part: (fabric, buffer bytes)
+        "allreduce": (QUICK["allreduce"], QUICK["allreduce_bytes"]) if quick
+        else (ALLREDUCE_FABRIC, ALLREDUCE_BYTES),
+        "allreduce-2d": (QUICK["allreduce-2d"], QUICK["allreduce_2d_bytes"]) if quick
+        else (ALLREDUCE_2D_FABRIC, ALLREDUCE_2D_BYTES)}
+    runs: dict[str, list[dict[str, Any]]] = {part: [] for part in parts}
+    for name in bypass if "bypass" in parts else ():
         runs["bypass"].append(run("link-failure", name, bypass_bytes, seed, log=log))
-    for name in perm:
+    for name in perm if "permutation" in parts else ():
         hosts = (fabric_of(name) or SCENARIOS["permutation"].fabric).hosts
         for contender in PERMUTATION_CONTENDERS:
             runs["permutation"].append(run("permutation", name, per_host * hosts, seed,
                                            contender, log=log))
-    for scenario in ("allreduce", "allreduce-flap", "allreduce-reboot"):
-        runs["allreduce"].append(run(scenario, ar, ar_bytes, seed, log=log))
+    for part, (fabric, size) in collectives.items():
+        for suffix in ("", "-flap", "-reboot") if part in parts else ():
+            runs[part].append(run(part + suffix, fabric, size, seed, log=log))
     return {"quick": quick, "seed": seed, "runs": runs, "summary": summarise(runs)}
 
 
@@ -128,7 +143,7 @@ def summary_text(s: dict[str, Any]) -> str:
     lines.append("all-reduce: mean step time over the clean run's")
     for name, a in s["allreduce"].items():
         extra = f", {a['flaps']} flaps" if a.get("flaps") is not None else ""
-        lines.append(f"  {name}: {a['mean_over_clean']:.3f}{extra}")
+        lines.append(f"  {name} ({a['hosts']} hosts): {a['mean_over_clean']:.3f}{extra}")
     return "\n".join(lines)
 
 
@@ -137,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="the default fabric, small sizes")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--parts", default=",".join(PARTS),
+                   help="comma-separated: " + ", ".join(PARTS) + " (default: all)")
     p.add_argument("--plot", type=Path, default=None, metavar="DIR",
                    help="write the bypass and P100 plots into DIR")
     add_json_arg(p)
@@ -144,9 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    p = build_parser()
+    args = p.parse_args(argv)
+    parts = tuple(x for x in args.parts.split(",") if x)
+    if not parts or set(parts) - set(PARTS):
+        p.error(f"--parts {args.parts!r}: choose from {', '.join(PARTS)}")
     log = (lambda *a: print(*a, file=sys.stderr)) if json_to_stdout(args) else print
-    report = run_all(args.quick, args.seed, log=log)
+    report = run_all(args.quick, args.seed, log=log, parts=parts)
     log(summary_text(report["summary"]))
     if args.plot is not None:
         from bench.sim_scale_plots import plot_summary

@@ -15,9 +15,14 @@ from bench.plots import COLORS  # noqa: E402
 
 
 def plot_summary(summary: dict[str, Any], out_dir: Path) -> list[Path]:
+    """The plots of the parts that ran (bench.sim_scale --parts)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    return [bypass_vs_hosts(summary["bypass"], out_dir / "sim-bypass-rtts.png"),
-            p100_bars(summary["permutation"], out_dir / "sim-permutation-p100.png")]
+    out = []
+    if summary["bypass"]:
+        out.append(bypass_vs_hosts(summary["bypass"], out_dir / "sim-bypass-rtts.png"))
+    if summary["permutation"]:
+        out.append(p100_bars(summary["permutation"], out_dir / "sim-permutation-p100.png"))
+    return out
 
 
 def bypass_vs_hosts(bypass: list[dict[str, Any]], path: Path) -> Path:

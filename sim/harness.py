@@ -101,6 +101,7 @@ class Harness:
         self.listeners: list[Callable[[float, HostAdapter, Event], None]] = []
         self.on_idle: Callable[[], None] | None = None  # every transfer done: post more?
         self.planned_bytes = 0  # bytes the whole run moves, when more than the transfers hold
+        self.starting: list[Transfer] | None = None  # what start() posts; None: every transfer
         self._rtt_table: metrics.RttTable | None = None
 
     # --- setup ------------------------------------------------------------------------------
@@ -171,10 +172,11 @@ class Harness:
         now = self.loop.now
         self.start_time = now
         self.note_capacity()
-        for t in self.transfers:
+        first = self.transfers if self.starting is None else self.starting
+        for t in first:
             self._post(t, now)
             self.pending += 1
-        for t in self.transfers:
+        for t in first:
             self.adapters[t.sender].wake()
 
     def _post(self, t: Transfer, now: float) -> None:

@@ -34,11 +34,13 @@ class Scenario:
     setup: Callable[[Harness, int], Finisher]
     min_hosts: int = 2  # on another fabric (--fabric): the hosts its setup names
     min_hosts_per_t0: int = 1
+    min_t0: int = 2  # T0 switches per plane: 2 for a path across the spines
 
     def refusal(self, fabric: Fabric) -> str | None:
         """Why `fabric` cannot run this scenario, or None."""
-        if fabric.t0_per_plane < 2:
-            return f"{self.name} sends across spines: it needs at least 2 T0 switches per plane"
+        if fabric.t0_per_plane < self.min_t0:
+            return (f"{self.name} sends across spines: it needs at least {self.min_t0} T0 "
+                    "switches per plane")
         if fabric.hosts < self.min_hosts or fabric.hosts_per_t0 < self.min_hosts_per_t0:
             return (f"{self.name} needs at least {self.min_hosts} hosts and "
                     f"{self.min_hosts_per_t0} per T0; the fabric has {fabric.hosts} and "

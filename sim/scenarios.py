@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 from fabric.topology import Fabric
@@ -205,11 +206,17 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("allreduce", DEFAULT_FABRIC, f"{collective.STEPS} steps of a ring all-reduce of "
              "a size-byte buffer over every host", collective.allreduce, min_hosts=3),
     Scenario("allreduce-flap", DEFAULT_FABRIC, "the all-reduce while T0-T1 links flap across "
-             f"the fabric ({collective.FLAPS_PER_STEP:g} per ideal step time)",
+             f"the fabric ({collective.FLAPS_PER_STEP:g} per expected step time)",
              collective.allreduce_flap, min_hosts=3),
     Scenario("allreduce-reboot", DEFAULT_FABRIC, "the all-reduce; spine 0 of plane 0 reboots "
              f"as step {collective.REBOOT_STEP} starts", collective.allreduce_reboot,
              min_hosts=3),
+    *(Scenario(f"allreduce-2d{suffix}", INCAST_FABRIC, f"{what}, hierarchical: rings within "
+               "each T0, then across T0s", partial(setup, build=collective.hierarchical_allreduce),
+               min_hosts_per_t0=3, min_t0=3)
+      for suffix, what, setup in (("", "allreduce", collective.allreduce),
+                                  ("-flap", "allreduce-flap", collective.allreduce_flap),
+                                  ("-reboot", "allreduce-reboot", collective.allreduce_reboot))),
 )}
 
 

@@ -75,14 +75,17 @@ class ControlChooser:
         return self._on_plane(plane)
 
     def _candidates(self, plane: int, index: int) -> list[EvEntry]:
+        # paths by identity: the index holds one PathInfo per route (it refuses duplicates),
+        # and comparing or hashing a PathInfo's addresses costs a microsecond each time
         entries = self._t.plane_entries[plane]
-        bad = {e.path for e in self._t.bad.values()}
+        bad = {id(e.path) for e in self._t.bad.values()}
         mirror = self._t.order[index] if 0 <= index < len(self._t.order) else None
-        if mirror is not None and mirror.path.plane == plane and mirror.path not in bad:
-            same = [e for e in entries if e.usable and e.path == mirror.path]
+        if mirror is not None and mirror.path.plane == plane and id(mirror.path) not in bad:
+            path = mirror.path
+            same = [e for e in entries if e.usable and e.path is path]
             if same:
                 return same
-        return [e for e in entries if e.usable and e.path not in bad]
+        return [e for e in entries if e.usable and id(e.path) not in bad]
 
     def _rotate(self, plane: int, candidates: list[EvEntry]) -> EvEntry:
         self._cursor[plane] += 1

@@ -1,4 +1,5 @@
-"""Failures that repeat (flap, reboot) and the ring all-reduce in the simulator."""
+"""Failures that repeat (flap, reboot) and the all-reduces (ring, hierarchical) in the
+simulator."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from fabric.topology import Fabric
 from sim import collective
 from sim.harness import Harness, SimSettings
 from sim.scenario_kit import DEFAULT_FABRIC
@@ -59,11 +61,56 @@ def test_flaps_across_the_fabric_hit_the_all_reduce() -> None:
 
 
 def test_ring_needs_three_hosts_and_refuses_fewer() -> None:
-    small = DEFAULT_FABRIC.__class__(planes=1, t0_per_plane=2, t1_per_plane=1, hosts_per_t0=1)
+    small = Fabric(planes=1, t0_per_plane=2, t1_per_plane=1, hosts_per_t0=1)
     with pytest.raises(ScenarioError, match="at least 3 hosts"):
         run_scenario("allreduce", size=SIZE, fabric=small)
     with pytest.raises(ValueError, match="at least 3 hosts"):
-        collective.RingAllreduce(Harness(small, SimSettings()), SIZE)
+        collective.ring_allreduce(Harness(small, SimSettings()), SIZE)
+
+
+def test_ring_moves_its_buffer_twice_per_step() -> None:
+    r = result("allreduce")
+    assert r["step_bytes"] == r["phases_per_step"] * sum(t["bytes"] for t in r["transfers"])
+
+
+HIER = Fabric(planes=2, t0_per_plane=3, t1_per_plane=2, hosts_per_t0=3)
+HIER_SIZE = 90 * 1024  # 10 KiB a host after the reduce-scatter, 3,414 bytes across T0s
+
+
+def test_hierarchical_allreduce_rings_within_then_across_t0s() -> None:
+    h = Harness(HIER, SimSettings())
+    coll = collective.hierarchical_allreduce(h, HIER_SIZE, steps=2)
+    g, m = HIER.hosts_per_t0, HIER.t0_per_plane
+    assert coll.phases == 2 * (g - 1) + 2 * (m - 1)
+    within, across = coll.schedule[0], coll.schedule[g - 1]
+    t0 = [HIER.nic(x, 0).t0 for x in range(HIER.hosts)]
+    assert all(t0[t.sender] == t0[t.receiver] for t in within)  # stays under one T0
+    assert all(t0[t.sender] != t0[t.receiver] for t in across)  # crosses the spines
+    assert sorted(t.sender for t in within) == sorted(t.sender for t in across) == \
+        list(range(HIER.hosts))  # every host sends once in every phase
+    assert {len(t.data) for t in within} == {HIER_SIZE // g}
+    assert {len(t.data) for t in across} == {-(-HIER_SIZE // g // m)}
+    assert h.starting == within  # start() posts the first phase only
+    h.start()
+    assert h.run(1.0) is False or h.pending == 0
+    assert coll.mismatches == 0 and len(coll.step_times) == 2
+    assert min(coll.step_times) >= coll.ideal_step_s()
+
+
+def test_hierarchical_allreduce_refuses_two_t0s_or_two_hosts_a_t0() -> None:
+    for fabric in (Fabric(planes=1, t0_per_plane=2, t1_per_plane=1, hosts_per_t0=3),
+                   Fabric(planes=1, t0_per_plane=3, t1_per_plane=1, hosts_per_t0=2)):
+        with pytest.raises(ScenarioError, match="at least 3 T0|3 per T0"):
+            run_scenario("allreduce-2d", size=SIZE, fabric=fabric)
+        with pytest.raises(ValueError, match="at least 3 T0s and 3 hosts per T0"):
+            collective.hierarchical_allreduce(Harness(fabric, SimSettings()), SIZE)
+
+
+def test_hierarchical_allreduce_under_a_spine_reboot() -> None:
+    r = run_scenario("allreduce-2d-reboot", size=HIER_SIZE, fabric=HIER)
+    over = r["step_time_over_first"]
+    assert r["ok"] and r["phase_mismatches"] == 0 and r["reboot_at_s"] is not None
+    assert over[collective.REBOOT_STEP] > 1.0  # the spine's routes were lost mid-step
 
 
 def test_repost_refuses_data_of_another_size() -> None:

@@ -27,9 +27,13 @@ RECOVERY_BOUND_RTTS = 1.5
 CLEAN_GOODPUT_RATIO_MIN = 0.85
 
 
+HIERARCHICAL_SIZE = 256 * 1024  # its 9 hosts and 8 phases a step make SIZE take 15-20 s
+
+
 def result(name: str, seed: int = 1) -> dict[str, Any]:
     if (name, seed) not in _cache:
-        _cache[(name, seed)] = run_scenario(name, size=SIZE, settings=SimSettings(seed=seed))
+        size = HIERARCHICAL_SIZE if name.startswith("allreduce-2d") else SIZE
+        _cache[(name, seed)] = run_scenario(name, size=size, settings=SimSettings(seed=seed))
     return _cache[(name, seed)]
 
 
@@ -37,8 +41,10 @@ def result(name: str, seed: int = 1) -> dict[str, Any]:
 def test_every_scenario_delivers_every_byte(name: str) -> None:
     r = result(name)
     assert r["ok"], {k: r[k] for k in ("completed", "drops", "timeouts", "transfers")}
-    rounds = r["phases_per_step"] * r["steps"] if name.startswith("allreduce") else 1
-    assert r["bytes"] == rounds * sum(t["bytes"] for t in r["transfers"]) > 0
+    if name.startswith("allreduce"):  # each phase posts its own transfers again
+        assert r["bytes"] == r["steps"] * r["step_bytes"] > 0
+    else:
+        assert r["bytes"] == sum(t["bytes"] for t in r["transfers"]) > 0
     assert 0 < r["goodput_ratio"] <= 1.0
     for key in ("timeouts", "nacks", "trims", "retired_evs", "reinstated_evs", "base_rtt_s",
                 "duration_s", "goodput_bps", "tx_packets_per_plane", "fabric", "seed"):
