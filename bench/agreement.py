@@ -33,11 +33,12 @@ from typing import Any
 
 from bench import failures, paper, scenarios
 from bench.context import QUICK, Context, Sizes
+from bench.sim_bench import payload_share
 from fabric.options import add_json_arg, add_target_arg, write_json
 from sim.harness import SimSettings
 from sim.network import QueueConfig
 from sim.scenarios import run_scenario
-from wire.layout import DEFAULT_MTU, FULL_DATA_FRAME_LEN
+from wire.layout import FULL_DATA_FRAME_LEN
 
 RATE_PPS = 500  # the bench's default port rate
 LOSS_LINK_DELAY_S = 0.010  # the fidelity issue's link delay (tests/e2e/test_link_delay.py)
@@ -79,14 +80,6 @@ def _get(d: Result, *keys: str) -> float | None:
             return None
         d = d[k]
     return float(d)  # type: ignore[arg-type]
-
-
-def payload_share(r: Result) -> float | None:
-    """A simulator run's goodput over its capacity counted in payload bytes, as the bench
-    counts it (the simulator's capacity is line rate, headers included)."""
-    if not r.get("ok") or not r.get("capacity_bps"):
-        return None
-    return r["goodput_bps"] / (r["capacity_bps"] * DEFAULT_MTU / FULL_DATA_FRAME_LEN)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from fabric.options import (
+    add_convergence_delay_arg,
     add_deprecated_spelling,
     add_fabric_args,
     add_json_arg,
@@ -50,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="the transport every host runs, as the bench names it: " + MODE_HELP)
     add_fabric_args(p, default=None)
     add_link_delay_arg(p, SimSettings.delay_s * 1000)
+    add_convergence_delay_arg(p, SimSettings.convergence_delay_s)
     return p
 
 
@@ -93,9 +95,12 @@ def main(argv: list[str] | None = None) -> int:
         queues = QueueConfig(capacity=args.queue, ecn_threshold=args.ecn_threshold,
                              trim_threshold=args.trim_threshold)
         settings = SimSettings(rate_bps=args.line_rate, delay_s=link_delay_s(args), queues=queues,
-                               seed=args.seed, chunk=args.chunk, contender=args.contender)
+                               seed=args.seed, chunk=args.chunk, contender=args.contender,
+                               convergence_delay_s=args.convergence_delay)
         if args.chunk < 1:
             raise ScenarioError("--chunk must be at least 1 byte")
+        if args.convergence_delay < 0:
+            raise ScenarioError("--convergence-delay must be at least 0 seconds")
         result = run_scenario(args.scenario, size=args.size, settings=settings,
                               fabric=named_fabric(args))
     except (ScenarioError, NetworkConfigError, TopologyError, ModeError) as exc:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.convergence import DEFAULT_DELAY
 from fabric.topology import Fabric
 from host_agent.core import (
     DEFAULT_MTU,
@@ -35,7 +36,7 @@ from host_agent.core import (
     WriteFailed,
 )
 from host_agent.modes import MRC, AgentMode, roce_endpoint_config, stripe
-from sim import metrics
+from sim import metrics, routing
 from sim.engine import EventLoop
 from sim.host import HostAdapter
 from sim.network import Network, QueueConfig
@@ -50,6 +51,7 @@ class SimSettings:
     seed: int = 1
     chunk: int = 256 * 1024  # bytes per post_write; the last write of a transfer has no imm
     contender: str = MRC  # an agent mode (host_agent.modes): mrc, roce, roce:K, single_port
+    convergence_delay_s: float = DEFAULT_DELAY  # the baseline's routing hold timer (sim.routing)
 
 
 @dataclass
@@ -84,6 +86,7 @@ class Harness:
         self.loop = EventLoop()
         self.net = Network(fabric, self.loop, rate_bps=settings.rate_bps, delay_s=settings.delay_s,
                            queues=settings.queues, seed=settings.seed)
+        self.convergence = routing.converge(self.net, settings.convergence_delay_s)
         self.rng = random.Random(settings.seed)
         self.config = config
         self.adapters: dict[int, HostAdapter] = {}

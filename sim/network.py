@@ -34,6 +34,7 @@ from controller.tables import (
     DEFAULT_ECN_THRESHOLD,
     DEFAULT_TRIM_THRESHOLD,
     PortThresholds,
+    SwitchTables,
     switch_tables,
 )
 from fabric.topology import Fabric, Switch, TopologyError
@@ -274,6 +275,8 @@ class Network:
         self.queues = queues or QueueConfig()
         self.rng = random.Random(seed)
         self.sim_drops: Counter[str] = Counter()
+        self.current_tables: dict[str, SwitchTables] = {}  # converged away from the healthy
+        self.link_listeners: list[Callable[[LinkState, bool], None]] = []
         self.rate_changes = 0  # link rates set since the start: RTT figures made before are stale
         self.codec = Codec.committed()
         self._inserts: dict[Entity, p4runtime_pb2.Update] = {}
@@ -285,12 +288,20 @@ class Network:
         for cable in fabric.links:
             self._wire(cable.a, cable.a_port, cable.b, cable.b_port)
 
+    def tables_of(self, switch: Switch) -> SwitchTables:
+        """What the controller wants `switch` to hold now: its tables as last converged
+        (sim.routing), else those of the healthy fabric."""
+        tables = self.current_tables.get(switch.name)
+        if tables is None:
+            try:
+                tables = switch_tables(self.fabric, switch, thresholds=self.queues.thresholds())
+            except TopologyError as exc:
+                raise NetworkConfigError(str(exc)) from None
+        return tables
+
     def controller_tables(self, switch: Switch) -> DeviceState:
         """A fresh device state holding the controller's tables for `switch`."""
-        try:
-            tables = switch_tables(self.fabric, switch, thresholds=self.queues.thresholds())
-        except TopologyError as exc:
-            raise NetworkConfigError(str(exc)) from None
+        tables = self.tables_of(switch)
         state = DeviceState(self.codec.index)
         updates = [self._insert(e) for e in tables.entities()]
         errors = [e for e in state.write(updates) if e is not None]
@@ -355,6 +366,8 @@ class Network:
         if link.up == up:
             return
         link.up = up
+        for listener in self.link_listeners:  # the baseline's routing (sim.routing)
+            listener(link, up)
         if not up:
             link.epoch += 1
             for port in link.ports:

@@ -243,7 +243,8 @@ def run_scenario(name: str, *, size: int = 32 * 1024 * 1024, settings: SimSettin
     h.capacity_log.clear()
     h.start()
     wall.append(time.perf_counter())
-    limit = TIME_LIMIT_FACTOR * ideal_time(h) + 0.05
+    # the baseline's routing may take its hold time to route around a failure
+    limit = TIME_LIMIT_FACTOR * ideal_time(h) + 0.05 + settings.convergence_delay_s
     finished = h.run(limit)
     wall.append(time.perf_counter())
     end = h.end_time if finished and h.end_time is not None else h.loop.now
@@ -260,7 +261,7 @@ def run_scenario(name: str, *, size: int = 32 * 1024 * 1024, settings: SimSettin
                    "delay_s": settings.delay_s, "queue": asdict(settings.queues),
                    "mtu": h.adapter_mtu()},
         "transfers": [{"sender": t.sender, "receiver": t.receiver, "bytes": len(t.data),
-                       "done_at_s": t.done_at} for t in h.transfers],
+                       "done_at_s": t.done_at, "progress": t.progress} for t in h.transfers],
         "bytes": total, "ok": finished and h.verified(), "completed": finished,
         "duration_s": duration, "goodput_bps": goodput, "capacity_bps": capacity,
         "goodput_ratio": goodput / capacity if capacity else 0.0, "base_rtt_s": h.base_rtt,

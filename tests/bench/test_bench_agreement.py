@@ -29,8 +29,9 @@ def test_the_simulator_gets_the_emulated_networks_parameters() -> None:
 
 def test_goodput_share_counts_payload_as_the_bench_does() -> None:
     run = {"ok": True, "goodput_bps": 8e6, "capacity_bps": 16e6}
-    assert agreement.payload_share(run) == pytest.approx(0.5 * FULL_DATA_FRAME_LEN / DEFAULT_MTU)
-    assert agreement.payload_share({**run, "ok": False}) is None
+    share = agreement.payload_share  # bench.sim_bench's, shared
+    assert share(run) == pytest.approx(0.5 * FULL_DATA_FRAME_LEN / DEFAULT_MTU)
+    assert share({**run, "ok": False}) is None
 
 
 def _experiment(tolerance: float) -> agreement.Experiment:

@@ -45,6 +45,7 @@ ENTRY_POINTS: dict[str, tuple[str, str, list[str]]] = {
     "python -m bench.sim_speed": ("bench.sim_speed", "build_parser", []),
     "python -m bench.sim_scale": ("bench.sim_scale", "build_parser", []),
     "python -m bench.agreement": ("bench.agreement", "build_parser", []),
+    "python -m bench.sim_bench": ("bench.sim_bench", "build_parser", ["all"]),
     "topologies/two_tier.py": ("topologies.two_tier", "build_parser", []),
     "python -m controller": ("controller.__main__", "build_parser", ["paths"]),
     "python -m grader": ("grader.__main__", "build_parser", ["grade", "1"]),
@@ -64,7 +65,7 @@ NOT_USER_ENTRY_POINTS = {
 }
 # What each entry point must have (beyond what it may have).
 EXPECTED = {
-    "python -m sim": {"--json", "--line-rate"},
+    "python -m sim": {"--json", "--line-rate", "--convergence-delay"},
     "python -m bench": {"--json", "--target", "--rate"},
     "python -m bench.scale": {"--json", "--target", "--rate"},
     "python -m bench.view_cost": {"--json", "--target", "--rate"},
@@ -75,6 +76,7 @@ EXPECTED = {
     "python -m bench.sim_speed": {"--json", "--fabric"},
     "python -m bench.sim_scale": {"--json"},
     "python -m bench.agreement": {"--json", "--target"},
+    "python -m bench.sim_bench": {"--json", "--fabric"},
     "topologies/two_tier.py": {"--json", "--target", "--rate", "--convergence-delay"},
     "python -m controller": {"--json", "--target", "--convergence-delay"},
     "python -m grader": {"--json", "--target"},

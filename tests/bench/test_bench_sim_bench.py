@@ -1,0 +1,63 @@
+"""bench.sim_bench: the bench's scenarios in the simulator, in the bench's results format, so
+bench.results and bench.plots read them as they read an emulated run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import results, sim_bench
+
+SIZE = 256 * 1024
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("simbench")
+    code = sim_bench.main(["link-failure,permutation,allreduce", "--contenders",
+                           "mrc,roce,tcp", "--size", str(SIZE), "--out", str(out),
+                           "--json", str(out / "copy.json")])
+    assert code == 0
+    data = json.loads((out / "results.json").read_text())
+    data["_out"] = str(out)
+    return data
+
+
+def test_the_results_file_is_a_bench_results_file(run: dict) -> None:
+    assert results.validate(run) == [] and run["target"] == "sim"
+    out = Path(run["_out"])
+    summary = (out / "summary.md").read_text()
+    for name in ("## link-failure", "## permutation", "## allreduce", "| mrc |",
+                 "kernel TCP is not simulated"):
+        assert name in summary
+    for plot in ("link-failure-goodput.png", "permutation-flows.png", "allreduce-steps.png"):
+        assert (out / plot).stat().st_size > 0
+
+
+def test_failures_compare_clean_and_failed_runs_as_the_bench_does(run: dict) -> None:
+    lf = run["scenarios"]["link-failure"]
+    mrc, roce = lf["contenders"]["mrc"], lf["contenders"]["roce"]
+    assert mrc["healthy_route_retirements"] == 0 and mrc["failed_route_retirements"] > 0
+    assert mrc["completion_ratio"] < 1.5 and mrc["retire_rtts"] < 5
+    # roce's QP on the dead link waits for the baseline's routing (3 s hold), MRC does not
+    assert roce["completed"] and roce["completion_failed_s"] > 3.0
+    assert roce["completion_ratio"] > 100 * mrc["completion_ratio"]
+    assert lf["network"]["port_rate_pps"] > 0 and lf["fabric"]["hosts"] == 4
+
+
+def test_permutation_and_allreduce_figures(run: dict) -> None:
+    perm = run["scenarios"]["permutation"]
+    assert perm["figures"]["p100_roce_over_mrc"] > 1.0
+    assert 0 < perm["figures"]["mrc"]["aggregate_over_capacity"] <= 1.0
+    steps = run["scenarios"]["allreduce"]["contenders"]["mrc"]["step_times_s"]
+    assert len(steps) == 3 and min(steps) > 0
+
+
+def test_scenarios_the_simulator_lacks_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        sim_bench.main(["victim"])
+    assert "not simulated: victim" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        sim_bench.main(["loss", "--contenders", "mrc,nonsense"])
