@@ -36,7 +36,7 @@ if __name__ == "__main__":  # before the heavy imports: re-run with .venv if the
 
 from tqdm import tqdm  # noqa: E402
 
-from bench import calibrate, paper, plots, results, scenarios  # noqa: E402
+from bench import calibrate, paper, results, scenarios  # noqa: E402
 from bench.context import FULL, QUICK, Context  # noqa: E402
 from bench.runner import CONTENDERS  # noqa: E402
 from bench.view import BenchView  # noqa: E402
@@ -48,7 +48,6 @@ from fabric.options import (  # noqa: E402
     add_target_arg,
     link_delay_s,
     named_fabric,
-    write_json,
 )
 from fabric.topology import TopologyError  # noqa: E402
 from topologies import fidelity  # noqa: E402
@@ -196,13 +195,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None, started: datetime, ou
             sc["cpu_busy"] = fidelity.cpu_busy(cpu, fidelity.cpu_times())
             run["scenarios"][name] = sc
             results.write(run, out)  # partial results survive a later crash or Ctrl-C
-    path = results.write(run, out)
-    (out / "summary.md").write_text(results.summary_markdown(run))
-    written = plots.plot_run(run, out)
-    print(f"results: {path}\nsummary: {out / 'summary.md'}\nplots: "
-          + ", ".join(p.name for p in written))
-    write_json(args.json, run, default=str)
-    return 0 if all(sc.get("ok") for sc in run["scenarios"].values()) else 1
+    return results.publish(run, out, args.json)
 
 
 SCENARIOS = {**scenarios.SCENARIOS, **paper.SCENARIOS}

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fabric.options import write_json
+
 SCHEMA = 1
 REPO = Path(__file__).resolve().parent.parent
 SCENARIO_KEYS = ("ok", "error", "wall_s", "fabric", "network", "capacity_pps", "contenders",
@@ -49,6 +51,19 @@ def write(run: dict[str, Any], out_dir: Path) -> Path:
     path = out_dir / "results.json"
     path.write_text(json.dumps(run, indent=1, default=str) + "\n")
     return path
+
+
+def publish(run: dict[str, Any], out_dir: Path, json_dest: str | None) -> int:
+    """A finished run's results.json, summary.md and plots in `out_dir`, where they are on
+    stdout, the JSON where --json says; the exit code: 0 when every scenario is ok."""
+    from bench import plots  # plotting loads matplotlib: only for a run that is done
+    path = write(run, out_dir)
+    (out_dir / "summary.md").write_text(summary_markdown(run))
+    written = plots.plot_run(run, out_dir)
+    print(f"results: {path}\nsummary: {out_dir / 'summary.md'}\nplots: "
+          + ", ".join(p.name for p in written))
+    write_json(json_dest, run, default=str)
+    return 0 if all(sc.get("ok") for sc in run["scenarios"].values()) else 1
 
 
 def _finite(value: Any, where: str, problems: list[str]) -> None:

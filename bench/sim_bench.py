@@ -23,9 +23,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench import metrics, paper, plots, results
+from bench import metrics, paper, results
 from bench.context import target
-from fabric.options import add_fabric_args, add_json_arg, named_fabric, write_json
+from fabric.options import add_fabric_args, add_json_arg, named_fabric
 from sim.harness import SimSettings
 from sim.scenarios import run_scenario
 from wire.layout import DEFAULT_MTU, FULL_DATA_FRAME_LEN
@@ -267,14 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         run["scenarios"][name] = run_bench_scenario(name, contenders, args.size, args.seed,
                                                     fabric, log=lambda m: print(m, file=sys.stderr))
-    out.mkdir(parents=True, exist_ok=True)
-    path = results.write(run, out)
-    (out / "summary.md").write_text(results.summary_markdown(run))
-    written = plots.plot_run(run, out)
-    print(f"results: {path}\nsummary: {out / 'summary.md'}\nplots: "
-          + ", ".join(x.name for x in written))
-    write_json(args.json, run, default=str)
-    return 0 if all(sc["ok"] for sc in run["scenarios"].values()) else 1
+    return results.publish(run, out, args.json)
 
 
 if __name__ == "__main__":
