@@ -96,6 +96,7 @@ def _costs(r: Result) -> Result:
 def failure_contender(clean: Result, failed: Result) -> Result:
     """The bench's failure record: clean and failed runs and the figures both compare."""
     c, f = contender_run(clean), contender_run(failed)
+    mrc = failed["contender"] == "mrc"
     out: Result = {"clean": c, "failed": f, "failure_at_s": failed.get("failure_at_s")}
     ct = c["summary"].get("completion_p100_s")
     ft = f["summary"].get("completion_p100_s")
@@ -103,9 +104,11 @@ def failure_contender(clean: Result, failed: Result) -> Result:
                completion_ratio=metrics.ratio(ft, ct),
                goodput_over_clean=metrics.ratio(f["flows"][0]["goodput_bps"],
                                                 c["flows"][0]["goodput_bps"]),
-               retire_rtts=failed.get("recovery_rtts"))
-    for key in ("failed_route_retirements", "healthy_route_retirements",
-                "peer_notified_after_rtts", "flaps"):
+               retire_rtts=failed.get("recovery_rtts") if mrc else None)
+    # per source route: a baseline QP has one plain IPv6 route, none of MRC's (the bench
+    # reports these for MRC only too)
+    keys = ("failed_route_retirements", "healthy_route_retirements") if mrc else ()
+    for key in (*keys, "peer_notified_after_rtts", "flaps"):
         if key in failed:
             out[key] = failed[key]
     return out

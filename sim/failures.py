@@ -4,10 +4,11 @@ one transfer as the bench runs them, and a fabric-wide flap process for longer r
 Timing is in base RTTs of the simulated fabric (the bench's 0.5 s flap half period and its
 reboot times are wall-clock figures of an emulation whose RTT is milliseconds; here a
 transfer lasts milliseconds, so the same shape is kept relative to the RTT):
-- flap: the sender's T0 loses its plane-0 link to spine 0 for FLAP_HALF_PERIOD_RTTS, gets it
-  back for as long, and so on from FAILURE_AT x the ideal transfer time until the end.
-- switch-reboot: spine 0 of plane 0 goes down at FAILURE_AT, with its tables and queues,
-  and is back REBOOT_RTTS later with the controller's tables reinstalled.
+- flap: the sender's T0 loses its busiest plane-0 uplink (scenario_kit.FailingUplink) for
+  FLAP_HALF_PERIOD_RTTS, gets it back for as long, and so on from FAILURE_AT x the ideal
+  transfer time until the end.
+- switch-reboot: the spine at the far end of that uplink goes down at FAILURE_AT, with its
+  tables and queues, and is back REBOOT_RTTS later with the controller's tables reinstalled.
 Both report the retirements of the sender's EVs on the routes through the failure and on
 every other (healthy) route; a healthy route should keep its EVs, as in the bench.
 """
@@ -23,8 +24,8 @@ from sim.host import HostAdapter
 from sim.network import LinkState
 from sim.scenario_kit import (
     FAILURE_AT,
+    FailingUplink,
     Finisher,
-    failing_uplink,
     ideal_time_for,
     recovery,
 )
@@ -69,29 +70,39 @@ def flap_link(h: Harness, link: LinkState, start: float, half_period: float,
 
 
 def flap(h: Harness, size: int) -> Finisher:
-    sender, t0, t1, routes = failing_uplink(h, size)
+    up = FailingUplink(h, size)
     start = FAILURE_AT * ideal_time_for(h, size)
     half = FLAP_HALF_PERIOD_RTTS * h.path_rtt(h.transfers[0].sender, h.transfers[0].receiver)
-    downs = flap_link(h, h.net.link(t0, t1), start, half, lambda: h.pending > 0)
+    downs: dict[str, list[float]] = {}
+
+    def begin() -> None:  # the busiest uplink when the flapping starts keeps flapping
+        link = h.net.link(up.t0, up.pick())
+        downs["times"] = flap_link(h, link, start, half, lambda: h.pending > 0)
+    h.loop.at(start, begin)
 
     def finish(result: dict[str, Any]) -> None:
-        result.update(flapping_link=[t0, t1], flap_from_s=start, flap_half_period_s=half,
-                      flaps=len(downs), recovery_rtts=recovery(h, sender, routes, start),
-                      **retirements(h, sender, routes))
+        result.update(flapping_link=[up.t0, up.t1], flap_from_s=start, flap_half_period_s=half,
+                      flaps=len(downs.get("times", [])),
+                      recovery_rtts=recovery(h, up.sender, up.routes, start),
+                      **retirements(h, up.sender, up.routes))
     return finish
 
 
 def switch_reboot(h: Harness, size: int) -> Finisher:
-    sender, _, name, routes = failing_uplink(h, size)  # name: that uplink's spine
+    up = FailingUplink(h, size)  # the busiest uplink's spine reboots
     t_fail = FAILURE_AT * ideal_time_for(h, size)
     away = REBOOT_RTTS * h.path_rtt(h.transfers[0].sender, h.transfers[0].receiver)
-    h.at(t_fail, lambda: h.net.set_switch_up(name, False))
-    h.at(t_fail + away, lambda: h.net.set_switch_up(name, True))
+
+    def down() -> None:
+        name = up.pick()
+        h.net.set_switch_up(name, False)
+        h.at(t_fail + away, lambda: h.net.set_switch_up(name, True))
+    h.at(t_fail, down)
 
     def finish(result: dict[str, Any]) -> None:
-        result.update(rebooted_switch=name, reboot_at_s=t_fail, reboot_down_s=away,
-                      recovery_rtts=recovery(h, sender, routes, t_fail),
-                      **retirements(h, sender, routes))
+        result.update(rebooted_switch=up.t1, reboot_at_s=t_fail, reboot_down_s=away,
+                      recovery_rtts=recovery(h, up.sender, up.routes, t_fail),
+                      **retirements(h, up.sender, up.routes))
     return finish
 
 

@@ -59,19 +59,6 @@ def recovery(h: Harness, sender: HostAdapter, routes: set, t_fail: float) -> flo
     return max(0.0, last - t_fail) / h.base_rtt if last > t_fail else 0.0
 
 
-def retirements(sender: HostAdapter, routes: set) -> dict[str, int]:
-    """EVs the sender retired (moved into ASSUMED_BAD) on `routes` and on every other route,
-    counted as the bench counts them (bench.runner.retirements): a healthy route should keep
-    its EVs."""
-    failed = {str(r) for r in routes}
-    out = {"failed_route_retirements": 0, "healthy_route_retirements": 0}
-    for evs in sender.endpoint.stats()["per_ev"].values():  # type: ignore[union-attr]
-        for info in evs.values():
-            key = "failed" if info["route"] in failed else "healthy"
-            out[f"{key}_route_retirements"] += int(info["retired"])
-    return out
-
-
 def single(h: Harness, size: int) -> tuple[HostAdapter, int, int]:
     src, dst = 0, h.fabric.hosts - 1  # first and last host: on different T0s (cross-spine)
     h.add_transfer(src, dst, size)
@@ -109,13 +96,31 @@ def ideal_time_for(h: Harness, size: int) -> float:
     return size * 8 / h.capacity_log[-1][1]
 
 
-def failing_uplink(h: Harness, size: int) -> tuple[HostAdapter, str, str, set]:
-    """One cross-spine transfer (single) and the link its failure scenarios hit: the
-    sender's T0's plane-0 link to spine 0. (sender, T0 name, spine name, the routes of the
-    transfer that cross that link)."""
-    sender, src, dst = single(h, size)
-    plane, spine = 0, 0
-    t0 = h.fabric.t0(plane, h.fabric.nic(src, plane).t0).name
-    t1 = h.fabric.t1(plane, spine).name
-    routes = {p.address for p in h.fabric.paths(src, dst, plane) if p.spine == spine}
-    return sender, t0, t1, routes
+class FailingUplink:
+    """One cross-spine transfer (single) and the link its failure scenarios hit, picked as the
+    bench's Injector picks it: the sender's T0's busiest plane-0 uplink (most frames sent so
+    far, the lowest spine on a tie), chosen when the failure strikes, so a contender on one
+    hashed path is hit as MRC is. pick() names the spine and sets `routes`, the transfer's
+    routes over that link."""
+
+    PLANE = 0
+
+    def __init__(self, h: Harness, size: int) -> None:
+        self.h = h
+        self.sender, self.src, self.dst = single(h, size)
+        fabric = h.fabric
+        self.t0 = fabric.t0(self.PLANE, fabric.nic(self.src, self.PLANE).t0).name
+        self.t1: str | None = None
+        self.routes: set = set()
+
+    def _sent(self, spine: int) -> int:
+        link = self.h.net.link(self.t0, self.h.fabric.t1(self.PLANE, spine).name)
+        return next(p.tx_packets for p in link.ports if p.node.name == self.t0)
+
+    def pick(self) -> str:
+        fabric = self.h.fabric
+        spine = max(range(fabric.t1_per_plane), key=lambda j: (self._sent(j), -j))
+        self.t1 = fabric.t1(self.PLANE, spine).name
+        self.routes = {p.address for p in fabric.paths(self.src, self.dst, self.PLANE)
+                       if p.spine == spine}
+        return self.t1
