@@ -8,7 +8,7 @@ tolerance. The simulator is deterministic (the seed fixes every random choice; t
 do not depend on the machine or on PYTHONHASHSEED), so a correct answer matches to the
 rounding the student used; the tolerances only absorb that rounding. An instructor can hand
 each student another delay (it moves the base RTT and the RTT counts; the seed alone moves
-only Q2 and Q4, a little) so answers cannot be passed around.
+the answers less than their tolerances) so answers cannot be passed around.
 
 Checks: measure.form (the file and its answers are usable), then one check per question.
 A question left unanswered fails its own check too, with the command that answers it.

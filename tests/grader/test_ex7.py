@@ -59,17 +59,22 @@ def test_wrong_answers_fail_their_named_check_only(wrong: Path) -> None:
     assert check.expected and check.observed and check.hint
 
 
-@pytest.mark.parametrize("change, fail", [
-    ({"seed": 2}, {"measure.recovery-rtts"}),
-    ({"delay_us": 2}, {"measure.base-rtt", "measure.recovery-rtts", "measure.peer-notified"}),
-])
-def test_answers_are_bound_to_their_fabric(change: dict[str, Any], fail: set[str]) -> None:
-    """The solution's answers handed in for another seed or delay: the grader measures that
+def test_answers_are_bound_to_their_delay() -> None:
+    """The solution's answers handed in for another link delay: the grader measures that
     fabric and the answers that depend on it fail."""
-    data = {**_solution_answers(), **change}
+    data = {**_solution_answers(), "delay_us": 2}
     g = _grade({ex7.ANSWERS: json.dumps(data)}, "other-fabric")
     assert g.checks[0].passed and not g.full_marks
-    assert {c.id for c in g.checks if not c.passed} >= fail
+    assert {c.id for c in g.checks if not c.passed} >= {
+        "measure.base-rtt", "measure.recovery-rtts", "measure.peer-notified"}
+
+
+def test_the_seed_alone_moves_no_answer_beyond_its_tolerance() -> None:
+    """Why instructors hand out delays (INSTRUCTORS.md): since a failure strikes the busiest
+    uplink, as the bench's does, seed 2's figures are within every tolerance of seed 1's."""
+    data = {**_solution_answers(), "seed": 2}
+    g = _grade({ex7.ANSWERS: json.dumps(data)}, "other-seed")
+    assert g.full_marks, [c for c in g.checks if not c.passed]
 
 
 def _grade_here(tmp_path: Path, data: object) -> dict[str, Any]:
