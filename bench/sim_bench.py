@@ -97,7 +97,9 @@ def failure_contender(clean: Result, failed: Result) -> Result:
     """The bench's failure record: clean and failed runs and the figures both compare."""
     c, f = contender_run(clean), contender_run(failed)
     mrc = failed["contender"] == "mrc"
-    out: Result = {"clean": c, "failed": f, "failure_at_s": failed.get("failure_at_s")}
+    at = next((failed[k] for k in ("failure_at_s", "reboot_at_s", "flap_from_s")
+               if failed.get(k) is not None), None)
+    out: Result = {"clean": c, "failed": f, "failure_at_s": at}
     ct = c["summary"].get("completion_p100_s")
     ft = f["summary"].get("completion_p100_s")
     out.update(completed=ft is not None, completion_clean_s=ct, completion_failed_s=ft,

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -67,6 +66,7 @@ from topologies.runstate import (
     existing_interface,
     fabric_interfaces,
     kill_all,
+    make_workdir,
     wait_interfaces_gone,
 )
 from topologies.targets import resolve
@@ -128,7 +128,7 @@ class MrcNetwork(FaultInjection):
         """Build, program and start everything; on any failure clean up and re-raise. A
         fabric this machine's memory cannot hold is refused before anything starts."""
         if self._own_workdir and self.workdir == Path():  # mkdtemp: fresh, 0700, exclusive
-            self.workdir = Path(tempfile.mkdtemp(prefix="mrc-net-"))
+            self.workdir = make_workdir(self)
         try:  # a refusal before anything starts must not leave the work directory either
             capacity.check(self.fabric, self.target, self.config.soft_processes)
             refused = refuse_on_bmv2(self.config.link_delay_s, self.target)

@@ -24,8 +24,10 @@ import shutil
 import signal
 import stat
 import subprocess
+import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -146,6 +148,16 @@ def _read_manifest(rundir: PrivateDir) -> dict[str, Any]:
     return {"owner": [int(owner), int(owner_started)], "pids": pids, "interfaces": names,
             "nft_tables": tables,
             "workdir": str(data["workdir"]), "own_workdir": data["own_workdir"] is True}
+
+
+def make_workdir(owner: object) -> Path:
+    """A fresh work directory for `owner`'s run (mkdtemp: 0700, created exclusively). The
+    owner's stop() removes it; as a safety net it also goes when the owner is collected or
+    the process exits, whatever path left it behind (CI kept finding one empty directory a
+    run, its maker unknown)."""
+    path = Path(tempfile.mkdtemp(prefix="mrc-net-"))
+    weakref.finalize(owner, shutil.rmtree, path, True)  # True: ignore_errors (gone already)
+    return path
 
 
 def remove_workdir(workdir: Path) -> bool:

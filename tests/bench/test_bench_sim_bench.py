@@ -45,6 +45,7 @@ def test_failures_compare_clean_and_failed_runs_as_the_bench_does(run: dict) -> 
     assert roce["completed"] and roce["completion_failed_s"] > 3.0
     assert roce["completion_ratio"] > 100 * mrc["completion_ratio"]
     assert lf["network"]["port_rate_pps"] > 0 and lf["fabric"]["hosts"] == 4
+    assert 0 < mrc["failure_at_s"] < mrc["completion_failed_s"]  # the plot's dashed line
 
 
 def test_permutation_and_allreduce_figures(run: dict) -> None:

@@ -147,3 +147,25 @@ def test_a_refusal_before_anything_starts_leaves_no_work_directory(monkeypatch) 
         net.start()
     assert net.workdir.name.startswith("mrc-net-") and not net.workdir.exists()
     net.stop()  # a second stop (or a stop of a network never started) removes nothing else
+
+
+def test_a_work_directory_left_behind_goes_with_its_network(monkeypatch) -> None:
+    """The safety net: a network whose stop() never ran (a caller that forgot it, a path not
+    yet found) takes its work directory with it when it is collected."""
+    import gc
+
+    from topologies import capacity
+    from topologies.network import NetworkError
+
+    def refuse(*_args: object) -> None:
+        raise capacity.CapacityError("does not fit")
+    monkeypatch.setattr(capacity, "check", refuse)
+    monkeypatch.setattr(MrcNetwork, "stop", lambda self: None)  # the cleanup that did not run
+    net = MrcNetwork(NetworkConfig(target="soft"), log=lambda *_: None)
+    with pytest.raises(NetworkError):
+        net.start()
+    workdir = net.workdir
+    assert workdir.is_dir()  # left behind
+    del net
+    gc.collect()
+    assert not workdir.exists()
