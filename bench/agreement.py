@@ -31,9 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from bench import failures, paper, scenarios
+from bench import failures, metrics, paper, scenarios
 from bench.context import QUICK, Context, Sizes
-from bench.sim_bench import payload_share
+from bench.sim_bench import data_packets_sent, payload_share
 from fabric.options import add_json_arg, add_target_arg, write_json
 from sim.harness import SimSettings
 from sim.network import QueueConfig
@@ -82,10 +82,6 @@ def _get(d: Result, *keys: str) -> float | None:
     return float(d)  # type: ignore[arg-type]
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
-
-
 def _flow_bytes(sc: Result) -> int:
     return int(_mrc(sc)["clean"]["flows"][0]["bytes"])
 
@@ -103,7 +99,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                _flow_bytes, (
         Figure("completion, failed / clean",
                lambda sc: _get(_mrc(sc), "completion_ratio"),
-               lambda s: _ratio(s["link-failure"]["duration_s"], s["clean"]["duration_s"]),
+               lambda s: metrics.ratio(s["link-failure"]["duration_s"], s["clean"]["duration_s"]),
                0.05),
         Figure("bypass (base RTTs)", lambda sc: _get(_mrc(sc), "retire_rtts"),
                lambda s: s["link-failure"]["recovery_rtts"], 1.0),
@@ -122,10 +118,10 @@ EXPERIMENTS: tuple[Experiment, ...] = (
                lambda sc: _get(_mrc(sc), "summary", "aggregate_over_capacity"),
                lambda s: payload_share(s["loss"]), 0.1),
         Figure("data packets resent / sent",
-               lambda sc: _ratio(_get(_mrc(sc), "summary", "retransmits"),
+               lambda sc: metrics.ratio(_get(_mrc(sc), "summary", "retransmits"),
                                  _get(_mrc(sc), "summary", "tx_data_packets")),
-               lambda s: _ratio(s["loss"]["retransmits"],
-                                sum(map(sum, s["loss"]["data_tx_per_plane"].values()))),
+               lambda s: metrics.ratio(s["loss"]["retransmits"],
+                                       data_packets_sent(s["loss"])),
                0.007))),
 )
 

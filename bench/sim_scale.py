@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import metrics
 from fabric.options import PRESETS, add_json_arg, json_to_stdout, write_json
 from fabric.topology import Fabric
 from sim.harness import SimSettings
@@ -84,7 +85,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         permutation[fabric] = {
             "hosts": mrc.get("fabric", {}).get("hosts"),
             "mrc_share_of_capacity": mrc.get("goodput_ratio"),
-            "p100_over_mrc": {c: _ratio(r.get("p100_s"), mrc.get("p100_s"))
+            "p100_over_mrc": {c: metrics.ratio(r.get("p100_s"), mrc.get("p100_s"))
                               for c, r in by.items() if c != "mrc"},
             "share_of_capacity": {c: r["goodput_ratio"] for c, r in by.items()},
             "ok": all(r["ok"] for r in by.values())}
@@ -95,14 +96,11 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         allreduce.update({name: {
             "fabric": r["fabric_name"], "hosts": r["fabric"]["hosts"],
             "step_time_s": r.get("step_time_s"),
-            "mean_over_clean": _ratio((r.get("step_time_s") or {}).get("mean"), clean.get("mean")),
+            "mean_over_clean": metrics.ratio((r.get("step_time_s") or {}).get("mean"),
+                                             clean.get("mean")),
             "flaps": r.get("flaps"), "ok": r["ok"],
             "step_time_over_first": r.get("step_time_over_first")} for name, r in steps.items()})
     return {"bypass": bypass, "permutation": permutation, "allreduce": allreduce}
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
 
 
 def run_all(quick: bool, seed: int, log=print, parts: tuple[str, ...] = PARTS

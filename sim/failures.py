@@ -72,7 +72,7 @@ def flap_link(h: Harness, link: LinkState, start: float, half_period: float,
 def flap(h: Harness, size: int) -> Finisher:
     up = FailingUplink(h, size)
     start = FAILURE_AT * ideal_time_for(h, size)
-    half = FLAP_HALF_PERIOD_RTTS * h.path_rtt(h.transfers[0].sender, h.transfers[0].receiver)
+    half = FLAP_HALF_PERIOD_RTTS * h.path_rtt(up.src, up.dst)
     downs: dict[str, list[float]] = {}
 
     def begin() -> None:  # the busiest uplink when the flapping starts keeps flapping
@@ -91,7 +91,7 @@ def flap(h: Harness, size: int) -> Finisher:
 def switch_reboot(h: Harness, size: int) -> Finisher:
     up = FailingUplink(h, size)  # the busiest uplink's spine reboots
     t_fail = FAILURE_AT * ideal_time_for(h, size)
-    away = REBOOT_RTTS * h.path_rtt(h.transfers[0].sender, h.transfers[0].receiver)
+    away = REBOOT_RTTS * h.path_rtt(up.src, up.dst)
 
     def down() -> None:
         name = up.pick()
