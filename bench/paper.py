@@ -26,6 +26,7 @@ from bench.mrc_flows import FlowSpec
 from bench.runner import path_bdp_bytes
 from fabric.topology import Fabric
 from host_agent.core import DEFAULT_MTU
+from sim.scenario_kit import INCAST_PER_VICTIM, VICTIM_FABRIC, victim_layout
 from topologies.impair import LinkLoss, loss_unavailable
 from topologies.netconfig import NetworkConfig
 
@@ -33,14 +34,11 @@ LOSS_PERCENT = 1.0
 LOSS_CONTENDERS = ("mrc", "roce", "roce:8", "tcp")
 VICTIM_CONTENDERS = ("mrc", "roce")
 STARTUP_CONTENDERS = ("mrc", "roce")
-# 7 senders on T0s 1-2 write to h0 on T0 0; the victim h11 (T0 2) -> h1 (T0 0) shares their
-# spines' downlinks into T0 0, which have room for both (3 spines: 1.5x h0's and h1's NIC
-# capacity together) only if the incast is held to h0's rate. Two planes keep the switch count
-# (12) within the CPUs' reach.
-VICTIM_FABRIC = Fabric(planes=2, t0_per_plane=3, t1_per_plane=3, hosts_per_t0=4)
-VICTIM_INCAST = (list(range(4, 11)), 0)
-VICTIM_FLOW = (11, 1)
-INCAST_PER_VICTIM = 4  # the incast moves this many times the victim's bytes
+# The incast victim's fabric and hosts are the simulator's (sim.scenario_kit), so that both
+# run one experiment: 7 senders on T0s 1-2 write to h0 on T0 0; the victim h11 (T0 2) -> h1
+# (T0 0) shares their spines' downlinks into T0 0. Two planes keep the switch count (12)
+# within the CPUs' reach.
+VICTIM_INCAST_SENDERS, VICTIM_INCAST_RECEIVER, *VICTIM_FLOW = victim_layout(VICTIM_FABRIC)
 STARTUP_FABRIC = Fabric(planes=4, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=2)
 
 PAPER = {
@@ -114,7 +112,7 @@ def _goodput_share(run: dict[str, Any]) -> float | None:
 def victim(ctx: Context) -> dict[str, Any]:
     """The victim flow alone (clean), then again next to a 7 -> 1 incast that shares its
     spines; victim goodput with the incast / victim goodput alone."""
-    senders, receiver = VICTIM_INCAST
+    senders, receiver = VICTIM_INCAST_SENDERS, VICTIM_INCAST_RECEIVER
     v_src, v_dst = VICTIM_FLOW
     vspec = FlowSpec(v_src, v_dst, ctx.sizes.victim_bytes)
     per = ctx.sizes.victim_bytes * INCAST_PER_VICTIM // len(senders)

@@ -149,22 +149,16 @@ def summary_markdown(run: dict[str, Any]) -> str:
             lines += [f"**Failed:** {sc.get('error')}", ""]
         net = sc.get("network", {})
         if net:
-            lines += [f"Port rate {net.get('port_rate_pps')} packets/s, queue "
-                      f"{net.get('queue_depth')}, trim at {net.get('trim_threshold')}, base RTT "
-                      f"{_fmt(net.get('base_rtt_s'), ' s')}, convergence delay "
-                      f"{net.get('convergence_delay_s')} s"
-                      + (f", agents hold {net['rx_hold_ms']:g} ms between wake-ups"
-                         if net.get("rx_hold_ms") else "") + ". Both CPUs busy "
-                      f"{_fmt(100 * sc['cpu_busy'] if sc.get('cpu_busy') is not None else None)}"
-                      f"% of the scenario's {_fmt(sc.get('wall_s'))} s.", ""]
+            lines += [_network_line(net, sc, simulated=run["target"] == "sim"), ""]
         if sc.get("skipped"):
             lines += [f"**Skipped:** {sc['skipped']}", ""]
         lines += _contender_table(sc.get("contenders", {}))
         lines += _figures(sc.get("figures", {}))
         if name in run.get("paper", {}):
+            ports = ("these links at tens of Gbit/s, simulated" if run["target"] == "sim"
+                     else "these ports at hundreds of packets/s")
             lines += [f"Paper, same experiment: {run['paper'][name]}. (Its NICs run at "
-                      "hundreds of Gbit/s, these ports at hundreds of packets/s: compare "
-                      "ratios, not rates.)", ""]
+                      f"hundreds of Gbit/s, {ports}: compare ratios, not rates.)", ""]
         targets = sc.get("targets", [])
         if targets:
             lines += ["| figure | target | measured | met |", "|---|---|---|---|"]
@@ -172,6 +166,22 @@ def summary_markdown(run: dict[str, Any]) -> str:
                       f"{_fmt(t['met'])} |" for t in targets]
             lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _network_line(net: dict[str, Any], sc: dict[str, Any], *, simulated: bool) -> str:
+    """The network a scenario ran on: the emulated ports and CPUs, or the simulated links."""
+    common = (f"queue {net.get('queue_depth')}, trim at {net.get('trim_threshold')}, base RTT "
+              f"{_fmt(net.get('base_rtt_s'), ' s')}, convergence delay "
+              f"{_fmt(net.get('convergence_delay_s'))} s")
+    if simulated:
+        return (f"Simulated links of {_fmt(net.get('link_rate_bps'))} bit/s "
+                f"({net.get('port_rate_pps')} full data frames/s), {common}; "
+                f"{_fmt(sc.get('wall_s'))} s of wall time.")
+    return (f"Port rate {net.get('port_rate_pps')} packets/s, {common}"
+            + (f", agents hold {net['rx_hold_ms']:g} ms between wake-ups"
+               if net.get("rx_hold_ms") else "") + ". Both CPUs busy "
+            f"{_fmt(100 * sc['cpu_busy'] if sc.get('cpu_busy') is not None else None)}"
+            f"% of the scenario's {_fmt(sc.get('wall_s'))} s.")
 
 
 def _contender_table(contenders: dict[str, Any]) -> list[str]:

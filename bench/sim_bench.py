@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ SIM_RUNS: dict[str, tuple[str | None, str]] = {
     "permutation": (None, "permutation"), "incast": (None, "incast"), "loss": (None, "loss"),
     "link-failure": ("clean", "link-failure"), "plane-failure": ("clean", "plane-failure"),
     "flap": ("clean", "flap"), "switch-reboot": ("clean", "switch-reboot"),
-    "allreduce": (None, "allreduce")}
+    "allreduce": (None, "allreduce"), "victim": ("victim-alone", "victim")}
 CONTENDERS = ("mrc", "roce", "roce:8", "roce:16", "single_port")
 NOT_SIMULATED = {"tcp": "kernel TCP is not simulated", "mptcp": "MPTCP is not simulated"}
 DEFAULT_SIZE = 8 * 1024 * 1024
@@ -121,6 +122,15 @@ def failure_contender(clean: Result, failed: Result) -> Result:
     return out
 
 
+def victim_contender(alone: Result, mixed: Result) -> Result:
+    """The bench's victim record: the victim's flow alone and beside the incast. The worst
+    tenth of the run is left out: the simulator's timelines have a point per write."""
+    c, m = contender_run(alone), contender_run(mixed)
+    return {"clean": c, "failed": m,
+            "victim_over_clean": metrics.ratio(m["flows"][0]["goodput_bps"],
+                                               c["flows"][0]["goodput_bps"])}
+
+
 def allreduce_contender(r: Result) -> Result:
     times = r.get("step_times_s") or []
     return {"ok": r["ok"], "step_times_s": times,
@@ -135,6 +145,8 @@ def run_contender(scenario: str, size: int, settings: SimSettings, fabric: Any
     measured = run_scenario(name, size=size, settings=settings, fabric=fabric)
     if clean_name is not None:
         clean = run_scenario(clean_name, size=size, settings=settings, fabric=fabric)
+        if scenario == "victim":
+            return victim_contender(clean, measured), measured
         return failure_contender(clean, measured), measured
     if scenario == "allreduce":
         return allreduce_contender(measured), measured
@@ -174,6 +186,10 @@ def figures_and_targets(scenario: str, cs: Result) -> tuple[Result, list[Result]
         figs["mrc_over_roce"] = gain
         return figs, [target("1% loss: MRC goodput / roce goodput", ">= 3", gain,
                              lambda v: v >= 3)]
+    if scenario == "victim":
+        figs = _per_contender(cs, ("victim_over_clean",))
+        return figs, [target("MRC victim goodput with incast / alone", ">= 0.9",
+                             mrc.get("victim_over_clean"), lambda v: v >= 0.9)]
     if scenario == "allreduce":
         figs = {n: {"step_max_s": (c["step_time_s"] or {}).get("max")}
                 for n, c in cs.items() if "skipped" not in c}
@@ -192,13 +208,14 @@ def run_bench_scenario(scenario: str, contenders: list[str], size: int, seed: in
                        fabric: Any, log=print) -> Result:
     """One scenario, every contender, in the bench's scenario record."""
     began = time.monotonic()
+    base = SimSettings(seed=seed)
     cs: Result = {}
     raw: Result | None = None
     for name in contenders:
         if name in NOT_SIMULATED:
             cs[name] = {"skipped": NOT_SIMULATED[name]}
             continue
-        cs[name], measured = run_contender(scenario, size, SimSettings(seed=seed, contender=name),
+        cs[name], measured = run_contender(scenario, size, replace(base, contender=name),
                                            fabric)
         raw = raw or measured
         log(f"{scenario} {name}: ok={measured['ok']}, {measured['sim']['wall_s']:.1f} s wall")
@@ -211,7 +228,7 @@ def run_bench_scenario(scenario: str, contenders: list[str], size: int, seed: in
     if raw is not None:
         sc.update(fabric={k: raw["fabric"][k] for k in
                           ("planes", "t0_per_plane", "t1_per_plane", "hosts_per_t0", "hosts")},
-                  network=network_block(raw),
+                  network=network_block(raw, base.convergence_delay_s),
                   capacity_pps=payload_capacity_bps(raw) / (DEFAULT_MTU * 8))
     return sc
 
@@ -224,14 +241,14 @@ def _ok(c: Result) -> bool:
     return bool(c["summary"]["ok"])
 
 
-def network_block(r: Result) -> Result:
+def network_block(r: Result, convergence_delay_s: float) -> Result:
     """The simulated network's parameters, named as the bench names the emulated ones."""
     fab = r["fabric"]
     return {"target": "sim", "link_rate_bps": fab["link_rate_bps"],
             "port_rate_pps": round(fab["link_rate_bps"] / (FULL_DATA_FRAME_LEN * 8)),
             "queue_depth": fab["queue"]["capacity"], "ecn_threshold": fab["queue"]["ecn_threshold"],
             "trim_threshold": fab["queue"]["trim_threshold"], "link_delay_s": fab["delay_s"],
-            "base_rtt_s": r["base_rtt_s"], "convergence_delay_s": None}
+            "base_rtt_s": r["base_rtt_s"], "convergence_delay_s": convergence_delay_s}
 
 
 def build_parser() -> argparse.ArgumentParser:

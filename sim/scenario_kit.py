@@ -16,6 +16,12 @@ from sim.host import HostAdapter
 from wire import DATA_DSCPS, decode_frame
 
 DEFAULT_FABRIC = Fabric(planes=4, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=2)
+# The paper's incast victim (also the bench's, bench.paper): 7 senders off T0 0 write to h0;
+# the victim, the last host, writes to h0's neighbour across the same spines' downlinks.
+# Two planes of 3 T0 x 3 T1 x 4 hosts: 3 spines carry 1.5x h0's and h1's NIC capacity.
+VICTIM_FABRIC = Fabric(planes=2, t0_per_plane=3, t1_per_plane=3, hosts_per_t0=4)
+INCAST_SENDERS = 7
+INCAST_PER_VICTIM = 4  # the incast moves this many times the victim's bytes
 FAILURE_AT = 0.3  # fraction of the ideal transfer time at which failures strike
 TIME_LIMIT_FACTOR = 50  # give up after this many ideal transfer times (+ 50 ms)
 
@@ -87,6 +93,17 @@ def neighbour(fabric: Fabric, host: int) -> int:
     """Another host on the same T0 (the ecn scenario's background endpoints)."""
     t0 = fabric.nic(host, 0).t0
     return next(x for x in range(fabric.hosts) if x != host and fabric.nic(x, 0).t0 == t0)
+
+
+def victim_layout(fabric: Fabric) -> tuple[list[int], int, int, int]:
+    """(incast senders, incast receiver, victim sender, victim receiver) on `fabric`: the
+    receivers are h0 and its neighbour on T0 0; the victim sender is the last host, the
+    senders up to INCAST_SENDERS hosts before it off T0 0. ScenarioError if it has no room."""
+    t0_of = [fabric.nic(h, 0).t0 for h in range(fabric.hosts)]
+    off = [h for h in range(fabric.hosts) if t0_of[h] != t0_of[0]]
+    if fabric.hosts_per_t0 < 2 or len(off) < 2:
+        raise ScenarioError("the victim scenario needs 2 hosts on T0 0 and 2 off it")
+    return off[:-1][:INCAST_SENDERS], 0, off[-1], neighbour(fabric, 0)
 
 
 def ideal_time_for(h: Harness, size: int) -> float:

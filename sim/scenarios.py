@@ -24,7 +24,9 @@ from sim.host import HostAdapter
 from sim.scenario_kit import (
     DEFAULT_FABRIC,
     FAILURE_AT,
+    INCAST_PER_VICTIM,
     TIME_LIMIT_FACTOR,
+    VICTIM_FABRIC,
     DataCounter,
     FailingUplink,
     Finisher,
@@ -35,6 +37,7 @@ from sim.scenario_kit import (
     neighbour,
     recovery,
     single,
+    victim_layout,
 )
 from sim.traffic import ConstantRateSource, CountingSink
 
@@ -122,6 +125,24 @@ def _incast(h: Harness, size: int) -> Finisher:
     return lambda result: result.update(senders=list(senders), receiver=receiver)
 
 
+def _victim(h: Harness, size: int, *, incast: bool = True) -> Finisher:
+    """The victim flow (a fifth of `size`), with or without the 7 -> 1 incast that moves
+    the other four fifths into its receiver's T0 over the same spines."""
+    senders, receiver, v_src, v_dst = victim_layout(h.fabric)
+    victim_bytes = max(1, size // (1 + INCAST_PER_VICTIM))
+    h.add_transfer(v_src, v_dst, victim_bytes)  # transfer 0: the base RTT is the victim's
+    if incast:
+        for s in senders:
+            h.add_transfer(s, receiver, max(1, victim_bytes * INCAST_PER_VICTIM // len(senders)))
+
+    def finish(result: dict[str, Any]) -> None:
+        done = h.transfers[0].done_at
+        result.update(victim=[v_src, v_dst], incast_senders=senders if incast else [],
+                      incast_receiver=receiver,
+                      victim_goodput_bps=victim_bytes * 8 / done if done else 0.0)
+    return finish
+
+
 def _ecn(h: Harness, size: int) -> Finisher:
     sender, src, dst = single(h, size)
     spine = 1
@@ -194,6 +215,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "the receiver's NIC link on plane 0 dies mid-transfer", _plane_failure),
     Scenario("incast", INCAST_FABRIC, "8 senders write to one receiver at once", _incast,
              min_hosts=9),
+    Scenario("victim", VICTIM_FABRIC, "a victim flow into T0 0 beside a 7 -> 1 incast into "
+             "its neighbour, over the same spines", _victim, min_hosts_per_t0=2),
+    Scenario("victim-alone", VICTIM_FABRIC, "the victim's flow with no incast (victim's "
+             "clean run)", partial(_victim, incast=False), min_hosts_per_t0=2),
     Scenario("ecn", DEFAULT_FABRIC,
              "background load congests one spine on every plane mid-transfer", _ecn,
              min_hosts_per_t0=2),

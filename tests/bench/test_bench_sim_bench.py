@@ -58,7 +58,27 @@ def test_permutation_and_allreduce_figures(run: dict) -> None:
 
 def test_scenarios_the_simulator_lacks_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        sim_bench.main(["victim"])
-    assert "not simulated: victim" in capsys.readouterr().err
+        sim_bench.main(["startup"])
+    assert "not simulated: startup" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         sim_bench.main(["loss", "--contenders", "mrc,nonsense"])
+
+
+def test_victim_is_the_bench_victim_record(tmp_path: Path) -> None:
+    """The victim alone and beside the incast, as the bench records it (clean / failed), with
+    its figure and target; the summary names the simulated links, not emulated CPUs."""
+    code = sim_bench.main(["victim", "--contenders", "mrc,roce", "--size", str(2 * 1024 * 1024),
+                           "--out", str(tmp_path)])
+    assert code == 0
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert results.validate(data) == []
+    sc = data["scenarios"]["victim"]
+    mrc, roce = sc["contenders"]["mrc"], sc["contenders"]["roce"]
+    assert len(mrc["clean"]["flows"]) == 1 and len(mrc["failed"]["flows"]) == 8
+    assert mrc["failed"]["flows"][0]["src"] == 11 and mrc["failed"]["flows"][0]["dst"] == 1
+    assert sc["figures"]["mrc"]["victim_over_clean"] == mrc["victim_over_clean"] > 0.75
+    assert roce["victim_over_clean"] < 0.5 * mrc["victim_over_clean"]
+    assert sc["targets"][0]["figure"] == "MRC victim goodput with incast / alone"
+    assert sc["network"]["convergence_delay_s"] == 3.0
+    summary = (tmp_path / "summary.md").read_text()
+    assert "Simulated links of 1e+10 bit/s" in summary and "CPUs busy" not in summary
