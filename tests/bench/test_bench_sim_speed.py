@@ -28,3 +28,15 @@ def test_a_different_result_changes_the_digest() -> None:
     slower = {**base, "sim": {"events": 5, "wall_s": 2.0}}
     other = {**base, "sim": {"events": 6, "wall_s": 1.0}}
     assert sim_speed.digest(base) == sim_speed.digest(slower) != sim_speed.digest(other)
+
+
+def test_split_times_the_hosts_apart_and_leaves_the_adapter_as_it_was(tmp_path) -> None:
+    from sim.host import HostAdapter
+    before = {name: getattr(HostAdapter, name) for name in sim_speed._HOST_ENTRIES}
+    out = tmp_path / "split.json"
+    assert sim_speed.main(["--size", "300000", "--split", "--json", str(out)]) == 0
+    split = json.loads(out.read_text())["split"]
+    assert 0 < split["hosts_s"] < split["run_s"] and 0 < split["hosts_share"] < 1
+    per_packet = split["hosts_us_per_data_packet"] + split["network_us_per_data_packet"]
+    assert split["free_network_data_packets_per_s"] > 1e6 / per_packet  # the ceiling is above
+    assert {name: getattr(HostAdapter, name) for name in sim_speed._HOST_ENTRIES} == before
