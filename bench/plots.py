@@ -16,16 +16,19 @@ COLORS = {"mrc": "tab:blue", "mrc_no_trim": "tab:cyan", "roce": "tab:red",
           "roce:8": "tab:purple", "roce:16": "tab:brown", "single_port": "tab:gray",
           "tcp": "tab:orange", "mptcp": "tab:green"}
 BINS = 60  # goodput-over-time intervals per plot
-MIN_BIN_S = 0.1
+MIN_BIN_S = 0.1  # emulated runs: kernel receivers deliver in bursts (goodput_over_time)
 
 
 def plot_run(run: dict[str, Any], out_dir: Path) -> list[Path]:
     """Every plot that applies to the run's scenarios; returns the files written."""
     out: list[Path] = []
+    # the simulator's receivers deliver each write when it completes, in simulated time
+    min_bin_s = 0.0 if run.get("target") == "sim" else MIN_BIN_S
     for name, sc in run.get("scenarios", {}).items():
         contenders = sc.get("contenders", {})
         if any("failed" in c for c in contenders.values()):
-            out.append(goodput_over_time(name, contenders, out_dir / f"{name}-goodput.png"))
+            out.append(goodput_over_time(name, contenders, out_dir / f"{name}-goodput.png",
+                                         min_bin_s))
         elif any("salts" in c for c in contenders.values()):
             out.append(flow_rate_cdf(name, contenders, out_dir / f"{name}-flows.png"))
         elif any("flows" in c for c in contenders.values()):
@@ -35,14 +38,19 @@ def plot_run(run: dict[str, Any], out_dir: Path) -> list[Path]:
     return out
 
 
-def goodput_over_time(name: str, contenders: dict[str, Any], path: Path) -> Path:
-    """Failed-run goodput per contender, in one bin width for all (MIN_BIN_S at least: kernel
-    receivers hand data to the application in bursts when reordering holes fill)."""
+def goodput_over_time(name: str, contenders: dict[str, Any], path: Path,
+                      min_bin_s: float = MIN_BIN_S) -> Path:
+    """Failed-run goodput per contender, in one bin width for all: min_bin_s at least
+    (MIN_BIN_S for emulated runs: kernel receivers hand data to the application in bursts
+    when reordering holes fill), and no narrower than the sparsest timeline's mean spacing,
+    so that a timeline with a point per write does not plot as spikes between empty bins."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
     runs = {n: c["failed"]["flows"][0] for n, c in contenders.items()
             if c.get("failed", {}).get("flows") and c["failed"]["flows"][0].get("timeline")}
     longest = max((f["timeline"][-1][0] for f in runs.values()), default=0.0)
-    interval = max(longest / BINS, MIN_BIN_S)
+    sparsest = max((f["timeline"][-1][0] / max(1, len(f["timeline"]) - 1)
+                    for f in runs.values()), default=0.0)
+    interval = max(longest / BINS, min_bin_s, sparsest)
     for cname, flow in runs.items():
         timeline = flow["timeline"]
         series = metrics.goodput_series(timeline, interval, timeline[-1][0])
@@ -51,7 +59,7 @@ def goodput_over_time(name: str, contenders: dict[str, Any], path: Path) -> Path
         at = contenders[cname].get("failure_at_s")
         if at is not None:
             ax.axvline(at, color=COLORS.get(cname, "gray"), linestyle="--", linewidth=0.8)
-    ax.set_xlabel(f"seconds since the flow started ({interval * 1000:.0f} ms bins; dashed: "
+    ax.set_xlabel(f"seconds since the flow started ({interval * 1000:.3g} ms bins; dashed: "
                   "failure, per contender)")
     ax.set_ylabel("goodput (Mbit/s)")
     ax.set_title(f"{name}: goodput over time")

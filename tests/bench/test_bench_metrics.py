@@ -246,3 +246,19 @@ def test_bench_ok_for_runs_that_report_success_or_may_not_finish() -> None:
     assert not _all_ok({"contenders": {"roce": {"clean": _flows(False), "failed": _flows(True)}}})
     assert not _all_ok({"contenders": {"mrc": _steps(False)}})
     assert not _all_ok({"contenders": {"tcp": _flows(False)}})
+
+
+def test_goodput_bins_follow_the_run_not_the_emulations_floor(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A simulated run lasts milliseconds with a timeline point per write: its bins are the
+    sparsest timeline's spacing, not the emulation's 100 ms floor (one bin, no curve)."""
+    widths: list[float] = []
+    series = metrics.goodput_series
+    monkeypatch.setattr(plots.metrics, "goodput_series",
+                        lambda tl, width, span: widths.append(width) or series(tl, width, span))
+    timeline = [[0.0, 0], *([k * 0.25e-3, k * 262144] for k in range(1, 9))]  # 2 ms, 8 writes
+    flow = {"timeline": timeline}
+    contenders = {"mrc": {"failed": {"flows": [flow]}, "failure_at_s": 1e-3}}
+    plots.goodput_over_time("victim", contenders, tmp_path / "sim.png", 0.0)
+    plots.goodput_over_time("victim", contenders, tmp_path / "emu.png")
+    assert widths == [pytest.approx(0.25e-3), plots.MIN_BIN_S]
