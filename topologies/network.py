@@ -127,9 +127,7 @@ class MrcNetwork(FaultInjection):
     def start(self) -> None:
         """Build, program and start everything; on any failure clean up and re-raise. A
         fabric this machine's memory cannot hold is refused before anything starts."""
-        if self._own_workdir and self.workdir == Path():  # mkdtemp: fresh, 0700, exclusive
-            self.workdir = make_workdir(self)
-        try:  # a refusal before anything starts must not leave the work directory either
+        try:  # the work directory is made by _start's RunGuard, once the run is recorded
             capacity.check(self.fabric, self.target, self.config.soft_processes)
             refused = refuse_on_bmv2(self.config.link_delay_s, self.target)
             if refused:
@@ -152,8 +150,10 @@ class MrcNetwork(FaultInjection):
 
     def _start(self) -> None:
         deadline = time.monotonic() + self.config.lock_timeout
-        self._guard = RunGuard(self.fabric, self.workdir, self._own_workdir,
-                               self.config.lock_timeout, self.log)
+        make = (lambda: make_workdir(self)) if self._own_workdir else None  # mkdtemp, 0700
+        self._guard = RunGuard(self.fabric, None if make else self.workdir, self._own_workdir,
+                               self.config.lock_timeout, self.log, make_workdir=make)
+        self.workdir = self._guard.workdir or self.workdir
         self._manifest.add_interfaces(fabric_interfaces(self.fabric))
         wait_interfaces_gone(self.fabric, deadline, self.log)
         t0 = time.monotonic()

@@ -11,6 +11,7 @@ the manifest and the run's own work directory, releases the lock and deletes the
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from fabric.topology import Fabric
@@ -30,7 +31,12 @@ class RunGuard:
     """The lock, manifest, keys and shield of one fabric run (module docstring)."""
 
     def __init__(self, fabric: Fabric, workdir: Path | None, own_workdir: bool,
-                 lock_timeout: float, log=print) -> None:
+                 lock_timeout: float, log=print, *,
+                 make_workdir: Callable[[], Path] | None = None) -> None:
+        """`make_workdir` makes the run's own work directory (then `workdir` is None): it is
+        called once the lock is held and the directory is in the manifest at once, so a run
+        killed at any moment before (waiting for the lock, calibrating) leaves none behind,
+        and one killed after is cleaned up by the next start."""
         self.workdir, self.own_workdir = workdir, own_workdir and workdir is not None
         self.rundir = PrivateDir()
         self.lock_fd: int | None = None
@@ -40,7 +46,9 @@ class RunGuard:
         try:
             self.lock_fd = acquire_fabric_lock(lock_timeout, log, self.rundir)
             clean_leftovers(log, self.rundir)
-            self.manifest = RunManifest(workdir or Path(""), self.own_workdir, self.rundir)
+            if make_workdir is not None:
+                self.workdir, self.own_workdir = make_workdir(), True
+            self.manifest = RunManifest(self.workdir or Path(""), self.own_workdir, self.rundir)
             self.credentials = credentials.issue(self.rundir)  # this run's keys only
             self.shield_table = shield.install(control_ports(fabric))
             self.manifest.add_nft_table(self.shield_table)

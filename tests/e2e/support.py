@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,7 @@ class Snapshot:
     links: frozenset[str]
     netns: frozenset[str]
     children: frozenset[int]
+    workdirs: frozenset[str]  # runs' own work directories (topologies.runstate.make_workdir)
 
     def leaks_since(self, before: Snapshot) -> list[str]:
         out = []
@@ -50,6 +52,8 @@ class Snapshot:
             out.append(f"namespaces {sorted(self.netns - before.netns)}")
         if self.children - before.children:
             out.append(f"processes {sorted(self.children - before.children)}")
+        if self.workdirs - before.workdirs:
+            out.append(f"work directories {sorted(self.workdirs - before.workdirs)}")
         return out
 
 
@@ -79,6 +83,11 @@ def descendants(root: int) -> set[int]:
     return out
 
 
+def run_workdirs() -> frozenset[str]:
+    """The mrc-net-* work directories in the temporary directory now."""
+    return frozenset(str(p) for p in Path(tempfile.gettempdir()).glob("mrc-net-*"))
+
+
 def snapshot() -> Snapshot:
     from topologies.network import acquire_fabric_lock
 
@@ -87,7 +96,7 @@ def snapshot() -> Snapshot:
         links = frozenset(line.split(":")[1].strip().split("@")[0]
                           for line in _lines(["ip", "-o", "link"]))
         netns = frozenset(line.split()[0] for line in _lines(["ip", "netns", "list"]) if line)
-        return Snapshot(links, netns, frozenset(descendants(os.getpid())))
+        return Snapshot(links, netns, frozenset(descendants(os.getpid())), run_workdirs())
     finally:
         os.close(fd)
 

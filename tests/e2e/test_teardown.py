@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from fabric.topology import Fabric
-from tests.e2e.support import skip_reason
+from tests.e2e.support import run_workdirs, skip_reason
 from topologies.network import existing_interface
 from topologies.runstate import manifest_path, same_process
 
@@ -117,6 +117,7 @@ def test_sigint_at_random_moments_leaves_nothing_and_the_next_run_starts_at_once
              (((), "transfer h", (0.0, 2.5), 1))]  # the case: just after the report
     manifest: dict = recorded()
     run: Run | None = None
+    workdirs = run_workdirs()
     try:
         for args, mark, (low, high), signals in plans:
             run = Run(*args)
@@ -132,11 +133,13 @@ def test_sigint_at_random_moments_leaves_nothing_and_the_next_run_starts_at_once
             assert code in (0, 130), (code, run.output()[-2000:])
             assert "waiting for" not in run.output(), run.output()
             assert_nothing_left(manifest)
+            assert run_workdirs() <= workdirs, run.output()[-2000:]
     finally:
         _cleanup(run, manifest)
 
 
 def test_a_killed_run_is_cleaned_up_by_the_next_start() -> None:
+    workdirs = run_workdirs()
     killed = Run()
     manifest: dict = recorded()
     nxt: Run | None = None
@@ -154,6 +157,8 @@ def test_a_killed_run_is_cleaned_up_by_the_next_start() -> None:
         assert "cleaned up after a run that was killed" in nxt.output(), nxt.output()
         assert "waiting for" not in nxt.output()
         assert_nothing_left(manifest)
+        # killed while calibrating, the run had not made its work directory yet: none is left
+        assert run_workdirs() <= workdirs
     finally:
         _cleanup(killed, manifest)
         _cleanup(nxt, recorded())

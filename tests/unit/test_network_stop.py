@@ -133,7 +133,8 @@ class StoppableAgent:
 
 def test_a_refusal_before_anything_starts_leaves_no_work_directory(monkeypatch) -> None:
     """start() refused up front (memory, netem, calibration) by a caller that does not use
-    the network as a context manager (the bench's open_network): its work directory goes."""
+    the network as a context manager (the bench's open_network): no work directory was made,
+    since the run's guard makes it once the run is recorded."""
     from topologies import capacity
     from topologies.network import NetworkError
 
@@ -142,30 +143,60 @@ def test_a_refusal_before_anything_starts_leaves_no_work_directory(monkeypatch) 
     monkeypatch.setattr(capacity, "check", refuse)
     before = set(Path(tempfile.gettempdir()).glob("mrc-net-*"))
     net = MrcNetwork(NetworkConfig(target="soft"), log=lambda *_: None)
-    assert set(Path(tempfile.gettempdir()).glob("mrc-net-*")) == before  # made by start()
     with pytest.raises(NetworkError, match="does not fit"):
         net.start()
-    assert net.workdir.name.startswith("mrc-net-") and not net.workdir.exists()
+    assert set(Path(tempfile.gettempdir()).glob("mrc-net-*")) == before
     net.stop()  # a second stop (or a stop of a network never started) removes nothing else
 
 
-def test_a_work_directory_left_behind_goes_with_its_network(monkeypatch) -> None:
-    """The safety net: a network whose stop() never ran (a caller that forgot it, a path not
-    yet found) takes its work directory with it when it is collected."""
+def test_the_work_directory_is_made_only_once_the_run_is_recorded(tmp_path, monkeypatch) -> None:
+    """A run killed while it calibrates or waits for the lock has no work directory yet (two
+    of them, the calibration's and the run's, existed at once before, and a SIGKILL during
+    calibration left the run's behind: tests/e2e/test_teardown's killed run). The guard
+    makes it after taking the lock, and its manifest names it."""
+    from fabric.topology import Fabric
+    from topologies import runguard
+    from topologies.privdir import RUN_DIR_ENV
+
+    monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path / "run"))  # a private run directory of its own
+    steps: list[str] = []
+    real_lock = runguard.acquire_fabric_lock
+
+    def lock(*args: object, **kwargs: object) -> int:
+        steps.append("lock")
+        return real_lock(*args, **kwargs)
+
+    def make() -> Path:
+        steps.append("workdir")
+        return Path(tempfile.mkdtemp(prefix="mrc-net-", dir=tmp_path))
+    monkeypatch.setattr(runguard, "acquire_fabric_lock", lock)
+    monkeypatch.setattr(runguard.shield, "install", lambda ports: "no_shield")  # no nftables
+    monkeypatch.setattr(runguard.RunManifest, "add_nft_table", lambda self, name: None)
+    guard = runguard.RunGuard(Fabric(1, 2, 1, 1), None, True, 5.0, log=lambda *_: None,
+                              make_workdir=make)
+    try:
+        workdir = guard.workdir
+        assert steps == ["lock", "workdir"] and workdir is not None and workdir.is_dir()
+        assert guard.own_workdir and guard.manifest is not None
+        assert guard.manifest.data["workdir"] == str(workdir)
+        assert guard.manifest.data["own_workdir"] is True
+    finally:
+        guard.release()
+    assert not workdir.exists()
+
+
+def test_a_work_directory_left_behind_goes_with_its_owner() -> None:
+    """The safety net: a work directory whose owner's stop() never ran (a caller that forgot
+    it, a path not yet found) goes when the owner is collected."""
     import gc
 
-    from topologies import capacity
-    from topologies.network import NetworkError
+    from topologies.runstate import make_workdir
 
-    def refuse(*_args: object) -> None:
-        raise capacity.CapacityError("does not fit")
-    monkeypatch.setattr(capacity, "check", refuse)
-    monkeypatch.setattr(MrcNetwork, "stop", lambda self: None)  # the cleanup that did not run
-    net = MrcNetwork(NetworkConfig(target="soft"), log=lambda *_: None)
-    with pytest.raises(NetworkError):
-        net.start()
-    workdir = net.workdir
+    class Owner:
+        pass
+    owner = Owner()
+    workdir = make_workdir(owner)
     assert workdir.is_dir()  # left behind
-    del net
+    del owner
     gc.collect()
     assert not workdir.exists()
