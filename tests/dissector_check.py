@@ -39,7 +39,8 @@ def expected_fields(frame: bytes) -> Fields:
 def tshark_fields(script: Path, capture: Path, names: list[str]) -> dict[int, Fields]:
     """tshark's value of each field in `names`, per frame number (None: not shown)."""
     run = subprocess.run(
-        ["tshark", "-X", f"lua_script:{script}", "-r", str(capture), "-T", "fields",
+        ["tshark", "-X", f"lua_script:{script}", "-o", "udp.try_heuristic_first:TRUE",
+         "-r", str(capture), "-T", "fields",
          "-E", "separator=|", "-E", "occurrence=f", "-e", "frame.number",
          *(a for n in names for a in ("-e", n))],
         capture_output=True, text=True, timeout=TSHARK_TIMEOUT_S, check=False)

@@ -117,7 +117,8 @@ class MrcCLI(CLI):
             seconds, path = float(w[1]), Path(w[2])
             frames = self.mrc.capture(ends[0], ends[1], seconds, path)
             print(f"{frames} frames of {ends[0]} - {ends[1]} in {path}; decode with: tshark "
-                  f"-X lua_script:docs/wireshark/mrc.lua -r {path}")
+                  f"-X lua_script:docs/wireshark/mrc.lua -o udp.try_heuristic_first:TRUE "
+                  f"-r {path}")
         self._run(line, "mrc_capture LINK SECONDS FILE", run)
 
     def do_mrc_web(self, line: str) -> None:
