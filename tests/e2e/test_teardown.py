@@ -48,11 +48,13 @@ class Run:
         for line in self.proc.stdout:
             self.lines.append((time.monotonic(), line.rstrip()))
 
-    def wait_line(self, text: str, timeout: float = RUN_TIMEOUT_S) -> float:
+    def wait_line(self, text: str, timeout: float = RUN_TIMEOUT_S, *,
+                  at_start: bool = False) -> float:
+        """When the first line containing `text` (beginning with it: at_start) arrived."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for at, line in list(self.lines):
-                if text in line:
+                if line.startswith(text) if at_start else text in line:
                     return at
             if self.proc.poll() is not None and not self._reader.is_alive():
                 break
@@ -138,13 +140,20 @@ def test_sigint_at_random_moments_leaves_nothing_and_the_next_run_starts_at_once
         _cleanup(run, manifest)
 
 
-def test_a_killed_run_is_cleaned_up_by_the_next_start() -> None:
+# When the run is killed: while its calibration network is up (its rate is "auto"), or once
+# its own fabric is (that line is the first to begin "fabric up").
+KILL_MOMENTS = {"calibrating": ("calibration: fabric up", False), "running": ("fabric up", True)}
+
+
+@pytest.mark.parametrize("moment", sorted(KILL_MOMENTS))
+def test_a_killed_run_is_cleaned_up_by_the_next_start(moment: str) -> None:
+    text, at_start = KILL_MOMENTS[moment]
     workdirs = run_workdirs()
     killed = Run()
     manifest: dict = recorded()
     nxt: Run | None = None
     try:
-        killed.wait_line("fabric up")
+        killed.wait_line(text, at_start=at_start)
         manifest = recorded()
         killed.proc.send_signal(signal.SIGKILL)
         killed.finish()
@@ -157,7 +166,8 @@ def test_a_killed_run_is_cleaned_up_by_the_next_start() -> None:
         assert "cleaned up after a run that was killed" in nxt.output(), nxt.output()
         assert "waiting for" not in nxt.output()
         assert_nothing_left(manifest)
-        # killed while calibrating, the run had not made its work directory yet: none is left
+        # calibrating, the run had made no work directory yet; running, the next start
+        # removed the one its manifest names: none is left either way
         assert run_workdirs() <= workdirs
     finally:
         _cleanup(killed, manifest)
