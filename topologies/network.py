@@ -29,7 +29,6 @@ veths in batches, host shells (and their namespaces) by Mininet. No name-based k
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -331,8 +330,6 @@ class MrcNetwork(FaultInjection):
             if any(swept.values()) and errors:
                 errors.append(f"removed {swept['processes']} processes and "
                               f"{swept['interfaces']} interfaces it left")
-        elif self._own_workdir and self.workdir != Path():
-            shutil.rmtree(self.workdir, ignore_errors=True)
         if errors:
             self.log("stop: " + "; ".join(errors))
 

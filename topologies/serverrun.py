@@ -32,7 +32,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,7 +41,13 @@ from topologies import credentials, shield
 from topologies.cablecut import CableCuts
 from topologies.privdir import PrivateDir
 from topologies.remote import DIE_WITH_PARENT, RemoteError, SshTarget, end_session
-from topologies.runstate import RunManifest, acquire_fabric_lock, clean_leftovers, remove_workdir
+from topologies.runstate import (
+    RunManifest,
+    acquire_fabric_lock,
+    clean_leftovers,
+    make_workdir,
+    remove_workdir,
+)
 
 ANSWER = "MRCRUN"
 START_TIMEOUT_S = 60.0  # a lock held by a run still stopping there is waited for
@@ -64,7 +69,7 @@ class _Hold:
         try:  # what was taken before a failure is given back, as RunGuard does
             self.lock_fd = acquire_fabric_lock(lock_timeout, _log, self.rundir)
             clean_leftovers(_log, self.rundir)
-            self.workdir = Path(tempfile.mkdtemp(prefix="mrc-net-"))
+            self.workdir = make_workdir(self)
             self.manifest = RunManifest(self.workdir, True, self.rundir)
             if ports:
                 self.manifest.add_nft_table(shield.install(ports))
