@@ -13,12 +13,14 @@ where none can be had, grading refuses unless --trust-submissions says the code 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from fabric.options import add_json_arg, add_target_arg, resolve_target, write_json
 from grader import catalog, workspace
 from grader.report import Grade, render, summary
+from topologies.privdir import UnsafePathError, check_workdir
 
 
 def cmd_list(_args: argparse.Namespace) -> int:
@@ -47,13 +49,20 @@ def cmd_exercise(args: argparse.Namespace) -> int:
 
 def cmd_solution(args: argparse.Namespace) -> int:
     ex = catalog.load(args.number)
-    for path in workspace.write(workspace.solution(ex), Path(args.dest)):
+    dest = Path(args.dest)
+    if os.geteuid() == 0:  # root writes there: DEST must be root's own (made 0700 if missing),
+        check_workdir(dest)  # or a link planted in it would steer the files anywhere
+    for path in workspace.write(workspace.solution(ex), dest):
         print(path)
     return 0
 
 
-def _to_grade(ex: catalog.Exercise,
-              args: argparse.Namespace) -> list[tuple[str, workspace.FileSet]]:
+Submission = tuple[str, "workspace.FileSet | workspace.SubmissionError"]
+
+
+def _to_grade(ex: catalog.Exercise, args: argparse.Namespace) -> list[Submission]:
+    """(name, files) per submission; a submission that cannot be read is (name, its error),
+    so one student's folder never stops the others' grading."""
     if args.skeleton:
         return [("skeleton", workspace.skeleton(ex))]
     if args.solution:
@@ -69,7 +78,26 @@ def _to_grade(ex: catalog.Exercise,
     if not args.submission and not folder.exists():
         raise workspace.SubmissionError(f"{folder} does not exist: start the exercise with "
                                         f"./testbed exercise {ex.number}")
-    return [(str(sub), workspace.read(ex, sub)) for sub in workspace.submissions(ex, folder)]
+    out: list[Submission] = []
+    for sub in workspace.submissions(ex, folder):
+        try:
+            out.append((str(sub), workspace.read(ex, sub)))
+        except workspace.SubmissionError as exc:
+            out.append((str(sub), exc))
+    return out
+
+
+def _grade_one(ex: catalog.Exercise, name: str, files: workspace.FileSet | Exception,
+               target: str, trust: bool) -> Grade:
+    """One student's grade inside its own error boundary: whatever goes wrong is this
+    student's Grade.error (0 points, the reason), and the class goes on."""
+    if isinstance(files, Exception):
+        return Grade(ex.number, name, target, (), error=f"not graded: {files}")
+    try:
+        return workspace.grade(ex, files, name, target, trust=trust)
+    except (OSError, ValueError, RuntimeError) as exc:
+        return Grade(ex.number, name, target, (), error=f"not graded: the grader failed on "
+                     f"this submission ({type(exc).__name__}: {exc})")
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
@@ -77,7 +105,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     target = "soft" if ex.kind == "lab" else resolve_target(args.target)  # a lab runs none
     grades: list[Grade] = []
     for name, files in _to_grade(ex, args):
-        grade = workspace.grade(ex, files, name, target, trust=args.trust_submissions)
+        grade = _grade_one(ex, name, files, target, args.trust_submissions)
         print(render(grade), flush=True)
         grades.append(grade)
     if args.json is not None:
@@ -118,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (catalog.CatalogError, workspace.SubmissionError) as exc:
+    except (catalog.CatalogError, workspace.SubmissionError, UnsafePathError) as exc:
         print(f"testbed: {exc}", file=sys.stderr)
         return 2
 

@@ -34,6 +34,8 @@ class MalformedReport(ValueError):
 class JudgeContext:
     target: str
     exercise: Exercise
+    challenge: str  # the grader's own copy (grader.challenge): never read from the report
+    student: str = ""  # the submission's name (a lab's assignment derives from it)
 
 
 def module(ex: Exercise) -> ModuleType:
@@ -44,9 +46,9 @@ def specs(ex: Exercise) -> tuple[CheckSpec, ...]:
     return tuple(module(ex).CHECKS)
 
 
-def parse_report(data: bytes) -> dict[str, Any]:
+def parse_report(data: bytes, challenge: str) -> dict[str, Any]:
     """The sandbox's JSON report (read with a size limit by the caller), refusing what is
-    too big, not JSON or not an object."""
+    too big, not JSON, not an object, or made for another run's challenge (a replay)."""
     if len(data) > MAX_REPORT_BYTES:
         raise MalformedReport(f"the report is over {MAX_REPORT_BYTES >> 20} MiB")
     try:
@@ -55,11 +57,14 @@ def parse_report(data: bytes) -> dict[str, Any]:
         raise MalformedReport(f"the report is not JSON ({type(exc).__name__})") from None
     if not isinstance(report, dict) or not ({"observations", "crash"} & set(report)):
         raise MalformedReport("the report holds neither observations nor a crash")
+    if report.get("challenge") != challenge:
+        raise MalformedReport("the report answers another grading run's challenge: it was "
+                              "not written by this run's checks (a replayed report)")
     return report
 
 
-def judge(ex: Exercise, report: dict[str, Any] | None, target: str,
-          problem: str = "") -> tuple[Check, ...]:
+def judge(ex: Exercise, report: dict[str, Any] | None, target: str, problem: str = "", *,
+          challenge: str, student: str = "") -> tuple[Check, ...]:
     """Every check of `ex`, judged from `report` (None: `problem` says why there is none)."""
     declared = specs(ex)
     if report is None:
@@ -70,7 +75,8 @@ def judge(ex: Exercise, report: dict[str, Any] | None, target: str,
                             "the traceback shows where your code raised") for s in declared)
     try:
         got = {c.id: c for c in module(ex).judge(report["observations"],
-                                                 JudgeContext(target, ex))}
+                                                 JudgeContext(target, ex, challenge,
+                                                              student))}
     except (MalformedReport, KeyError, IndexError, TypeError, ValueError, AttributeError,
             OverflowError, RecursionError) as exc:
         why = f"the sandbox's report is malformed ({type(exc).__name__}: {exc})"

@@ -2,7 +2,8 @@
 a submission is graded in.
 
 A file set maps project-relative paths to their text. Grading lays one over a fresh copy of
-the project's sources (never over the project itself) and runs `python -m grader.inner` there
+the project's allow-listed sources (grader.gradingcopy: never the whole checkout, never
+through a link) and runs `python -m grader.inner` there
 inside grader.sandbox: as an unprivileged uid in namespaces of its own, the copy read-only, a
 results folder its only writable host path, with limits on time, memory, processes, file size
 and output. Its report holds observations only; grader.judging decides the grade here, in a
@@ -14,23 +15,21 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
-import shutil
+import stat
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from grader import judging, regions, sandbox
-from grader.catalog import ROOT, WORK, Exercise
+from grader import challenge as challenges
+from grader import gradingcopy, judging, regions, sandbox
+from grader.catalog import EXERCISES, ROOT, WORK, Exercise
 from grader.report import Grade
 
 FileSet = dict[str, str]
-# not copied into a grading tree: environments, caches, build outputs, results, students' work
-_SKIP = {".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache", "results", "work",
-         "build"}
 CHECKS_TIMEOUT_S = 900  # one submission's checks, all stages: beyond it something hangs
 
 
@@ -112,22 +111,41 @@ def working_folder(ex: Exercise) -> Path:
 
 
 def read(ex: Exercise, folder: Path) -> FileSet:
-    """A submission: the exercise's files under `folder`, at their project-relative paths."""
-    missing = [rel for rel in ex.files if not (folder / rel).is_file()]
-    if missing:
+    """A submission: the exercise's files under `folder`, at their project-relative paths,
+    each read without following a link or blocking, and capped (grader.gradingcopy)."""
+    out, problems = {}, []
+    for rel in ex.files:
+        try:
+            out[rel] = gradingcopy.read_no_follow(folder, rel).decode(errors="replace")
+        except FileNotFoundError:
+            problems.append(f"missing {rel}")
+        except OSError as exc:  # UnsafeFile: a link, a FIFO, too big; or unreadable
+            problems.append(f"{rel}: {exc.strerror or exc}" if exc.errno else f"{exc}")
+    if problems:
         raise SubmissionError(
-            f"{folder}: missing {', '.join(missing)} (a submission holds the exercise's files "
-            f"at their project paths, as ./testbed exercise {ex.number} writes them)")
-    return {rel: (folder / rel).read_text(errors="replace") for rel in ex.files}
+            f"{folder}: {'; '.join(problems)} (a submission holds the exercise's files as "
+            f"regular files at their project paths, as ./testbed exercise {ex.number} writes "
+            f"them)")
+    return out
+
+
+def _is_dir(path: Path) -> bool:
+    """A real folder (a link to one is not)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def submissions(ex: Exercise, folder: Path) -> list[Path]:
-    """`folder` itself if it is one submission, else each sub-folder (one per student)."""
-    if not folder.is_dir():
+    """`folder` itself if it is one submission, else each sub-folder (one per student; a
+    link is listed too, and refused when read, so its student hears why)."""
+    if not _is_dir(folder):
         raise SubmissionError(f"{folder} is not a directory")
-    if any((folder / rel).exists() for rel in ex.files):
+    if any(os.path.lexists(folder / rel) for rel in ex.files):
         return [folder]
-    subs = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    subs = sorted(p for p in folder.iterdir() if not p.name.startswith(".")
+                  and (_is_dir(p) or p.is_symlink()))
     if not subs:
         raise SubmissionError(f"{folder} holds neither {ex.files[0]} nor sub-folders of "
                               f"submissions")
@@ -138,22 +156,29 @@ REPORT = "observations.json"
 
 
 @contextmanager
-def project_copy(files: FileSet) -> Iterator[Path]:
-    """A temporary copy of the project's sources with `files` laid over; removed on exit.
-    Its folder is 0710 with the sandbox's group: the sandbox uid may enter it, no other user
-    (a submission is the student's own work), and its copy/ and results/ sit side by side."""
-    tmp = Path(tempfile.mkdtemp(prefix="mrc-grade-"))
+def project_copy(files: FileSet, root: Path = ROOT) -> Iterator[Path]:
+    """A temporary copy of the project's allow-listed sources (grader.gradingcopy) with
+    `files` laid over; removed on exit without raising. Its folder is 0710 with the
+    sandbox's group: the sandbox uid may enter it, no other user (a submission is the
+    student's own work), and its copy/ and results/ (a size-capped tmpfs) sit side by side."""
+    tmp = gradingcopy.make_tmp()
     try:
         if os.geteuid() == 0:
             os.chown(tmp, 0, sandbox.SANDBOX_GID)
             tmp.chmod(0o710)
-        root = tmp / "project"
-        shutil.copytree(ROOT, root, ignore=lambda _d, names: [n for n in names if n in _SKIP])
-        write(files, root)
+        copy = tmp / "project"
+        skipped = gradingcopy.copy_sources(root, copy, root / EXERCISES.relative_to(ROOT))
+        if skipped:
+            logging.getLogger("grader").warning("not copied into the grading copy: %s",
+                                                "; ".join(skipped[:10]))
+        write(files, copy)
         (tmp / "results").mkdir(mode=0o700)
-        yield root
+        with gradingcopy.results_tmpfs(tmp / "results"):
+            yield copy
     finally:
-        shutil.rmtree(tmp, ignore_errors=False)
+        left = gradingcopy.remove(tmp)
+        if left:
+            logging.getLogger("grader").warning("%s", left)
 
 
 # host paths that mean nothing in the sandbox (it has its own /run and cache, both private)
@@ -192,28 +217,33 @@ def grade(ex: Exercise, files: FileSet, name: str, target: str,
           trust: bool = False) -> Grade:
     """Observe exercise `ex`'s checks on `files` in a project copy, contained in
     grader.sandbox (or, with `trust`, in a plain process), then judge what it reported here
-    (grader.judging), never trusting its verdicts."""
+    (grader.judging), never trusting its verdicts. The run's challenge (grader.challenge) is
+    fresh: a report written for another run is refused."""
     why = "" if trust else sandbox.available(live=os.geteuid() == 0)
     if why:
         return Grade(ex.number, name, target, (), error=(
             f"cannot contain the submission's code on this machine: {why}. Grading runs a "
             f"student's code; grade with --trust-submissions only code you trust"))
+    token = challenges.new()
+
+    def judged(report: dict | None, problem: str = "") -> tuple:
+        return judging.judge(ex, report, target, problem, challenge=token, student=name)
     with project_copy(files) as root:
         argv = [sys.executable, "-m", "grader.inner", str(ex.number), "--target", target,
-                "--out", str(root.parent / "results" / REPORT)]
+                "--out", str(root.parent / "results" / REPORT), "--challenge", token]
         try:
             code, timed_out, stderr = (_run_trusted if trust else _run_contained)(argv, root)
         except sandbox.SandboxError as exc:  # e.g. a venv the sandbox uid cannot reach
             return Grade(ex.number, name, target, (), error=f"cannot sandbox: {exc}")
         if timed_out:
-            return Grade(ex.number, name, target, judging.judge(ex, None, target, (
+            return Grade(ex.number, name, target, judged(None, (
                 f"the checks did not finish in {CHECKS_TIMEOUT_S} s: does your code loop "
                 f"forever or wait on something that never comes?")))
         try:
             data = sandbox.read_result(root.parent / "results", REPORT,
                                        judging.MAX_REPORT_BYTES)
-            report = judging.parse_report(data)
+            report = judging.parse_report(data, token)
         except (OSError, sandbox.SandboxError, judging.MalformedReport) as exc:
             why = f"no usable report ({exc}; exit {code}): {stderr[-1500:]}"
-            return Grade(ex.number, name, target, judging.judge(ex, None, target, why))
-        return Grade(ex.number, name, target, judging.judge(ex, report, target))
+            return Grade(ex.number, name, target, judged(None, why))
+        return Grade(ex.number, name, target, judged(report))

@@ -22,7 +22,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from grader.exercises.ex4_observe import DEAD_PLANE, PLANES, ROUNDS, Row, usable
+from grader.exercises.ex4_observe import (
+    DEAD_PLANE,
+    PLANES,
+    ROUNDS,
+    Row,
+    Scenario,
+    scenario,
+    usable,
+)
 from grader.exercises.ex4_sack import Verdict, sack_checks
 from grader.live import judge_transfer, observe_transfer
 from grader.report import Check, CheckSpec, not_run
@@ -56,8 +64,9 @@ def observe(ctx: Any) -> dict[str, Any]:
     while this module's own judgement of the earlier stages lets them run."""
     from grader.exercises.ex4_observe import observe_sack, observe_sim, observe_spray
 
-    obs: dict[str, Any] = {"spray": observe_spray(), "sack": observe_sack()}
-    if not all(c.passed for c in _units(obs)):
+    sc = scenario(ctx.challenge)
+    obs: dict[str, Any] = {"spray": observe_spray(sc), "sack": observe_sack(sc)}
+    if not all(c.passed for c in _units(obs, sc)):
         return obs
     obs["sim"] = observe_sim()
     if not all(c.passed for c in _judge_sim(obs["sim"])):
@@ -67,8 +76,10 @@ def observe(ctx: Any) -> dict[str, Any]:
 
 
 def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
-    """Outside the sandbox: every check from `obs`, later stages not run after a failure."""
-    units = _units(obs)
+    """Outside the sandbox: every check from `obs`, held to this run's scenario (drawn from
+    the challenge the grader keeps, never from the report), later stages not run after a
+    failure."""
+    units = _units(obs, scenario(ctx.challenge))
     yield from units
     if not all(c.passed for c in units):
         yield not_run("sim.lossy-transfer", "a write across the simulated fabric with loss "
@@ -89,13 +100,13 @@ def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
                               "logs in the report for a crash on real traffic")
 
 
-def _units(obs: dict[str, Any]) -> list[Check]:
+def _units(obs: dict[str, Any], sc: Scenario) -> list[Check]:
     spray = obs["spray"]
-    checks = [_spray_check("spray.spread", spray["spread"], _spread),
-              _spray_check("spray.usable-only", spray["usable-only"], _usable_only),
-              _spray_check("spray.comes-back", spray["comes-back"], _comes_back),
-              _spray_check("spray.plane-share", spray["plane-share"], _plane_share)]
-    return checks + sack_checks(obs["sack"], SPEC)
+    checks = [_spray_check("spray.spread", spray["spread"], _spread, sc),
+              _spray_check("spray.usable-only", spray["usable-only"], _usable_only, sc),
+              _spray_check("spray.comes-back", spray["comes-back"], _comes_back, sc),
+              _spray_check("spray.plane-share", spray["plane-share"], _plane_share, sc)]
+    return checks + sack_checks(obs["sack"], SPEC, sc)
 
 
 # ---- spraying ---------------------------------------------------------------------------------
@@ -104,12 +115,24 @@ SPRAY_HINT = ("choose() must take the plane from self._next_plane() and rotate o
               "it is usable put it back at the end and return it")
 
 
-def _spray_check(cid: str, obs: Row, body: Callable[[Row], Verdict]) -> Check:
+def _foreign(obs: Row, sc: Scenario) -> list[Any]:
+    """EVs of the record that this run's EV set cannot have made: each EV is the set's tag
+    (this run's, from its challenge) above an index (host_agent.core.evindex)."""
+    from host_agent.core.evindex import INDEX_BITS
+
+    evs = [row["ev"] for key in ("entries", "picks") for row in obs[key]]
+    return [ev for ev in evs if ev is not None and (type(ev) is not int
+                                                     or ev >> INDEX_BITS != sc.tag)]
+
+
+def _spray_check(cid: str, obs: Row, body: Callable[[Row], Verdict], sc: Scenario) -> Check:
     """One spraying scenario's verdict; the student's exception is the observed value."""
     spec = SPEC[cid]
     if "raised" in obs:
         return Check(cid, spec.title, spec.points, False, expected="no exception",
                      observed=str(obs["raised"]), hint=SPRAY_HINT)
+    if _foreign(obs, sc):
+        raise ValueError("the spray record names EVs this run's EV set does not have")
     passed, expected, observed, fail_hint = body(obs)
     return Check(cid, spec.title, spec.points, passed, expected=expected, observed=observed,
                  hint="" if passed else fail_hint)

@@ -23,7 +23,10 @@ from __future__ import annotations
 import collections
 import traceback
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
+
+from grader.challenge import rng
 
 PLANES, SPINES = 4, 2
 EVS, BACKUPS, MIN_ACTIVE = 16, 2, 4
@@ -31,12 +34,12 @@ ROUNDS = 200  # choices per usable EV in the spreading checks
 DEAD_PLANE = 3  # the plane _degrade takes away
 SIM_SIZE = 1024 * 1024
 
-START = (1 << 24) - 5  # the receiver's first expected PSN: the script crosses the PSN wrap
 WINDOW = 256
-LOCAL_QPN, REMOTE_QPN = 0x12345, 0x0ABCDE
-PROBE_EV = 0x77777
-# (PSN - START, EV, CE-marked): in-order, reordered, a gap, duplicates below and above cack,
-# arrivals up to 64 ahead (the bitmap) and beyond 64 ahead (the offset must move)
+PSN_SPAN = 1 << 24
+MIN_QPN = 0x100  # host_agent.core.endpoint's lowest queue pair number
+# (PSN - start, EV, CE-marked): in-order, reordered, a gap, duplicates below and above cack,
+# arrivals up to 64 ahead (the bitmap) and beyond 64 ahead (the offset must move). The start
+# and the EVs of each run come from its challenge (Scenario): the EVs below are placeholders.
 SCRIPT = (
     (0, 0x101, False), (1, 0x102, False), (3, 0x103, True), (2, 0x104, False),
     (6, 0x105, False), (9, 0x106, False), (5, 0x107, True), (4, 0x108, False),
@@ -48,6 +51,31 @@ SACK_FIELDS = ("cack_psn", "ack_psn_offset", "entropy", "m", "probe_resp", "spdc
                "sack_offset", "sack_bitmap")
 
 Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One grading run's spraying and SACK scenario, drawn from its challenge: the EV set's
+    tag and seed, the receiver's first PSN (close enough to the wrap that the script crosses
+    it), its queue pair numbers and the EVs the arrivals and the probe carry. The sandbox
+    builds the scenario from it, the judge holds the records to it: a record of another run
+    names other EVs, PSNs and QPNs."""
+    tag: int
+    seed: int
+    start: int
+    local_qpn: int
+    remote_qpn: int
+    probe_ev: int
+    script: tuple[tuple[int, int, bool], ...]
+
+
+def scenario(challenge: str) -> Scenario:
+    r = rng(challenge, "ex4")
+    evs = r.sample(range(1, 1 << 20), len(SCRIPT) + 1)
+    return Scenario(tag=r.randrange(1, 1 << 20), seed=r.getrandbits(32),
+                    start=PSN_SPAN - r.randint(2, 60), local_qpn=r.randrange(MIN_QPN, PSN_SPAN),
+                    remote_qpn=r.randrange(MIN_QPN, PSN_SPAN), probe_ev=evs[-1],
+                    script=tuple((k, evs[i], ce) for i, (k, _, ce) in enumerate(SCRIPT)))
 
 
 def crash(exc: BaseException) -> str:
@@ -66,7 +94,7 @@ def usable(row: Row, unusable_planes: Iterable[int] = ()) -> bool:
 
 
 # ---- spraying ---------------------------------------------------------------------------------
-def _evset() -> Any:
+def _evset(sc: Scenario) -> Any:
     import random
 
     from host_agent.core.evs import EvSet
@@ -76,7 +104,7 @@ def _evset() -> Any:
     paths = [PathInfo(p, ("route", p, s)) for p in range(PLANES) for s in range(SPINES)]
     config = EvConfig(evs_per_connection=EVS, backups_per_plane=BACKUPS,
                       ev_min_active=MIN_ACTIVE)
-    return EvSet(paths, config, random.Random(7), tag=0x5EED)
+    return EvSet(paths, config, random.Random(sc.seed), tag=sc.tag)
 
 
 def _row(entry: Any) -> Row:
@@ -116,15 +144,15 @@ def _degrade(evs: Any) -> tuple[list[int], list[int]]:
     return retired, skipped
 
 
-def _spread() -> Row:
-    evs = _evset()
+def _spread(sc: Scenario) -> Row:
+    evs = _evset(sc)
     entries = _entries(evs)
     n = ROUNDS * sum(usable(r) for r in entries)
     return {"entries": entries, "picks": _spray(evs, n, 0.0)}
 
 
-def _usable_only() -> Row:
-    evs = _evset()
+def _usable_only(sc: Scenario) -> Row:
+    evs = _evset(sc)
     retired, skipped = _degrade(evs)
     entries = _entries(evs)
     n = ROUNDS * sum(usable(r, {DEAD_PLANE}) for r in entries)
@@ -132,8 +160,8 @@ def _usable_only() -> Row:
             "picks": _spray(evs, n, 0.0)}
 
 
-def _comes_back() -> Row:
-    evs = _evset()
+def _comes_back(sc: Scenario) -> Row:
+    evs = _evset(sc)
     retired, skipped = _degrade(evs)
     before = sum(usable(r, {DEAD_PLANE}) for r in _entries(evs))
     _spray(evs, ROUNDS * before, 0.0)  # meets every unusable EV in the ring
@@ -146,8 +174,8 @@ def _comes_back() -> Row:
             "picks": _spray(evs, n, later)}
 
 
-def _plane_share() -> Row:
-    evs = _evset()
+def _plane_share(sc: Scenario) -> Row:
+    evs = _evset(sc)
     survivor = evs.active(0)[0]
     for _ in range(len(evs)):  # retire plane 0's EVs one by one; backups swap in until none
         doomed = [e for e in evs.entries() if e.path.plane == 0 and e is not survivor
@@ -160,31 +188,32 @@ def _plane_share() -> Row:
     return {"entries": entries, "survivor": survivor.ev, "picks": _spray(evs, n, 0.0)}
 
 
-def _guarded(body: Callable[[], Row]) -> Row:
+def _guarded(body: Callable[..., Row], *args: Any) -> Row:
     try:
-        return body()
+        return body(*args)
     except Exception as exc:  # the student's code may raise anything: the judge reports it
         return {"raised": crash(exc)}
 
 
-def observe_spray() -> dict[str, Row]:
+def observe_spray(sc: Scenario) -> dict[str, Row]:
     """Each spraying scenario, keyed by the check that judges it."""
-    return {"spread": _guarded(_spread), "usable-only": _guarded(_usable_only),
-            "comes-back": _guarded(_comes_back), "plane-share": _guarded(_plane_share)}
+    return {"spread": _guarded(_spread, sc), "usable-only": _guarded(_usable_only, sc),
+            "comes-back": _guarded(_comes_back, sc), "plane-share": _guarded(_plane_share, sc)}
 
 
 # ---- SACK -------------------------------------------------------------------------------------
-def _receiver() -> tuple[Any, Any]:
+def _receiver(sc: Scenario) -> tuple[Any, Any]:
     import random
 
     from host_agent.core.memory import MemoryTable
     from host_agent.core.receiver import Receiver
 
-    memory = MemoryTable(random.Random(3))
+    memory = MemoryTable(random.Random(sc.seed))
     region = memory.register(8 * 1024)
     stats: collections.defaultdict = collections.defaultdict(int)
-    rx = Receiver(window=WINDOW, memory=memory, local_qpn=LOCAL_QPN, remote_qpn=REMOTE_QPN,
-                  expected_psn=START, stats=stats, emit=lambda _e: None)
+    rx = Receiver(window=WINDOW, memory=memory, local_qpn=sc.local_qpn,
+                  remote_qpn=sc.remote_qpn, expected_psn=sc.start, stats=stats,
+                  emit=lambda _e: None)
     return rx, region
 
 
@@ -204,24 +233,24 @@ def _sack_row(raw: bytes) -> Row:
     return row
 
 
-def _sack_script() -> Row:
+def _sack_script(sc: Scenario) -> Row:
     import wire
 
-    rx, region = _receiver()
+    rx, region = _receiver(sc)
     sacks = []
-    for k, ev, ce in SCRIPT:
-        psn = (START + k) % wire.PSN_MOD
+    for k, ev, ce in sc.script:
+        psn = (sc.start + k) % wire.PSN_MOD
         payload = bytes([k & 0xFF]) * 8
-        fields = (wire.OP_WRITE_ONLY, LOCAL_QPN, psn, k, region.va + 8 * k, region.rkey,
+        fields = (wire.OP_WRITE_ONLY, sc.local_qpn, psn, k, region.va + 8 * k, region.rkey,
                   len(payload), None, payload)
         ecn = wire.ECN_CE if ce else wire.ECN_ECT0
         sacks.append(_sack_row(rx.on_data(fields, wire.DSCP_TRIMMABLE, ecn, ev)))
-    return {"sacks": sacks, "probe": _sack_row(rx.probe_reply(PROBE_EV, wire.ECN_CE))}
+    return {"sacks": sacks, "probe": _sack_row(rx.probe_reply(sc.probe_ev, wire.ECN_CE))}
 
 
-def observe_sack() -> Row:
-    """What the student's receiver answered to each arrival of SCRIPT, then to a probe."""
-    return _guarded(_sack_script)
+def observe_sack(sc: Scenario) -> Row:
+    """What the student's receiver answered to each arrival of the script, then to a probe."""
+    return _guarded(_sack_script, sc)
 
 
 # ---- the simulator ----------------------------------------------------------------------------

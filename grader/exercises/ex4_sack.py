@@ -8,15 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import wire
-from grader.exercises.ex4_observe import (
-    LOCAL_QPN,
-    PROBE_EV,
-    REMOTE_QPN,
-    SCRIPT,
-    START,
-    WINDOW,
-    Row,
-)
+from grader.exercises.ex4_observe import SCRIPT, WINDOW, Row, Scenario
 from grader.report import Check, CheckSpec
 
 FAR = 64  # a trigger more than this above cack is the sack.far check's
@@ -24,21 +16,22 @@ PAYLOAD = 8  # bytes per data packet of SCRIPT
 Verdict = tuple[bool, str, str, str]  # passed, expected, observed, hint when it failed
 
 
-def _truth() -> list[Row]:
-    """SCRIPT replayed on a correct receiver's state: per arrival, the cumulative ack (as an
-    offset from START), the PSNs held above it and the bytes received, after the arrival."""
+def _truth(sc: Scenario) -> list[Row]:
+    """This run's script (sc.script) replayed on a correct receiver's state: per arrival, the
+    cumulative ack (as an offset from sc.start), the PSNs held above it and the bytes
+    received, after the arrival; each row carries the scenario."""
     rows: list[Row] = []
     received: set[int] = set()  # offsets from START
     cack = rcvd = 0
-    for step, (k, ev, ce) in enumerate(SCRIPT):
+    for step, (k, ev, ce) in enumerate(sc.script):
         rel = k - cack
         if k not in received and 0 <= rel < WINDOW:
             received.add(k)
             rcvd += PAYLOAD
             while cack in received:
                 cack += 1
-        rows.append({"step": step, "k": k, "psn": (START + k) % wire.PSN_MOD, "ev": ev,
-                     "ce": ce, "rel": rel, "cack": cack,
+        rows.append({"step": step, "k": k, "psn": (sc.start + k) % wire.PSN_MOD, "ev": ev,
+                     "ce": ce, "sc": sc, "rel": rel, "cack": cack,
                      "above": {x for x in received if x >= cack}, "rcvd": rcvd})
     return rows
 
@@ -50,7 +43,7 @@ def _is_sack(got: Any) -> bool:
     return got.get("type") == "SackPacket"
 
 
-def sack_checks(obs: Row, specs: dict[str, CheckSpec]) -> list[Check]:
+def sack_checks(obs: Row, specs: dict[str, CheckSpec], sc: Scenario) -> list[Check]:
     """The four SACK checks, each over every SCRIPT step's truth beside the SACK sent for it;
     `specs` (ex4.SPEC) gives each check's title and points, so they are declared in one place."""
     if "raised" in obs:
@@ -62,7 +55,7 @@ def sack_checks(obs: Row, specs: dict[str, CheckSpec]) -> list[Check]:
     sacks = obs["sacks"]
     if not isinstance(sacks, list) or len(sacks) != len(SCRIPT):
         raise ValueError(f"{len(SCRIPT)} SACK records expected, one per arrival")
-    rows = [{**row, "sack": got} for row, got in zip(_truth(), sacks, strict=True)]
+    rows = [{**row, "sack": got} for row, got in zip(_truth(sc), sacks, strict=True)]
     out = []
     for cid, body in (("sack.cack", _cack), ("sack.fields", _fields),
                       ("sack.bitmap", _bitmap), ("sack.far", _far)):
@@ -85,7 +78,7 @@ def _cack(rows: list[Row], _obs: Row) -> Verdict:
         if not _is_sack(got):
             bad.append(f"{_where(row)}: answered with {got.get('type')}, not a SACK")
             continue
-        want = (START + row["cack"]) % wire.PSN_MOD
+        want = (row["sc"].start + row["cack"]) % wire.PSN_MOD
         if got["cack_psn"] != want or got["bth_psn"] != want:
             bad.append(f"{_where(row)}: SACK says cack_psn {got['cack_psn']} (BTH PSN "
                        f"{got['bth_psn']}), expected {want}")
@@ -99,9 +92,9 @@ def _field_problems(row: Row) -> list[str]:
     got = row["sack"]
     want = {"ack_psn_offset": row["k"] - row["cack"], "entropy": row["ev"],
             "m": wire.M_SKIP_ONCE if row["ce"] else wire.M_NONE, "probe_resp": False,
-            "spdcid": LOCAL_QPN & 0xFFFF, "dpdcid": REMOTE_QPN & 0xFFFF,
+            "spdcid": row["sc"].local_qpn & 0xFFFF, "dpdcid": row["sc"].remote_qpn & 0xFFFF,
             "ooo_count": len(row["above"]), "rcvd_bytes": row["rcvd"],
-            "dest_qp": REMOTE_QPN}  # ack_psn_offset: the trigger relative to the SACK's cack
+            "dest_qp": row["sc"].remote_qpn}  # ack_psn_offset: the trigger relative to the SACK's cack
     return [f"{_where(row)}: {key} = {got[key]}, expected {value}"
             for key, value in want.items() if got[key] != value]
 
@@ -113,13 +106,13 @@ def _fields(rows: list[Row], obs: Row) -> Verdict:
             bad.append(f"{_where(row)}: not a SACK")
             continue
         bad += _field_problems(row)
-    p = obs["probe"]
+    p, probe_ev = obs["probe"], rows[0]["sc"].probe_ev
     if not _is_sack(p):
         bad.append(f"probe_reply answered with {p.get('type')}, not a SACK")
     else:
-        want = {"probe_resp": True, "entropy": PROBE_EV, "ack_psn_offset": 0,
+        want = {"probe_resp": True, "entropy": probe_ev, "ack_psn_offset": 0,
                 "m": wire.M_NONE}
-        bad += [f"the reply to a CE-marked PROBE of EV {PROBE_EV:#x}: {key} = {p[key]}, "
+        bad += [f"the reply to a CE-marked PROBE of EV {probe_ev:#x}: {key} = {p[key]}, "
                 f"expected {value}" for key, value in want.items() if p[key] != value]
     return (not bad, "ack_psn_offset = trigger PSN - cack (signed, negative for a "
             "duplicate below cack, across the PSN wrap), the EV echoed, M = SKIP_ONCE for "

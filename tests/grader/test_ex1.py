@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from grader import catalog, judging, p4, p4_judge, regions, workspace
+from grader import catalog, challenge, judging, p4, p4_judge, regions, workspace
 from grader.exercises import ex1
 from grader.report import Check
 from tests.grader import p4_support as S
@@ -166,7 +166,7 @@ def test_target_soft_cannot_run_a_p4_program() -> None:
 
 
 def _judged(obs: dict, target: str = "bmv2") -> dict[str, Check]:
-    return {c.id: c for c in judging.judge(EX, {"observations": obs}, target)}
+    return {c.id: c for c in judging.judge(EX, {"observations": obs}, target, challenge=challenge.new())}
 
 
 def test_the_judge_decides_from_raw_observations() -> None:

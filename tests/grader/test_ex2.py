@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader import catalog, judging, p4_judge, regions, workspace
+from grader import catalog, challenge, judging, p4_judge, regions, workspace
 from grader.exercises import ex2
 from p4rt import names as n
 from tests.grader import p4_support as S
@@ -106,11 +106,11 @@ def test_the_judges_name_the_mistake() -> None:
 
 def test_the_judge_gives_full_marks_to_a_correct_switchs_report() -> None:
     obs = S.correct_observations(ex2.cases())
-    checks = judging.judge(EX, {"observations": obs}, "bmv2")
+    checks = judging.judge(EX, {"observations": obs}, "bmv2", challenge=challenge.new())
     assert [c.id for c in checks] == [s.id for s in ex2.CHECKS] and all(c.passed for c in checks)
     obs["corpus"]["cases"]["trim_fabric_port"]["outputs"] = [
         [3, p4_judge.load_cases(["trim_fabric_port"])["trim_fabric_port"].frame.hex()]]
-    cut = next(c for c in judging.judge(EX, {"observations": obs}, "bmv2") if c.id == "trim.cut")
+    cut = next(c for c in judging.judge(EX, {"observations": obs}, "bmv2", challenge=challenge.new()) if c.id == "trim.cut")
     assert not cut.passed and "trim_fabric_port" in cut.expected
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader import catalog, judging, workspace
+from grader import catalog, challenge, judging, workspace
 from tests.e2e.support import skip_reason
 from tests.grader.support import assert_useful
 
@@ -48,7 +48,7 @@ def test_simulator_figures_of_the_reference():
 
 
 def _judged(obs: dict) -> dict:
-    return {c.id: c for c in judging.judge(EX, {"observations": obs}, "soft")}
+    return {c.id: c for c in judging.judge(EX, {"observations": obs}, "soft", challenge=challenge.new())}
 
 
 def test_the_judge_decides_from_raw_data_only():

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from grader import catalog, judging, workspace
+from grader import catalog, challenge, judging, workspace
 from grader.exercises import ex7
 
 EX = catalog.load(7)
@@ -83,7 +83,7 @@ def _grade_here(tmp_path: Path, data: object) -> dict[str, Any]:
     (tmp_path / ex7.ANSWERS).write_text(data if isinstance(data, str) else json.dumps(data))
     ctx = SimpleNamespace(root=tmp_path, target="soft", exercise=EX, is_root=False)
     report = {"observations": json.loads(json.dumps(ex7.observe(ctx)))}
-    return {c.id: c for c in judging.judge(EX, report, "soft")}
+    return {c.id: c for c in judging.judge(EX, report, "soft", challenge=challenge.new())}
 
 
 def test_observe_reports_the_raw_text_only(tmp_path: Path) -> None:
@@ -103,7 +103,7 @@ def test_files_too_big_or_missing_fail_the_form(tmp_path: Path) -> None:
     assert "KiB" in checks["measure.form"].observed
     assert all(c.observed.startswith("not run") for i, c in checks.items() if i != "measure.form")
     report = {"observations": {"text": None, "size": None, "unreadable": "No such file"}}
-    form = judging.judge(EX, report, "soft")[0]
+    form = judging.judge(EX, report, "soft", challenge=challenge.new())[0]
     assert not form.passed and form.observed == f"cannot read {ex7.ANSWERS}: No such file"
 
 
@@ -113,7 +113,7 @@ def test_files_too_big_or_missing_fail_the_form(tmp_path: Path) -> None:
 ])
 def test_a_forged_or_malformed_report_gets_no_points(obs: Any) -> None:
     """The judge believes nothing but the text, and re-applies the size cap itself."""
-    checks = judging.judge(EX, {"observations": obs}, "soft")
+    checks = judging.judge(EX, {"observations": obs}, "soft", challenge=challenge.new())
     assert len(checks) == len(ex7.CHECKS) and not any(c.passed for c in checks)
 
 

@@ -91,6 +91,24 @@ atexit.register(forge)
 """,
 }
 
+# A replay of the reference solution's own report (confirmed on e54048c: 24/28 with the live
+# stage skipped). REPLAY is filled in by the test; it is written over the run's report from an
+# exit hook and, since the inner process now ends without running exit hooks, also by making
+# the inner's own json.dumps return it. "fresh" puts this run's challenge (from argv) into it.
+REPLAY_ATTACK = """
+import atexit, json, sys
+REPLAY = json.loads({replay!r})
+out = sys.argv[sys.argv.index("--out") + 1]
+if {fresh!r}:
+    REPLAY["challenge"] = sys.argv[sys.argv.index("--challenge") + 1]
+text = json.dumps(REPLAY)
+def replay():
+    with open(out, "w") as f:
+        f.write(text)
+atexit.register(replay)
+json.dumps = lambda *args, **kwargs: text
+"""
+
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox drops root: root"),
               pytest.mark.skipif(bool(sandbox.available(True)),
@@ -224,9 +242,10 @@ def test_another_students_submission_cannot_be_read(hostile, baseline, monkeypat
 
 
 def test_a_rewritten_result_earns_nothing(hostile, baseline):
+    """The exit hook that rewrote the report never runs (the inner process ends with
+    os._exit): the grade is the honest one, the skeleton's."""
     g, _ = hostile("rewrite-result")
-    assert all(not c.passed for c in g.checks), g.checks
-    assert any("malformed" in c.observed for c in g.checks)
+    assert [c.passed for c in g.checks] == [c.passed for c in baseline.checks], g.checks
     earned_nothing(g, baseline)
 
 
@@ -251,3 +270,35 @@ def test_a_sandbox_that_cannot_start_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setattr(workspace.sys, "prefix", str(hidden))
     g = workspace.grade(EX, workspace.solution(EX), "solution", "soft")
     assert g.error.startswith("cannot sandbox") and "not searchable" in g.error, g.error
+
+
+@pytest.fixture(scope="module")
+def reference_report() -> str:
+    """The reference solution's report, as its own grading wrote it (a run of its own)."""
+    captured: list[bytes] = []
+    real = workspace.judging.parse_report
+
+    def keep(data: bytes, challenge: str) -> dict:
+        captured.append(data)
+        return real(data, challenge)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MRC_GRADE_SKIP_LIVE", "1")
+        mp.setattr(workspace.judging, "parse_report", keep)
+        g = workspace.grade(EX, workspace.solution(EX), "solution", "soft")
+    assert g.score == g.total - 4 and len(captured) == 1, g.checks  # all but live.transfer
+    return captured[0].decode()
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["verbatim", "this-runs-challenge"])
+def test_a_replayed_reference_report_earns_nothing(reference_report, fresh, baseline,
+                                                   no_live, monkeypatch):
+    """Issue 54, attack 1: the untouched skeleton carrying the reference solution's report
+    and writing it over its own got the reference's 24/28. A verbatim replay names another
+    run's challenge; one given this run's challenge names another run's EVs and PSNs."""
+    monkeypatch.setattr(workspace, "CHECKS_TIMEOUT_S", TIMEOUT_S)
+    attack = REPLAY_ATTACK.format(replay=reference_report, fresh=fresh)
+    g = workspace.grade(EX, submission(attack + RAISE), "replay", "soft")
+    assert g.score == 0, [c for c in g.checks if c.passed]
+    assert all("malformed" in c.observed or "another grading run" in c.observed
+               for c in g.checks), g.checks[0]
+    earned_nothing(g, baseline)
