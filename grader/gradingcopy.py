@@ -48,8 +48,9 @@ def _open_dir(name: str, dir_fd: int | None) -> int:
                    dir_fd=dir_fd)
 
 
-def _read_at(name: str, dir_fd: int | None, cap: int = MAX_FILE_BYTES) -> bytes:
+def _read_at(name: str, dir_fd: int | None, cap: int | None = None) -> bytes:
     """A regular file `name` (relative to dir_fd), never through a link, never blocking."""
+    cap = MAX_FILE_BYTES if cap is None else cap
     try:
         fd = os.open(name, _OPEN_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
@@ -77,7 +78,7 @@ def _read_at(name: str, dir_fd: int | None, cap: int = MAX_FILE_BYTES) -> bytes:
         os.close(fd)
 
 
-def read_no_follow(folder: Path, rel: str, cap: int = MAX_FILE_BYTES) -> bytes:
+def read_no_follow(folder: Path, rel: str, cap: int | None = None) -> bytes:
     """`folder/rel`, each folder on the way opened with O_NOFOLLOW relative to the last: a
     link anywhere under `folder` (a folder of the submission linked to /root, a file linked
     to a root-only file or to /proc/kmsg) is refused, never followed."""

@@ -9,15 +9,18 @@ the process that wrote the grade."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from grader import catalog, sandbox, workspace
+from grader import catalog, gradingcopy, sandbox, workspace
 from grader.report import Grade
 
 EX = catalog.load(4)
@@ -78,6 +81,41 @@ try:
 except OSError as exc:
     stolen = f"nothing ({exc})"
 raise NotImplementedError(f"TODO exercise 4: {stolen}")
+""",
+    "read-in-copy": """
+import os
+found = []
+for rel in os.environ["MRC_HOSTILE_READ"].split(":"):
+    try:
+        found.append(open(rel).read())
+    except OSError as exc:
+        found.append(f"nothing ({type(exc).__name__})")
+raise NotImplementedError(f"TODO exercise 4: {found}")
+""",
+    "deep-results": """
+import os, sys
+here = os.path.dirname(sys.argv[sys.argv.index("--out") + 1])
+for _ in range(1500):
+    here = os.path.join(here, "d")
+    os.mkdir(here)
+    os.chdir(here)
+    here = "."
+""",
+    "fill-results": """
+import os, sys
+results = os.path.dirname(sys.argv[sys.argv.index("--out") + 1])
+wrote = 0
+try:
+    for n in range(200):
+        with open(os.path.join(results, f"fill{n}"), "wb") as f:
+            f.write(b"x" * (1 << 20))
+        wrote += 1 << 20
+except OSError as exc:
+    print("full:", exc)  # the tmpfs is full: the attack stops and says how far it got
+for n in range(200):  # room again for the report that carries the figure
+    if os.path.exists(os.path.join(results, f"fill{n}")):
+        os.unlink(os.path.join(results, f"fill{n}"))
+raise NotImplementedError(f"TODO exercise 4: wrote {wrote} bytes")
 """,
     "rewrite-result": """
 import atexit, json, sys
@@ -301,4 +339,52 @@ def test_a_replayed_reference_report_earns_nothing(reference_report, fresh, base
     assert g.score == 0, [c for c in g.checks if c.passed]
     assert all("malformed" in c.observed or "another grading run" in c.observed
                for c in g.checks), g.checks[0]
+    earned_nothing(g, baseline)
+
+
+def test_the_grading_copy_holds_no_other_submission_nor_grades(hostile, baseline, monkeypatch):
+    """Issue 54, attack 2: with the documented `--submission submissions/ --json grades.json`
+    inside the checkout, the whole-checkout copy showed one student another's evs.py and the
+    earlier grades. The copy is now built from the project's packages only."""
+    tag = os.urandom(4).hex()
+    other = catalog.ROOT / f"submissions-{tag}" / "bob" / "host_agent" / "core" / "evs.py"
+    grades = catalog.ROOT / f"grades-{tag}.json"
+    secret = f"bob-secret-{tag}"
+    try:
+        other.parent.mkdir(parents=True)
+        other.write_text(f"# {secret}\n")
+        grades.write_text(f'{{"bob": "{secret}"}}')
+        rels = [str(other.relative_to(catalog.ROOT)), grades.name]
+        monkeypatch.setenv("MRC_HOSTILE_READ", ":".join(rels))
+        g, _ = hostile("read-in-copy")
+    finally:
+        grades.unlink(missing_ok=True)
+        shutil.rmtree(catalog.ROOT / f"submissions-{tag}", ignore_errors=True)
+    spread = next(c for c in g.checks if c.id == "spray.spread")
+    assert "nothing (FileNotFoundError)" in spread.observed, spread
+    assert not any(secret in f"{c.observed} {c.expected} {c.hint}" for c in g.checks)
+    earned_nothing(g, baseline)
+
+
+def _grading_folders() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("mrc-grade-*")}
+
+
+def test_deeply_nested_results_are_removed(hostile, baseline):
+    """Issue 54, attack 3: 1,500 nested folders in results/ made shutil.rmtree raise
+    RecursionError, which crashed the grader and left its folder behind."""
+    before = _grading_folders()
+    g, _ = hostile("deep-results")
+    assert _grading_folders() <= before
+    earned_nothing(g, baseline)
+
+
+def test_results_cannot_fill_the_hosts_disk(hostile, baseline):
+    """Issue 54, attack 7: results/ was on the host's disk, bounded per file only (200 MiB
+    written under a 1 MiB file limit). It is now a tmpfs of gradingcopy.RESULTS_BYTES."""
+    g, _ = hostile("fill-results")
+    spread = next(c for c in g.checks if c.id == "spray.spread")
+    match = re.search(r"wrote (\d+) bytes", spread.observed)
+    assert match, spread
+    assert int(match[1]) <= gradingcopy.RESULTS_BYTES < 200 << 20
     earned_nothing(g, baseline)
