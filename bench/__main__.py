@@ -58,7 +58,7 @@ from topologies.netconfig import (  # noqa: E402
     DEFAULT_RX_HOLD_MS,
     MAX_RX_HOLD_MS,
 )
-from topologies.privdir import UnsafePathError, check_workdir  # noqa: E402
+from topologies.privdir import UnsafePathError  # noqa: E402
 from topologies.runreport import ReportError  # noqa: E402
 
 
@@ -132,9 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(timezone.utc)
     out = args.out or Path("results") / started.strftime("%Y%m%dT%H%M%SZ")
     try:  # root writes there: a directory (or a link on the way) of another user is refused
-        if not out.parent.exists():
-            check_workdir(out.parent)
-        check_workdir(out)
+        results.prepare_out_dir(out)
         view = None
         if args.web is not None or args.report is not None:
             view = BenchView(title=f"MRC bench: {', '.join(args.scenarios)} ({args.target})",

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fabric.options import write_json
+from topologies.privdir import check_workdir
 
 SCHEMA = 1
 REPO = Path(__file__).resolve().parent.parent
@@ -46,6 +47,17 @@ def environment() -> dict[str, Any]:
             "memory_bytes": mem_kb * 1024, "load_avg": list(os.getloadavg())}
 
 
+def prepare_out_dir(out_dir: Path) -> None:
+    """Make (0700) or check the directory a run writes its files into, before the run: we
+    may be root and the path one the user gave, so a directory another user made or could
+    write, or a link on the way, is refused (topologies.privdir.check_workdir raises
+    UnsafePathError); the files then written inside it need no check of their own. A missing
+    parent (the default results/) is made the same way."""
+    if not out_dir.parent.exists():
+        check_workdir(out_dir.parent)
+    check_workdir(out_dir)
+
+
 def write(run: dict[str, Any], out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "results.json"
@@ -54,8 +66,9 @@ def write(run: dict[str, Any], out_dir: Path) -> Path:
 
 
 def publish(run: dict[str, Any], out_dir: Path, json_dest: str | None) -> int:
-    """A finished run's results.json, summary.md and plots in `out_dir`, where they are on
-    stdout, the JSON where --json says; the exit code: 0 when every scenario is ok."""
+    """A finished run's results.json, summary.md and plots in `out_dir` (made by
+    prepare_out_dir before the run), where they are on stdout, the JSON where --json says;
+    the exit code: 0 when every scenario is ok."""
     from bench import plots  # plotting loads matplotlib: only for a run that is done
     path = write(run, out_dir)
     (out_dir / "summary.md").write_text(summary_markdown(run))

@@ -53,7 +53,6 @@ from topologies.demo import run_demo  # noqa: E402
 from topologies.fidelity import process_cpu_s  # noqa: E402
 from topologies.netconfig import AUTO_RATE as AUTO  # noqa: E402
 from topologies.network import MrcNetwork, NetworkConfig, existing_interface  # noqa: E402
-from topologies.privdir import check_workdir  # noqa: E402
 
 IDLE_S = 3.0
 # switches 16, 40, 80, 144, 208, 272 at 4 hosts; then 4, 8, 16 hosts on 24 switches
@@ -265,9 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = args.out or Path("results") / f"scale-{stamp}"
-    if not out.parent.exists():
-        check_workdir(out.parent)
-    check_workdir(out)
+    results.prepare_out_dir(out)
     log = _log
     if args.what == "curve":
         run = run_curve([t for t in args.targets.split(",") if t], out, log)

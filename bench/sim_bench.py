@@ -29,6 +29,7 @@ from bench.context import target
 from fabric.options import add_fabric_args, add_json_arg, named_fabric
 from sim.harness import SimSettings
 from sim.scenarios import run_scenario
+from topologies.privdir import UnsafePathError
 from wire.layout import DEFAULT_MTU, FULL_DATA_FRAME_LEN
 
 # bench scenario -> (simulator scenario of the clean run or None, of the measured run)
@@ -285,6 +286,10 @@ def main(argv: list[str] | None = None) -> int:
     fabric = named_fabric(args)
     started = datetime.now(timezone.utc)
     out = args.out or Path("results") / started.strftime("sim-%Y%m%dT%H%M%SZ")
+    try:  # refused before the run, not after it
+        results.prepare_out_dir(out)
+    except UnsafePathError as exc:
+        p.error(str(exc))
     run: Result = {"schema": results.SCHEMA,
                    "command": ["python", "-m", "bench.sim_bench", *(argv or sys.argv[1:])],
                    "started": started.isoformat(timespec="seconds"), "quick": False,

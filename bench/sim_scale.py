@@ -27,11 +27,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import metrics
+from bench import metrics, results
 from fabric.options import PRESETS, add_json_arg, json_to_stdout, write_json
 from fabric.topology import Fabric
 from sim.harness import SimSettings
 from sim.scenarios import SCENARIOS, run_scenario
+from topologies.privdir import UnsafePathError
 
 BYPASS_FABRICS = ("default", "hosts-16", "hosts-256", "hosts-1024")
 BYPASS_BYTES = 32 * 1024 * 1024
@@ -164,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     parts = tuple(x for x in args.parts.split(",") if x)
     if not parts or set(parts) - set(PARTS):
         p.error(f"--parts {args.parts!r}: choose from {', '.join(PARTS)}")
+    try:  # the plots go into a directory of ours, refused before the run if it is not
+        if args.plot is not None:
+            results.prepare_out_dir(args.plot)
+    except UnsafePathError as exc:
+        p.error(str(exc))
     log = (lambda *a: print(*a, file=sys.stderr)) if json_to_stdout(args) else print
     report = run_all(args.quick, args.seed, log=log, parts=parts)
     log(summary_text(report["summary"]))

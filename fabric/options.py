@@ -22,6 +22,8 @@ The delay is part of the fabric: the emulation's software switches hold each fra
 on every link, the simulator's links take it, and the agents' base RTT counts it.
 
     --json | --json FILE               results as JSON: bare to stdout (last line), or to FILE
+                                       (never through a link, nor into a file of another
+                                       user's: fabric.outfile)
     --target auto|bmv2|soft            auto: resolve_target, the one rule
     --rate PPS                         packets/s (help starts with the unit)
     --line-rate 10G                    bits/s, the simulator's links
@@ -36,9 +38,9 @@ import re
 import shutil
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from fabric.outfile import existing_output_problem, open_output_file, refusal
 from fabric.topology import Fabric, TopologyError
 
 # name -> (planes, T0 per plane, T1 per plane, hosts per T0)
@@ -135,7 +137,17 @@ def add_json_arg(p: argparse.ArgumentParser) -> argparse.Action:
     absent, None. Emit it with write_json(args.json, data). A bare --json takes the next
     word as its FILE unless that is an option: give it after the positional arguments."""
     return p.add_argument("--json", nargs="?", const=JSON_STDOUT, default=None, metavar="FILE",
-                          help=JSON_HELP)
+                          type=json_dest, help=JSON_HELP)
+
+
+def json_dest(text: str) -> str:
+    """--json's value, unchanged; a FILE that write_json would refuse (fabric.outfile: a link,
+    a FIFO, another user's file, ...) is refused here already, so a planted file stops the
+    command before its run rather than losing the run's results at the end."""
+    problem = None if text == JSON_STDOUT else existing_output_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(str(refusal(text, problem)))
+    return text
 
 
 def json_to_stdout(args: argparse.Namespace) -> bool:
@@ -146,13 +158,17 @@ def json_to_stdout(args: argparse.Namespace) -> bool:
 def write_json(dest: str | None, data: Any, *, default: Callable[[Any], Any] | None = None,
                ) -> None:
     """--json's value: JSON_STDOUT prints `data` as one line on stdout, a path gets it written
-    there (indented), None does nothing."""
+    there (indented), None does nothing. The path is opened by fabric.outfile.open_output_file
+    (we may be root, the path in /tmp): a link, a FIFO, a file of another user or with other
+    names raises its UnsafeOutputError and is left untouched."""
     if dest is None:
         return
     if dest == JSON_STDOUT:
         print(json.dumps(data, default=default), flush=True)
     else:
-        Path(dest).write_text(json.dumps(data, indent=1, default=default) + "\n")
+        text = json.dumps(data, indent=1, default=default) + "\n"
+        with open_output_file(dest) as out:
+            out.write(text.encode())
 
 
 def bmv2_installed() -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -19,6 +20,7 @@ import pytest
 REQUIRE_ENV = "MRC_REQUIRE_BMV2"
 BMV2_TOOLS = ("p4c-bm2-ss", "simple_switch_grpc", "simple_switch_CLI")
 INSTALL_HINT = "install the P4 toolchain with scripts/install-p4lang.sh (README, 'BMv2')"
+NOBODY = 65534  # the unprivileged user a test plays to plant files for root to trip on
 
 
 def bmv2_required() -> bool:
@@ -39,6 +41,14 @@ def require_bmv2(tools: tuple[str, ...] = BMV2_TOOLS) -> None:
 def require_root(what: str) -> None:
     if os.geteuid() != 0:
         pytest.skip(f"{what} needs root")
+
+
+def as_nobody(script: str) -> subprocess.CompletedProcess:
+    """Run a shell script as the unprivileged user nobody (no groups, no capabilities): the
+    other user of a shared machine, planting what a root run must not trust."""
+    return subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
+                           "--clear-groups", "sh", "-c", script],
+                          capture_output=True, text=True, timeout=30)
 
 
 T = TypeVar("T")

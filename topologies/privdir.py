@@ -11,6 +11,11 @@ O_NOFOLLOW and O_NONBLOCK (a FIFO cannot hang us) and must be a regular file, ou
 link and no access for group or others. Anything else is refused with an UnsafePathError that
 names the path and what is wrong with it; nothing it names is ever acted on.
 
+Files a user names for output live wherever the user says, often /tmp: open_new_file makes
+one that must not exist yet (--report, a capture); open_output_file (fabric.outfile, re-exported
+here) may also replace a plain file of ours with one link (--json FILE), and refuses a link, a
+FIFO, a device or another user's file with an UnsafeOutputError.
+
 MRC_RUN_DIR overrides the directory (tests; a lab that wants it elsewhere). Without root the
 default is $XDG_RUNTIME_DIR/mrc-testbed, else /tmp/mrc-testbed-UID (the same checks apply).
 """
@@ -25,6 +30,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
+
+# A file a user named for output (--json FILE, a CSV, an export) that may exist already: defined
+# in fabric/ so that fabric.options.write_json, below this layer, uses the same one; re-exported
+# here beside open_new_file, for the files root makes safely.
+from fabric.outfile import UnsafeOutputError as UnsafeOutputError
+from fabric.outfile import open_output_file as open_output_file
 
 RUN_DIR_ENV = "MRC_RUN_DIR"
 ROOT_RUN_DIR = Path("/run/mrc-testbed")
@@ -204,7 +215,8 @@ def new_file_problem(path: Path) -> str | None:
 def open_new_file(path: Path) -> BinaryIO:
     """An output file the user named, created new and never through a symlink (we run as
     root; the directory may be one others write, like /tmp): a file already there, whoever
-    made it, is an error (FileExistsError or, for a link, OSError), never overwritten."""
+    made it, is an error (FileExistsError or, for a link, OSError), never overwritten.
+    open_output_file is the variant that may overwrite a plain file of ours."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o644)
     return os.fdopen(fd, "wb")

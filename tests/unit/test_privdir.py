@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import NOBODY, as_nobody
 from topologies.privdir import (
     ROOT_RUN_DIR,
     RUN_DIR_ENV,
@@ -25,26 +26,7 @@ from topologies.privdir import (
 )
 from topologies.runstate import LOCK_NAME, MANIFEST_NAME, acquire_fabric_lock, clean_leftovers
 
-NOBODY = 65534
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="plays an unprivileged user: root")
-
-
-def as_nobody(script: str) -> subprocess.CompletedProcess:
-    """Run a shell script as the unprivileged user nobody (no groups, no capabilities)."""
-    return subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
-                           "--clear-groups", "sh", "-c", script],
-                          capture_output=True, text=True, timeout=30)
-
-
-@pytest.fixture
-def shared_tmp() -> Iterator[Path]:
-    """A world-writable sticky directory, as /tmp is: where another user can plant names."""
-    path = Path(tempfile.mkdtemp(prefix="mrc-test-shared-", dir="/tmp"))
-    path.chmod(0o1777)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path)
 
 
 @pytest.fixture
