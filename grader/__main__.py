@@ -5,6 +5,7 @@
     python -m grader solution N DIR              the reference solution's files -> DIR
     python -m grader grade N [--submission DIR | --skeleton | --solution | --wrong NAME]
                              [--target auto|bmv2|soft] [--json [FILE]] [--trust-submissions]
+    python -m grader assignment N (--student NAME ... | --roster FILE)   instructor: CSV
 
 Each submission runs in a sandbox (grader.sandbox: bubblewrap, an unprivileged uid, limits);
 where none can be had, grading refuses unless --trust-submissions says the code is trusted.
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 
 from fabric.options import add_json_arg, add_target_arg, resolve_target, write_json
-from grader import catalog, workspace
+from grader import catalog, course, judging, workspace
 from grader.report import Grade, render, summary
 from topologies.privdir import UnsafePathError, check_workdir
 
@@ -57,44 +58,46 @@ def cmd_solution(args: argparse.Namespace) -> int:
     return 0
 
 
-Submission = tuple[str, "workspace.FileSet | workspace.SubmissionError"]
+Submission = tuple[str, str, "workspace.FileSet | workspace.SubmissionError"]
 
 
 def _to_grade(ex: catalog.Exercise, args: argparse.Namespace) -> list[Submission]:
-    """(name, files) per submission; a submission that cannot be read is (name, its error),
-    so one student's folder never stops the others' grading."""
+    """(name, student, files) per submission (student: the folder's name when a class is
+    graded with --submission, else ''); a submission that cannot be read is (name, student,
+    its error), so one student's folder never stops the others' grading."""
     if args.skeleton:
-        return [("skeleton", workspace.skeleton(ex))]
+        return [("skeleton", "", workspace.skeleton(ex))]
     if args.solution:
-        return [("solution", workspace.solution(ex))]
+        return [("solution", "", workspace.solution(ex))]
     if args.wrong:
         match = [w for w in ex.wrong_solutions() if w.name == args.wrong]
         if not match:
             names = ", ".join(w.name for w in ex.wrong_solutions()) or "none"
             raise workspace.SubmissionError(f"no wrong solution {args.wrong!r} (there are: "
                                             f"{names})")
-        return [(f"wrong/{args.wrong}", workspace.fixture(ex, match[0]))]
+        return [(f"wrong/{args.wrong}", "", workspace.fixture(ex, match[0]))]
     folder = Path(args.submission) if args.submission else workspace.working_folder(ex)
     if not args.submission and not folder.exists():
         raise workspace.SubmissionError(f"{folder} does not exist: start the exercise with "
                                         f"./testbed exercise {ex.number}")
     out: list[Submission] = []
     for sub in workspace.submissions(ex, folder):
+        student = sub.name if args.submission else ""
         try:
-            out.append((str(sub), workspace.read(ex, sub)))
+            out.append((str(sub), student, workspace.read(ex, sub)))
         except workspace.SubmissionError as exc:
-            out.append((str(sub), exc))
+            out.append((str(sub), student, exc))
     return out
 
 
-def _grade_one(ex: catalog.Exercise, name: str, files: workspace.FileSet | Exception,
-               target: str, trust: bool) -> Grade:
+def _grade_one(ex: catalog.Exercise, name: str, student: str,
+               files: workspace.FileSet | Exception, target: str, trust: bool) -> Grade:
     """One student's grade inside its own error boundary: whatever goes wrong is this
     student's Grade.error (0 points, the reason), and the class goes on."""
     if isinstance(files, Exception):
         return Grade(ex.number, name, target, (), error=f"not graded: {files}")
     try:
-        return workspace.grade(ex, files, name, target, trust=trust)
+        return workspace.grade(ex, files, name, target, trust=trust, student=student)
     except (OSError, ValueError, RuntimeError) as exc:
         return Grade(ex.number, name, target, (), error=f"not graded: the grader failed on "
                      f"this submission ({type(exc).__name__}: {exc})")
@@ -104,14 +107,48 @@ def cmd_grade(args: argparse.Namespace) -> int:
     ex = catalog.load(args.number)
     target = "soft" if ex.kind == "lab" else resolve_target(args.target)  # a lab runs none
     grades: list[Grade] = []
-    for name, files in _to_grade(ex, args):
-        grade = _grade_one(ex, name, files, target, args.trust_submissions)
+    todo = _to_grade(ex, args)
+    if any(student for _, student, _ in todo) and _assigns(ex) and course.load_key() is None:
+        raise course.CourseKeyError(
+            f"exercise {ex.number} assigns each student a fabric, and there is no course key "
+            f"({course.key_path()}): hand out assignments first (./testbed assignment "
+            f"{ex.number} --roster FILE), then grade")
+    for name, student, files in todo:
+        grade = _grade_one(ex, name, student, files, target, args.trust_submissions)
         print(render(grade), flush=True)
         grades.append(grade)
     if args.json is not None:
         data = summary(grades) if len(grades) > 1 or args.submission else grades[0].to_json()
         write_json(args.json, data)
     return 0 if grades and all(g.full_marks for g in grades) else 1
+
+
+def _assigns(ex: catalog.Exercise) -> bool:
+    """Whether exercise `ex` gives each student an assignment of their own (ex7's fabric)."""
+    return hasattr(judging.module(ex), "assignment")
+
+
+def cmd_assignment(args: argparse.Namespace) -> int:
+    """Each student's assignment, as CSV (student,seed,delay_us), made from the course key
+    (created on first use): for the instructor to hand out."""
+    ex = catalog.load(args.number)
+    if not _assigns(ex):
+        print(f"testbed: exercise {ex.number} gives no per-student assignment",
+              file=sys.stderr)
+        return 2
+    names = list(args.student or [])
+    if args.roster:
+        text = Path(args.roster).read_text()
+        names += [n.strip() for n in text.splitlines() if n.strip() and not n.startswith("#")]
+    if not names:
+        print("testbed: name students with --student NAME or --roster FILE", file=sys.stderr)
+        return 2
+    key = course.load_key(create=True)
+    print("student,seed,delay_us")
+    for name in names:
+        setup = judging.module(ex).assignment(key, name, ex.number)
+        print(f"{name},{setup.seed},{setup.delay_us:g}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -126,6 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("number", type=int)
     s.add_argument("dest")
     s.set_defaults(run=cmd_solution)
+    a = sub.add_parser("assignment", help="each student's assignment for exercise N (the "
+                       "instructor's, from the course key): CSV student,seed,delay_us")
+    a.add_argument("number", type=int)
+    a.add_argument("--student", action="append", help="a student's name: their submission "
+                   "folder's (repeat for more)")
+    a.add_argument("--roster", help="a file of student names, one per line")
+    a.set_defaults(run=cmd_assignment)
     g = sub.add_parser("grade", help="grade exercise N")
     g.add_argument("number", type=int)
     which = g.add_mutually_exclusive_group()
@@ -146,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (catalog.CatalogError, workspace.SubmissionError, UnsafePathError) as exc:
+    except (catalog.CatalogError, workspace.SubmissionError, UnsafePathError,
+            course.CourseKeyError) as exc:
         print(f"testbed: {exc}", file=sys.stderr)
         return 2
 

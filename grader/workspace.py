@@ -214,11 +214,12 @@ def _run_contained(argv: list[str], root: Path) -> tuple[int, bool, str]:
 
 
 def grade(ex: Exercise, files: FileSet, name: str, target: str,
-          trust: bool = False) -> Grade:
+          trust: bool = False, student: str = "") -> Grade:
     """Observe exercise `ex`'s checks on `files` in a project copy, contained in
     grader.sandbox (or, with `trust`, in a plain process), then judge what it reported here
     (grader.judging), never trusting its verdicts. The run's challenge (grader.challenge) is
-    fresh: a report written for another run is refused."""
+    fresh: a report written for another run is refused. `student` names a class's student
+    (their submission folder): a lab's assignment derives from it (grader.course)."""
     why = "" if trust else sandbox.available(live=os.geteuid() == 0)
     if why:
         return Grade(ex.number, name, target, (), error=(
@@ -227,7 +228,7 @@ def grade(ex: Exercise, files: FileSet, name: str, target: str,
     token = challenges.new()
 
     def judged(report: dict | None, problem: str = "") -> tuple:
-        return judging.judge(ex, report, target, problem, challenge=token, student=name)
+        return judging.judge(ex, report, target, problem, challenge=token, student=student)
     with project_copy(files) as root:
         argv = [sys.executable, "-m", "grader.inner", str(ex.number), "--target", target,
                 "--out", str(root.parent / "results" / REPORT), "--challenge", token]

@@ -94,7 +94,7 @@ def _field_problems(row: Row) -> list[str]:
             "m": wire.M_SKIP_ONCE if row["ce"] else wire.M_NONE, "probe_resp": False,
             "spdcid": row["sc"].local_qpn & 0xFFFF, "dpdcid": row["sc"].remote_qpn & 0xFFFF,
             "ooo_count": len(row["above"]), "rcvd_bytes": row["rcvd"],
-            "dest_qp": row["sc"].remote_qpn}  # ack_psn_offset: the trigger relative to the SACK's cack
+            "dest_qp": row["sc"].remote_qpn}  # ack_psn_offset: the trigger relative to cack
     return [f"{_where(row)}: {key} = {got[key]}, expected {value}"
             for key, value in want.items() if got[key] != value]
 

@@ -6,9 +6,15 @@ writes six answers into it. The grader runs the same three scenarios on the same
 the grading copy and compares every answer with its own figure, within the question's
 tolerance. The simulator is deterministic (the seed fixes every random choice; the figures
 do not depend on the machine or on PYTHONHASHSEED), so a correct answer matches to the
-rounding the student used; the tolerances only absorb that rounding. An instructor can hand
-each student another delay (it moves the base RTT and the RTT counts; the seed alone moves
-the answers less than their tolerances) so answers cannot be passed around.
+rounding the student used; the tolerances only absorb that rounding.
+
+Each student of a class measures their own fabric: the seed and delay are assigned from the
+course key and the student's name (grader.course, `./testbed assignment 7`), and grading a
+class (`--submission`) holds each answers.json to its student's assignment, so answers cannot
+be passed around nor a fabric chosen whose answers one already holds. The checks never show a
+figure the grader measured (nor a tolerance from which one follows): a wrong answer is told
+its unit and where to read it. Graded alone (a student's own folder, --solution), the fabric
+is the one answers.json names.
 
 Checks: measure.form (the file and its answers are usable), then one check per question.
 A question left unanswered fails its own check too, with the command that answers it.
@@ -37,6 +43,7 @@ SIZE = 4_000_000  # bytes per scenario: about a second of wall time each
 SCENARIOS = ("clean", "link-failure", "plane-failure")
 SEED_RANGE = (1, 999_999)
 DELAY_RANGE_US = (0.1, 20.0)  # per-link propagation delay an instructor may assign
+ASSIGNED_DELAY_US = (0.5, 10.0)  # the range assignments draw from (0.1 us steps)
 SOLUTION_SEED = 1
 SOLUTION_DELAY_US = 1.0  # the simulator's default (SimSettings.delay_s)
 SENDER = "h0"  # every scenario's single transfer goes from the first host to the last
@@ -57,6 +64,27 @@ class Setup:
     def command(self, scenario: str) -> str:
         return (f"python -m sim {scenario} --size {SIZE} --seed {self.seed} "
                 f"--link-delay {self.delay_us / 1000:g} --json")
+
+
+def assignment(key: bytes, student: str, number: int = 7) -> Setup:
+    """The fabric `student` is assigned: drawn from the course key and their name."""
+    from grader.course import student_rng
+
+    r = student_rng(key, number, student)
+    return Setup(seed=r.randint(*SEED_RANGE), delay_us=round(r.uniform(*ASSIGNED_DELAY_US), 1))
+
+
+def assigned(ctx: Any) -> Setup | None:
+    """The judged student's assignment, or None when no class's student is judged."""
+    if not ctx.student:
+        return None
+    from grader.course import CourseKeyError, load_key
+
+    key = load_key()
+    if key is None:
+        raise CourseKeyError("no course key: hand out assignments first "
+                             f"(./testbed assignment {ctx.exercise.number} --roster FILE)")
+    return assignment(key, ctx.student, ctx.exercise.number)
 
 
 @functools.lru_cache(maxsize=4)
@@ -107,8 +135,8 @@ def _recovery_hints(answer: float, runs: Runs) -> str:
     unit = _unit_hint(answer, t, "the time to stop using the failed path",
                       {"seconds": 1, "milliseconds": 1e3, "microseconds": 1e6})
     if unit:
-        return (f"{unit}; divide the time by the base RTT ({r['base_rtt_s'] * 1e6:.2f} us): "
-                f"the answer is a number of base RTTs")
+        return (f"{unit}; divide the time by the base RTT (your answer to Q1): the answer "
+                f"is a number of base RTTs")
     if r["recovery_rtts"] and _close(answer, r["data_on_failed_path_after_failure"], 0.001):
         return ("that is the number of data packets sent on the failed path after the "
                 "failure (data_on_failed_path_after_failure), not the time in base RTTs")
@@ -194,8 +222,11 @@ class Question:
     def within(self, answer: float, value: float) -> bool:
         return abs(answer - value) <= max(self.abs_tol, self.rel_tol * abs(value))
 
-    def tolerance(self, value: float) -> str:
-        return f"{max(self.abs_tol, self.rel_tol * abs(value)):.3g}"
+    def tolerance(self) -> str:
+        """The rule, never its value at the measured figure (which would give the figure)."""
+        parts = ([f"{self.rel_tol:.0%} of the measured value"] if self.rel_tol else []) + \
+            ([f"{self.abs_tol:g}"] if self.abs_tol else [])
+        return "within " + " or ".join(parts) if parts else "exactly"
 
 
 QUESTIONS = (
@@ -355,6 +386,14 @@ def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
         for q in QUESTIONS:
             yield not_run(q.check_id, q.title, q.points, f"{ANSWERS} is unusable")
         return
+    mine = assigned(ctx)
+    if mine is not None and mine != setup:
+        yield Check("measure.form", FORM_TITLE, 1, False, expected=f"your assigned fabric: "
+                    f"{mine}", observed=f"{ANSWERS} names {setup}", hint="measure the fabric "
+                    "your instructor assigned you and name it in answers.json")
+        for q in QUESTIONS:
+            yield not_run(q.check_id, q.title, q.points, "not measured on your assigned fabric")
+        return
     answers = data["answers"]
     problems = {q.key: _problem(q, answers.get(q.key)) for q in QUESTIONS}
     bad = {k: p for k, p in problems.items() if p}
@@ -370,11 +409,9 @@ def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
 def _check(q: Question, answer: Any, problem: str, runs: Runs, setup: Setup) -> Check:
     value = q.measured(runs)
     run = f"`{setup.command(q.scenario)}`"
-    if q.length:
-        expected = f"[{', '.join(f'{v:.4f}' for v in value)}] {q.unit}, each +-{q.abs_tol:g}"
-    else:
-        expected = f"{value:.4g} {q.unit} (+-{q.tolerance(value)})"
-    expected += f", as the grader measured with {setup}"
+    each = "each " if q.length else ""
+    expected = (f"{q.unit}, {each}{q.tolerance()} of what the grader measured on {setup} "
+                f"(the figure itself is not shown)")
     if problem:
         return Check(q.check_id, q.title, q.points, False, expected=expected, observed=problem,
                      hint=f"answer it from {run} (README, question {q.title[1]})")

@@ -166,7 +166,8 @@ def test_target_soft_cannot_run_a_p4_program() -> None:
 
 
 def _judged(obs: dict, target: str = "bmv2") -> dict[str, Check]:
-    return {c.id: c for c in judging.judge(EX, {"observations": obs}, target, challenge=challenge.new())}
+    judged = judging.judge(EX, {"observations": obs}, target, challenge=challenge.new())
+    return {c.id: c for c in judged}
 
 
 def test_the_judge_decides_from_raw_observations() -> None:

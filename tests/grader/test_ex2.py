@@ -110,7 +110,8 @@ def test_the_judge_gives_full_marks_to_a_correct_switchs_report() -> None:
     assert [c.id for c in checks] == [s.id for s in ex2.CHECKS] and all(c.passed for c in checks)
     obs["corpus"]["cases"]["trim_fabric_port"]["outputs"] = [
         [3, p4_judge.load_cases(["trim_fabric_port"])["trim_fabric_port"].frame.hex()]]
-    cut = next(c for c in judging.judge(EX, {"observations": obs}, "bmv2", challenge=challenge.new()) if c.id == "trim.cut")
+    judged = judging.judge(EX, {"observations": obs}, "bmv2", challenge=challenge.new())
+    cut = next(c for c in judged if c.id == "trim.cut")
     assert not cut.passed and "trim_fabric_port" in cut.expected
 
 

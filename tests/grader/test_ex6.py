@@ -48,7 +48,8 @@ def test_simulator_figures_of_the_reference():
 
 
 def _judged(obs: dict) -> dict:
-    return {c.id: c for c in judging.judge(EX, {"observations": obs}, "soft", challenge=challenge.new())}
+    judged = judging.judge(EX, {"observations": obs}, "soft", challenge=challenge.new())
+    return {c.id: c for c in judged}
 
 
 def test_the_judge_decides_from_raw_data_only():

@@ -6,13 +6,15 @@ seed, and the typical slips get the hint that names them. The lab runs the simul
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from grader import catalog, challenge, judging, workspace
+from grader import catalog, challenge, course, judging, workspace
+from grader.__main__ import main
 from grader.exercises import ex7
 
 EX = catalog.load(7)
@@ -165,13 +167,17 @@ def test_typical_slips_get_the_hint_that_names_them(tmp_path: Path, key: str, wr
     assert words in checks[q.check_id].hint, checks[q.check_id]
 
 
-def test_a_folder_of_submissions_grades_each_student(tmp_path: Path,
+def test_a_folder_of_submissions_grades_each_student(tmp_path: Path, course_key: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """The instructor's run: one sub-folder per student, one JSON entry each."""
-    from grader.__main__ import main
-
+    key = course.load_key(create=True)
+    assert key is not None
+    alice = ex7.assignment(key, "alice")
     subs = tmp_path / "subs"
-    workspace.write(workspace.solution(EX), subs / "alice")
+    (subs / "alice").mkdir(parents=True)
+    (subs / "alice" / ex7.ANSWERS).write_text(json.dumps({
+        "seed": alice.seed, "delay_us": alice.delay_us,
+        "answers": ex7.answered(ex7.measure(alice))}))
     workspace.write(workspace.skeleton(EX), subs / "bob")
     report = tmp_path / "report.json"
     rc = main(["grade", "7", "--submission", str(subs), "--target", "soft", "--json",
@@ -188,3 +194,95 @@ def test_an_assigned_fabric_answered_right_gets_full_marks(tmp_path: Path) -> No
             "answers": ex7.answered(ex7.measure(setup))}
     checks = _grade_here(tmp_path, data)
     assert all(c.passed for c in checks.values()), [c for c in checks.values() if not c.passed]
+
+
+# ---- issue 54, attack 6: answers tied to the instructor's assignment, no figure shown -------
+def _figures(setup: ex7.Setup) -> list[float]:
+    runs = ex7.measure(setup)
+    out: list[float] = []
+    for q in ex7.QUESTIONS:
+        v = q.measured(runs)
+        out += [float(x) for x in v] if q.length else [float(v)]
+    return out
+
+
+def _shows(text: str, value: float) -> bool:
+    """Whether `text` spells `value` the ways a report would (4 significant digits, 4 or 2
+    decimals, the tolerance-free integer)."""
+    if value == int(value) and abs(value) < 10:
+        return False  # a small count (retired EVs) is spelled by many a sentence anyway
+    forms = {f"{value:.4g}", f"{value:.4f}", f"{value:.3g}", f"{value:.2f}"}
+    return any(f in text for f in forms)
+
+
+@pytest.mark.parametrize("answers", ["template", "zeros"])
+def test_no_check_shows_a_figure_the_grader_measured(answers: str) -> None:
+    """On e54048c an empty submission revealed all six answers as 'expected', and pasting
+    them back scored 13/13."""
+    files = workspace.skeleton(EX)
+    if answers == "zeros":
+        data = json.loads(files[ex7.ANSWERS])
+        data["answers"] = {q.key: [0.0] * q.length if q.length else 0.0 for q in ex7.QUESTIONS}
+        files = {ex7.ANSWERS: json.dumps(data)}
+    g = _grade(files, answers)
+    text = " ".join(f"{c.expected} {c.observed} {c.hint}" for c in g.checks)
+    shown = [v for v in _figures(ex7.Setup()) if _shows(text, v)]
+    assert not shown, (shown, text)
+
+
+@pytest.fixture
+def course_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    key = tmp_path / "course" / "key"
+    monkeypatch.setenv(course.KEY_ENV, str(key))
+    return key
+
+
+def test_assignments_come_from_the_course_key(course_key: Path, capsys) -> None:
+    assert main(["assignment", "7", "--student", "alice", "--student", "bob"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0] == "student,seed,delay_us" and len(rows) == 3
+    assert course_key.stat().st_mode & 0o777 == 0o600
+    key = course.load_key()
+    assert key is not None
+    alice = ex7.assignment(key, "alice")
+    assert rows[1] == f"alice,{alice.seed},{alice.delay_us:g}"
+    assert alice != ex7.assignment(key, "bob") and alice == ex7.assignment(key, "alice")
+    assert ex7.assignment(os.urandom(32), "alice") != alice  # another course, another fabric
+
+
+def test_a_class_is_held_to_each_students_assignment(course_key: Path, tmp_path: Path) -> None:
+    """alice hands in the reference's answers (seed 1, delay 1 us, not her fabric) and fails;
+    bob measured his own fabric and gets full marks."""
+    assert course.load_key(create=True) is not None
+    key = course.load_key()
+    subs = tmp_path / "submissions"
+    (subs / "alice").mkdir(parents=True)
+    (subs / "alice" / ex7.ANSWERS).write_text(workspace.solution(EX)[ex7.ANSWERS])
+    bob = ex7.assignment(key, "bob")
+    mine = {"seed": bob.seed, "delay_us": bob.delay_us,
+            "answers": ex7.answered(ex7.measure(bob))}
+    (subs / "bob").mkdir()
+    (subs / "bob" / ex7.ANSWERS).write_text(json.dumps(mine))
+    out = tmp_path / "grades.json"
+    assert main(["grade", "7", "--submission", str(subs), "--json", str(out)]) == 1
+    graded = {Path(g["submission"]).name: g for g in json.loads(out.read_text())["submissions"]}
+    assert graded["bob"]["full_marks"], graded["bob"]
+    assert graded["alice"]["score"] == 0
+    form = graded["alice"]["checks"][0]
+    assert not form["passed"] and "assigned" in form["expected"]
+
+
+def test_grading_a_class_without_a_course_key_refuses(course_key: Path, tmp_path: Path,
+                                                      capsys) -> None:
+    (tmp_path / "subs" / "alice").mkdir(parents=True)
+    (tmp_path / "subs" / "alice" / ex7.ANSWERS).write_text(workspace.solution(EX)[ex7.ANSWERS])
+    assert main(["grade", "7", "--submission", str(tmp_path / "subs")]) == 2
+    assert "no course key" in capsys.readouterr().err
+
+
+def test_a_course_key_another_user_can_read_is_refused(course_key: Path) -> None:
+    course_key.parent.mkdir()
+    course_key.write_bytes(os.urandom(32))
+    course_key.chmod(0o644)
+    with pytest.raises(course.CourseKeyError, match="0600"):
+        course.load_key()
