@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from grader.challenge import rng
 from grader.exercises.ex3_observe import crash_text, entities_from_json, usid_fwd_rows
 from grader.live import judge_transfer
 from grader.report import Check, CheckSpec, not_run
@@ -32,6 +33,11 @@ FABRICS = (
     {"planes": 1, "t0_per_plane": 2, "t1_per_plane": 4, "hosts_per_t0": 2},
     {"planes": 2, "t0_per_plane": 4, "t1_per_plane": 3, "hosts_per_t0": 3},
 )
+# Each grading run adds one shape drawn from its challenge (grader.challenge): a report of
+# another run's tables lacks it, so a replayed report fails (issue 54).
+DRAWN = {"planes": (1, 4), "t0_per_plane": (2, 4), "t1_per_plane": (2, 4),
+         "hosts_per_t0": (1, 3)}
+Shapes = tuple[dict[str, int], ...]
 MAX_HOPS = 6  # a two-tier path crosses at most 3 switches; more is a forwarding loop
 
 HOST, UPLINK, DOWNLINK = "host", "uplink", "downlink"
@@ -72,9 +78,15 @@ def _shape(fabric: Any) -> str:
             f"t1_per_plane={fabric.t1_per_plane}, hosts_per_t0={fabric.hosts_per_t0})")
 
 
-def _fabrics() -> list[Any]:
+def shapes(challenge: str) -> Shapes:
+    """The fabrics one grading run asks for: FABRICS and one drawn from its challenge."""
+    r = rng(challenge, "ex3")
+    return (*FABRICS, {key: r.randint(lo, hi) for key, (lo, hi) in DRAWN.items()})
+
+
+def _fabrics(asked: Shapes) -> list[Any]:
     from fabric.topology import Fabric
-    return [Fabric(**shape) for shape in FABRICS]
+    return [Fabric(**shape) for shape in asked]
 
 
 def expected_entries(fabric: Any) -> dict[str, dict[int, Entry]]:
@@ -100,15 +112,16 @@ def expected_entries(fabric: Any) -> dict[str, dict[int, Entry]]:
     return out
 
 
-def _reported(tables: Tables) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def _reported(tables: Tables,
+              asked: Shapes) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """The per-fabric entity lists and what switch_tables raised (None: nothing)."""
     fabrics, raised = tables["fabrics"], tables["raised"]
     if not isinstance(fabrics, list) or not all(isinstance(f, dict) for f in fabrics):
         raise TypeError("the reported fabrics are not a list of {switch: entities}")
     if raised is not None and not isinstance(raised, dict):
         raise TypeError("'raised' is neither null nor {switch, error}")
-    if raised is None and len(fabrics) < len(FABRICS):
-        raise ValueError(f"{len(fabrics)} fabrics reported, expected {len(FABRICS)}")
+    if raised is None and len(fabrics) != len(asked):
+        raise ValueError(f"{len(fabrics)} fabrics reported, expected {len(asked)}")
     return fabrics, raised
 
 
@@ -167,14 +180,14 @@ def _compare_switch(found: _Findings, where: str, switch: str, got: list[Entry],
                 f"{_mac(w.dmac)} ({w.neighbour}'s MAC)")
 
 
-def compare(tables: Tables) -> _Findings:
-    """The reported usid_fwd entries against the cables, switch by switch in FABRICS order,
-    up to the switch whose switch_tables raised, if one did."""
+def compare(tables: Tables, asked: Shapes = FABRICS) -> _Findings:
+    """The reported usid_fwd entries against the cables, switch by switch in the order of the
+    fabrics `asked`, up to the switch whose switch_tables raised, if one did."""
     found = _Findings({HOST: [], UPLINK: [], DOWNLINK: []}, [], dict.fromkeys(KIND_TEXT, 0))
-    fabrics, raised = _reported(tables)
+    fabrics, raised = _reported(tables, asked)
     crash = "" if raised is None else \
         f"switch_tables({str(raised['switch'])[:80]}) raised {str(raised['error'])[:2000]}"
-    for fabric, reported in zip(_fabrics(), fabrics, strict=False):
+    for fabric, reported in zip(_fabrics(asked), fabrics, strict=False):
         want_all = expected_entries(fabric)
         for switch in fabric.switches:
             if crash and switch.name not in reported:
@@ -197,10 +210,10 @@ HINTS = {
 }
 
 
-def _unit_checks(found: _Findings) -> Iterator[Check]:
+def _unit_checks(found: _Findings, fabrics: int) -> Iterator[Check]:
     for kind in (HOST, UPLINK, DOWNLINK):
         cid, title = f"tables.{kind}", TITLES[kind]
-        expected = (f"{found.checked[kind]} entries of {KIND_TEXT[kind]} over {len(FABRICS)} "
+        expected = (f"{found.checked[kind]} entries of {KIND_TEXT[kind]} over {fabrics} "
                     f"fabrics, each to the right port and MAC")
         if found.crash:
             yield Check(cid, title, 2, False, expected=expected, observed=found.crash,
@@ -226,14 +239,14 @@ def _unit_checks(found: _Findings) -> Iterator[Check]:
                 "brings the next hop's uSID up at every switch")
 
 
-def table_checks(tables: Tables) -> list[Check]:
+def table_checks(tables: Tables, asked: Shapes = FABRICS) -> list[Check]:
     """Stage 1's verdicts on the reported tables."""
-    return list(_unit_checks(compare(tables)))
+    return list(_unit_checks(compare(tables, asked), len(asked)))
 
 
-def tables_pass(tables: Tables) -> bool:
+def tables_pass(tables: Tables, asked: Shapes = FABRICS) -> bool:
     """Stage 1 passed: the sandbox uses it to skip the stages the judge would not run."""
-    return all(c.passed for c in table_checks(tables))
+    return all(c.passed for c in table_checks(tables, asked))
 
 
 # ---- stage 2: the walk through the software pipeline ----------------------------------------
@@ -309,14 +322,14 @@ def _walk(fabric: Any, pipes: dict[str, Any], path: Any) -> str:
     return f"{' -> '.join(trail)}: still forwarded after {MAX_HOPS} switches (a loop)"
 
 
-def reach_check(tables: Tables) -> Check:
+def reach_check(tables: Tables, asked: Shapes = FABRICS) -> Check:
     """Stage 2's verdict: every path of the larger fabrics walked through the reported
     tables (the live fabric's paths are covered by the larger shapes)."""
     cid, title = "reach.all-paths", REACH_TITLE
     failures: list[str] = []
     total = 0
-    fabrics, _raised = _reported(tables)
-    for fabric, reported in list(zip(_fabrics(), fabrics, strict=False))[1:]:
+    fabrics, _raised = _reported(tables, asked)
+    for fabric, reported in list(zip(_fabrics(asked), fabrics, strict=False))[1:]:
         try:
             pipes = _programmed(fabric, reported)
         except _Refused as exc:
@@ -352,8 +365,9 @@ def observe(ctx: Any) -> dict[str, Any]:
     from grader.exercises.ex3_observe import observe_tables
     from grader.live import observe_transfer
 
-    obs: dict[str, Any] = {"tables": observe_tables(FABRICS)}
-    if tables_pass(obs["tables"]) and reach_check(obs["tables"]).passed:
+    asked = shapes(ctx.challenge)
+    obs: dict[str, Any] = {"tables": observe_tables(asked)}
+    if tables_pass(obs["tables"], asked) and reach_check(obs["tables"], asked).passed:
         obs["live"] = observe_transfer(ctx)
     return obs
 
@@ -361,14 +375,14 @@ def observe(ctx: Any) -> dict[str, Any]:
 def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
     """Every check, from the reported tables alone; later stages are not run when an
     earlier one fails."""
-    tables = obs["tables"]
-    units = table_checks(tables)
+    tables, asked = obs["tables"], shapes(ctx.challenge)
+    units = table_checks(tables, asked)
     yield from units
     if not all(c.passed for c in units):
         yield not_run("reach.all-paths", REACH_TITLE, 4, "fix the table checks above first")
         yield not_run("live.transfer", LIVE_TITLE, 4, "fix the table checks above first")
         return
-    reach = reach_check(tables)
+    reach = reach_check(tables, asked)
     yield reach
     if not reach.passed:
         yield not_run("live.transfer", LIVE_TITLE, 4, "fix the reachability check first")

@@ -1,7 +1,7 @@
 """Exercise 3's canonical table form, and the sandboxed half of its grading.
 
 The sandbox (grader.inner) imports the student's controller/tables.py, so all it reports is
-what switch_tables returned for every switch of every fabric in grader.exercises.ex3.FABRICS,
+what switch_tables returned for every switch of every fabric grader.exercises.ex3.shapes asks,
 each entity in a canonical JSON form, or the text of the exception it raised; the judge
 (grader.exercises.ex3.judge, in the grader's own process) derives the expected entries from
 the fabric's cables and pushes frames through the software pipeline holding the reported
@@ -161,7 +161,7 @@ def crash_text(exc: BaseException) -> str:
 
 
 def observe_tables(fabrics: tuple[dict[str, int], ...]) -> Json:
-    """{"fabrics": [{switch name: [entity, ...]}, ...] in the order of `fabrics` (ex3.FABRICS),
+    """{"fabrics": [{switch name: [entity, ...]}, ...] in the order of `fabrics` (ex3.shapes),
     "raised": None} or, when switch_tables raised, the switches done before it (the fabric it
     raised in last, without it) and {"switch", "error"} in "raised"."""
     from controller.tables import switch_tables  # the student's code

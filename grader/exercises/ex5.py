@@ -93,14 +93,15 @@ def observe(ctx: Any) -> dict[str, Any]:
     """In the sandbox: every scenario's raw outcome. The simulator and the live transfer
     only run when the judge's own verdicts on the stage before pass (they would be reported
     as not run anyway, and the simulation takes a while)."""
+    ks = scen.reinstate_ks(ctx.challenge)
     obs: dict[str, Any] = {
         "table": {t: scen.guarded(lambda t=t: scen.table_row(t)) for t in EXPECTED},
         "illegal": scen.guarded(lambda: scen.illegal_outcomes(ILLEGAL)),
-        "reinstate": scen.guarded(scen.reinstate_runs),
+        "reinstate": scen.guarded(lambda: scen.reinstate_runs(ks)),
         "timeout": scen.guarded(scen.timeout_run),
         "stray": scen.guarded(scen.stray_run),
     }
-    if not all(c.passed for c in _unit_checks(obs)):
+    if not all(c.passed for c in _unit_checks(obs, ks)):
         return obs
     obs["sim"] = scen.guarded(scen.simulate)
     try:
@@ -114,7 +115,7 @@ def observe(ctx: Any) -> dict[str, Any]:
 
 def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
     """In the grader's process: the verdicts on `obs`, stage by stage."""
-    units = list(_unit_checks(obs))
+    units = list(_unit_checks(obs, scen.reinstate_ks(ctx.challenge)))
     yield from units
     if not all(c.passed for c in units):
         for check_id, points in SIM_IDS:
@@ -161,11 +162,11 @@ def _as_list(value: Any, what: str, most: int) -> list[Any]:
     return value
 
 
-def _unit_checks(obs: dict[str, Any]) -> Iterator[Check]:
+def _unit_checks(obs: dict[str, Any], ks: tuple[int, ...]) -> Iterator[Check]:
     for check_id, _, triggers, hint in TABLE_CHECKS:
         yield _table_check(check_id, triggers, hint, obs["table"])
     yield _illegal_check(obs["illegal"])
-    yield _reinstate_check(obs["reinstate"])
+    yield _reinstate_check(obs["reinstate"], ks)
     yield _timeout_check(obs["timeout"])
     yield _stray_check(obs["stray"])
 
@@ -226,9 +227,9 @@ def _retire_problem(retire: dict[str, Any]) -> str:
     return ""
 
 
-def _reinstate_problem(runs: dict[str, Any]) -> str:
+def _reinstate_problem(runs: dict[str, Any], ks: tuple[int, ...]) -> str:
     problems = []
-    for k in scen.REINSTATE_KS:
+    for k in ks:
         run = runs[str(k)]
         stop = _retire_problem(run["retire"])
         if stop:
@@ -247,15 +248,15 @@ def _reinstate_problem(runs: dict[str, Any]) -> str:
     return "; ".join(problems)
 
 
-def _reinstate_check(entry: dict[str, Any]) -> Check:
+def _reinstate_check(entry: dict[str, Any], ks: tuple[int, ...]) -> Check:
     runs, crash = _data(entry)
     return _unit("ex5.reinstate",
                  "count the replies in entry.probe_successes and apply "
                  "EvTrigger.PROBE_SUCCESS_ENOUGH only when the count reaches "
                  "self.config.probe_successes_to_reinstate (read the config, do not hard-code "
                  "3): one reply can be luck on a flapping link",
-                 "with k = 3, 1, 5: ASSUMED_BAD after replies 1..k-1, GOOD after reply k",
-                 crash or _reinstate_problem(runs))
+                 f"with k = {', '.join(map(str, ks))}: ASSUMED_BAD after replies 1..k-1, "
+                 f"GOOD after reply k", crash or _reinstate_problem(runs, ks))
 
 
 def _timeout_problem(run: dict[str, Any]) -> str:

@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from grader.challenge import rng
 from grader.report import raised
 
 B = "ASSUMED_BAD"
 STATES = ("GOOD", "SKIP", "ASSUMED_BAD", "DENIED")
-REINSTATE_KS = (3, 1, 5)  # probe_successes_to_reinstate values the reinstatement run uses
+REINSTATE_KS = (3, 1, 5)  # probe_successes_to_reinstate values a run uses without a challenge
 TIMEOUT_RUN = (True, True, False, True, True, True)  # probe answered? k = 3
 
 SIM_FABRIC = {"planes": 4, "t0_per_plane": 2, "t1_per_plane": 2, "hosts_per_t0": 2}
@@ -124,11 +125,20 @@ def _probe(evs: Any, entry: Any, now: float, answered: bool) -> None:
         evs.on_probe_timeout(entry.ev, now + 0.6)
 
 
-def reinstate_runs() -> dict[str, dict[str, Any]]:
+def reinstate_ks(challenge: str) -> tuple[int, ...]:
+    """The probe_successes_to_reinstate values one grading run tries: 1 and two drawn from
+    2..7 by its challenge, in a drawn order (a replayed report holds other runs)."""
+    r = rng(challenge, "ex5")
+    ks = [1, *r.sample(range(2, 8), 2)]
+    r.shuffle(ks)
+    return tuple(ks)
+
+
+def reinstate_runs(ks: tuple[int, ...] = REINSTATE_KS) -> dict[str, dict[str, Any]]:
     """Per k (as text): the retirement, then the EV's state after each of up to k answered
     probes, stopping once it is no longer ASSUMED_BAD (nothing left to probe)."""
     runs = {}
-    for k in REINSTATE_KS:
+    for k in ks:
         evs, entry = _evs(k)
         run: dict[str, Any] = {"retire": _retire(evs, entry, 0.0), "states": []}
         runs[str(k)] = run
