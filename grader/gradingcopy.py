@@ -32,7 +32,7 @@ from pathlib import Path
 # simulator and the live stage's Mininet fabric); nothing else of the checkout is copied.
 PACKAGES = ("controller", "fabric", "grader", "host_agent", "p4rt", "p4src", "sim",
             "softswitch", "topologies", "wire")
-SOURCE_SUFFIXES = (".py", ".p4", ".json", ".txtpb", ".css", ".js")
+SOURCE_SUFFIXES = (".py", ".p4", ".json", ".txtpb", ".css", ".js", ".sh")  # build.sh: p4c
 SKIP_DIRS = frozenset({"__pycache__", "build", "results", "work"})
 MAX_FILE_BYTES = 4 << 20  # one project source or submitted file: the largest is ~40 KB
 RESULTS_BYTES = 64 << 20  # the results tmpfs: a report is at most judging.MAX_REPORT_BYTES
@@ -122,6 +122,9 @@ def _copy_tree(src_fd: int, dest: Path, skipped: list[str], where: str) -> None:
                     (dest / entry.name).write_bytes(_read_at(entry.name, src_fd))
                 except UnsafeFile as exc:
                     skipped.append(f"{rel} ({exc})")
+                    continue
+                executable = entry.stat(follow_symlinks=False).st_mode & 0o111
+                (dest / entry.name).chmod(0o755 if executable else 0o644)
 
 
 def copy_sources(root: Path, dest: Path, exercises: Path) -> list[str]:
