@@ -349,7 +349,8 @@ def graded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     seen: list[str] = []
 
-    def grade(ex: Any, _files: Any, name: str, target: str, trust: bool) -> Grade:
+    def grade(ex: Any, _files: Any, name: str, target: str, trust: bool,
+              student: str = "") -> Grade:
         seen.append(target)
         return Grade(ex.number, name, target, ())
     monkeypatch.setattr(grader_main.workspace, "grade", grade)
