@@ -37,7 +37,7 @@ from fabric.options import (  # noqa: E402
     write_json,
 )
 from fabric.topology import TopologyError  # noqa: E402
-from p4rt.tls import ClientTls, TlsError  # noqa: E402
+from p4rt.tls import ClientTls, TlsError, load_addresses  # noqa: E402
 
 
 def fabric_args(p: argparse.ArgumentParser) -> None:
@@ -50,8 +50,9 @@ def fabric_args(p: argparse.ArgumentParser) -> None:
 
 def tls_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-dir", type=Path, default=None,
-                   help="the run's P4Runtime keys (a testbed fabric's: /run/mrc-testbed, as "
-                        "root); without it, plaintext, for switches started without TLS")
+                   help="the run's P4Runtime keys and its switches' addresses (a testbed "
+                        "fabric's: /run/mrc-testbed, as root); without it, plaintext, for "
+                        "switches started without TLS")
 
 
 def install_args(p: argparse.ArgumentParser) -> None:
@@ -155,12 +156,14 @@ def main(argv: list[str] | None = None) -> int:
                 for entity in tables[name].entities():
                     print(f"  {entity}")
             return 0
+        # a run records where its switches listen next to its keys (topologies.runports)
+        addresses = load_addresses(args.tls_dir) if args.tls_dir else {}
         if args.command == "shell":
-            return shell.run(fabric, args.name, tls_dir=args.tls_dir)
+            return shell.run(fabric, args.name, addresses.get(args.name), tls_dir=args.tls_dir)
         start = time.monotonic()
         client = ClientTls.load(args.tls_dir) if args.tls_dir else None
         ctl = install.Controller(fabric, resolve_target(args.target), args.timeout, thresholds,
-                                 tls=client)
+                                 addresses=addresses, tls=client)
         try:
             results = ctl.install_all(args.switch)
             code = report(results, time.monotonic() - start)

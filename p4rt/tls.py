@@ -7,11 +7,14 @@ run's own CA (BMv2's --grpc-server-ssl --grpc-server-with-client-auth); the keys
 run's private directory, readable by root only (topologies.credentials issues them).
 
 Both switch programs take the same flags (SERVER_FLAGS); a client loads ClientTls from the
-directory and opens `channel(address, tls)`.
+directory and opens `channel(address, tls)`. Next to the keys the run records where its
+switches serve P4Runtime (ADDRESSES, `load_addresses`): a run moves a switch off a default
+port another local user holds (topologies.runports).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from dataclasses import dataclass
@@ -24,6 +27,7 @@ SERVER_CERT = "p4rt-server.pem"
 SERVER_KEY = "p4rt-server.key"
 CLIENT_CERT = "p4rt-client.pem"
 CLIENT_KEY = "p4rt-client.key"
+ADDRESSES = "p4rt-addresses.json"  # switch name -> "127.0.0.1:PORT" of the running fabric
 MAX_PEM_BYTES = 64 * 1024
 
 
@@ -87,3 +91,24 @@ def server_credentials(ca: Path, cert: Path, key: Path,
     return grpc.ssl_server_credentials([(read_private(key), read_private(cert))],
                                        root_certificates=read_private(ca),
                                        require_client_auth=client_auth)
+
+
+def addresses_file(addresses: dict[str, str]) -> bytes:
+    """The ADDRESSES file's content for switch name -> P4Runtime address."""
+    return json.dumps(addresses, sort_keys=True).encode()
+
+
+def load_addresses(directory: Path) -> dict[str, str]:
+    """Switch name -> P4Runtime address as the run recorded them next to its keys, or {}
+    when `directory` has no such record (keys of one's own)."""
+    path = directory / ADDRESSES
+    if not os.path.lexists(path):
+        return {}
+    try:
+        data = json.loads(read_private(path))
+    except ValueError as exc:
+        raise TlsError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(data, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise TlsError(f"{path} is not an object of switch name -> address")
+    return data

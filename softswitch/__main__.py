@@ -150,8 +150,9 @@ class Process:
     """The switches this process serves, their one P4Runtime server and the one loop.
 
     A switch's `detach` control command is its crash: its ports close, its tables are gone
-    and its P4Runtime requests get UNAVAILABLE; only its control port stays, answering
-    `attach` (the reboot: the same ports, empty tables) and `stats`."""
+    and its P4Runtime requests get UNAVAILABLE; only its control port stays (the same
+    listening socket throughout), answering `attach` (the reboot: the same ports, empty
+    tables) and `stats`."""
 
     def __init__(self, priorities: int, credentials: grpc.ServerCredentials | None,
                  token: str | None, p4info: Path | None) -> None:
@@ -178,10 +179,14 @@ class Process:
         logging.getLogger("softswitch").info("switch %d: ports %s, P4Runtime on %s",
                                              spec.device_id, spec.ports, spec.address)
 
-    def _dataplane(self, spec: SwitchSpec) -> Dataplane:
+    def _dataplane(self, spec: SwitchSpec, listener: socket.socket | None = None) -> Dataplane:
+        """A switch for `spec`, serving runtime control on `listener` (the crashed switch's,
+        still open) or on a control socket of its own."""
         dataplane = Dataplane(spec.ports, self.priorities, self.loop)
         try:
-            if spec.control_port is not None:
+            if listener is not None:
+                dataplane.take_control(listener, self.token)
+            elif spec.control_port is not None:
                 dataplane.open_control(spec.control_port, self.token)
         except BaseException:
             dataplane.close()
@@ -205,11 +210,13 @@ class Process:
                                    len(self.specs), self.credentials)
 
     def detach(self, device_id: int) -> None:
-        """The switch crashes alone: a fresh switch, down, takes its control port."""
+        """The switch crashes alone: a fresh switch, down, takes over its control listener,
+        which is never closed (so no other local user can take the port meanwhile)."""
         self.router.take_down(device_id)
-        self.switches.pop(device_id).close()
-        spec = self.specs[device_id]
-        down = self._dataplane(spec)
+        crashed = self.switches.pop(device_id)
+        listener = crashed.hand_over_control()
+        crashed.close()
+        down = self._dataplane(self.specs[device_id], listener)
         down.down = True
         self.switches[device_id] = down
         logging.getLogger("softswitch").info("switch %d is down", device_id)

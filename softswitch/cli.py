@@ -7,7 +7,9 @@
     python -m softswitch.cli --port 9091 attach   # ... and reboots with empty tables
 
 The switch listens on 127.0.0.1:--thrift-port; one JSON object per line each way,
-e.g. {"cmd": "set_queue_rate", "rate": 1000, "port": 3} -> {"ok": true}.
+e.g. {"cmd": "set_queue_rate", "rate": 1000, "port": 3} -> {"ok": true}. A switch started
+with --control-token-file wants --token-file here: then the two prove the token to each other
+without sending it (softswitch.control_auth).
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ import json
 import socket
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
 from p4rt.tls import TlsError, read_private
+from softswitch import control_auth as auth
 
 TIMEOUT_S = 5.0
+MAX_REPLY = 16 << 20  # a switch's largest reply (queues of 510 ports) is far smaller
 
 
 class ControlError(RuntimeError):
@@ -59,29 +64,75 @@ def parse_command(words: list[str]) -> dict:
 
 
 def request(port: int, req: dict, host: str = "127.0.0.1", token: str | None = None) -> dict:
-    """Send one request (with the run's control token, if the switch wants one); returns the
-    reply, raising ControlError when ok is false."""
-    if token is not None:
-        req = {**req, "token": token}
+    """Send one request and return the reply, raising ControlError when ok is false.
+
+    With the run's `token` the switch must prove it holds the token before the request is
+    sent, and the request and reply are authenticated (softswitch.control_auth): the token
+    never goes on the wire, so a listener that took the port learns nothing and is not
+    believed. Without a token, the request is sent as it is (a switch started without
+    --control-token-file)."""
+    where = f"softswitch control port {port}"
     try:
-        with socket.create_connection((host, port), timeout=TIMEOUT_S) as s:
-            s.sendall(json.dumps(req).encode() + b"\n")
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
+        with socket.create_connection((host, port), timeout=TIMEOUT_S) as s, \
+                s.makefile("rb") as lines:
+            if token is None:
+                s.sendall(_line(req))
+                reply = _read(lines, where)
+            else:
+                reply = _authenticated(s, lines, where, req, token)
     except OSError as err:
-        raise ControlError(f"softswitch control port {port}: {err}") from err
+        raise ControlError(f"{where}: {err}") from err
+    if not reply.get("ok"):
+        raise ControlError(f"softswitch refused {req}: {reply.get('error')}")
+    return reply
+
+
+def _line(obj: dict) -> bytes:
+    return json.dumps(obj).encode() + b"\n"
+
+
+def _read(lines: BinaryIO, where: str) -> dict:
+    """One JSON object from the switch (at most MAX_REPLY bytes)."""
+    return _decode(lines.readline(MAX_REPLY), where)
+
+
+def _decode(data: bytes, where: str) -> dict:
     try:
         reply = json.loads(data)
-    except json.JSONDecodeError as err:
-        raise ControlError(f"softswitch control port {port}: bad reply {data[:80]!r}") from err
-    if not reply.get("ok"):
-        shown = {k: v for k, v in req.items() if k != "token"}
-        raise ControlError(f"softswitch refused {shown}: {reply.get('error')}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ControlError(f"{where}: bad reply {data[:80]!r}") from err
+    if not isinstance(reply, dict):
+        raise ControlError(f"{where}: bad reply {data[:80]!r}")
     return reply
+
+
+def _authenticated(s: socket.socket, lines: BinaryIO, where: str, req: dict,
+                   token: str) -> dict:
+    """The challenge-response exchange of softswitch.control_auth; the reply it proves."""
+    client_nonce = auth.new_nonce()
+    s.sendall(_line({"hello": client_nonce.hex()}))
+    challenge = _read(lines, where)
+    try:
+        server_nonce = auth.parse_nonce(challenge.get("nonce"))
+        auth.check(token, auth.SERVER, client_nonce, server_nonce, b"", challenge.get("proof"))
+    except auth.AuthError:
+        said = f" (it said: {str(challenge.get('error'))[:200]})" if "error" in challenge else ""
+        raise ControlError(f"{where}: the listener did not prove the run's control token, so "
+                           "it is not the run's switch (or this token is not the run's); "
+                           f"the request was not sent{said}") from None
+    body = json.dumps(req).encode()
+    s.sendall(_line({"body": body.decode(),
+                     "mac": auth.tag(token, auth.REQUEST, client_nonce, server_nonce, body)}))
+    answer = _read(lines, where)
+    if "body" not in answer:  # the switch refused our request before executing it
+        return {"ok": False, "error": answer.get("error", f"unauthenticated reply {answer}")}
+    reply_body = str(answer["body"]).encode()
+    try:
+        auth.check(token, auth.REPLY, client_nonce, server_nonce, reply_body, answer.get("mac"))
+    except auth.AuthError:
+        raise ControlError(f"{where}: the reply's authentication is wrong; not believed") \
+            from None
+    return _decode(reply_body, where)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,7 @@ from softswitch import tagged
 from softswitch.loop import EventLoop
 from softswitch.pipeline import Pipeline
 from softswitch.queues import PortQueues
-from softswitch.runtime import SOL_PACKET, RuntimeControl
+from softswitch.runtime import SOL_PACKET, ControlSession, RuntimeControl
 from softswitch.store import DeviceState
 
 log = logging.getLogger("softswitch.dataplane")
@@ -66,7 +66,8 @@ class Dataplane(RuntimeControl):
         self._arrivals: deque = deque()  # (time it arrives, frame, port) from those ports
         self._rx = bytearray(MAX_FRAME)
         self._pending: list[select.epoll] = []  # per port: is another frame waiting?
-        self._control_buffers: dict[socket.socket, bytes] = {}
+        self._control_sessions: dict[socket.socket, ControlSession] = {}
+        self.control_listener: socket.socket | None = None
         self.on_detach: Callable[[], None] | None = None  # set by softswitch.__main__.Process
         self.on_attach: Callable[[], None] | None = None
         self.process_stats: dict[str, int] | None = None  # the process's P4Runtime counters
@@ -119,15 +120,36 @@ class Dataplane(RuntimeControl):
             self.register(t, self._reader_tagged(port, t))
 
     def open_control(self, port: int, token: str | None = None) -> None:
-        """The runtime control socket, on loopback only; with `token`, a request that does
-        not carry it is refused (any local user can connect to a loopback port)."""
-        self.control_token = token
+        """The runtime control socket, on loopback only; with `token`, a request must come
+        from a client that proves it knows the token (softswitch.control_auth), since any
+        local user can connect to a loopback port."""
         srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        srv.bind(("127.0.0.1", port))
-        srv.listen(8)
-        srv.setblocking(False)
+        try:
+            srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            srv.bind(("127.0.0.1", port))
+            srv.listen(8)
+            srv.setblocking(False)
+        except OSError:
+            srv.close()
+            raise
+        self.take_control(srv, token)
+
+    def take_control(self, srv: socket.socket, token: str | None) -> None:
+        """Serve runtime control on the listening socket `srv` (opened here, or handed over
+        by the switch this one replaces: hand_over_control)."""
+        self.control_token = token
+        self.control_listener = srv
         self.register(srv, lambda: self._accept(srv))
+
+    def hand_over_control(self) -> socket.socket | None:
+        """Take the control listener off this switch, still open, for the switch that
+        replaces it (a crash and reboot, softswitch.__main__.Process): closed and bound
+        again, the port would be free for a moment, and any local user could listen on it
+        and receive the controller's requests."""
+        srv, self.control_listener = self.control_listener, None
+        if srv is not None:
+            self.unregister(srv)
+        return srv
 
     def add_wakeup(self, sock: socket.socket, on_wake: Callable[[], None]) -> None:
         self.register(sock, on_wake)

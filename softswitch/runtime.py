@@ -1,18 +1,20 @@
 """The software switch's runtime control: JSON lines over a loopback TCP port, the
 equivalent of BMv2's runtime CLI (queue rates and depths, the links' delay, statistics,
 crash and reboot). A mix-in of softswitch.dataplane.Dataplane, which owns the ports, queues
-and pipeline these commands act on.
+and pipeline these commands act on. With the run's token, a request counts only inside the
+challenge-response of softswitch.control_auth; the token itself is never on the wire.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import socket
 import struct
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from softswitch import control_auth as auth
 from softswitch.queues import QueueConfigError, check_setting
 
 if TYPE_CHECKING:
@@ -27,6 +29,14 @@ MAX_CONTROL_REQUEST = 4096
 MAX_LINK_DELAY_S = 1.0  # a fabric link of a second would be a satellite hop
 SOL_PACKET, PACKET_STATISTICS = 263, 6
 TPACKET_STATS = struct.Struct("=II")  # tp_packets, tp_drops (reset by each read)
+
+
+@dataclass
+class ControlSession:
+    """One control connection: what it sent so far, and the nonces of its exchange."""
+    buffer: bytes = b""
+    client_nonce: bytes | None = None
+    server_nonce: bytes | None = None
 
 
 class RuntimeControl:
@@ -45,7 +55,7 @@ class RuntimeControl:
     on_detach: Callable[[], None] | None
     on_attach: Callable[[], None] | None
     _detaching: bool
-    _control_buffers: dict[socket.socket, bytes]
+    _control_sessions: dict[socket.socket, ControlSession]
 
     def register(self, sock: socket.socket, handler: Callable[[], None]) -> None:
         raise NotImplementedError
@@ -53,52 +63,119 @@ class RuntimeControl:
     def unregister(self, sock: socket.socket) -> None:
         raise NotImplementedError
 
-
     def _accept(self, srv: socket.socket) -> None:
         try:
             conn, _ = srv.accept()
         except BlockingIOError:
             return
         conn.setblocking(False)
-        self._control_buffers[conn] = b""
+        self._control_sessions[conn] = ControlSession()
         self.register(conn, lambda: self._control_read(conn))
 
     def _control_read(self, conn: socket.socket) -> None:
+        """Answer each complete line of `conn`; the connection ends after its request (a
+        plain one, or the authenticated one that follows a hello)."""
+        session = self._control_sessions[conn]
         try:
             chunk = conn.recv(MAX_CONTROL_REQUEST)
         except BlockingIOError:
             return
         except OSError:
             chunk = b""
-        buf = self._control_buffers[conn] + chunk
-        if chunk and b"\n" not in buf and len(buf) < MAX_CONTROL_REQUEST:
-            self._control_buffers[conn] = buf
-            return
+        session.buffer += chunk
+        while b"\n" in session.buffer:
+            line, session.buffer = session.buffer.split(b"\n", 1)
+            reply, more = self._control_line(session, line)
+            if not self._control_send(conn, reply) or not more:
+                break
+        else:
+            if chunk and len(session.buffer) < MAX_CONTROL_REQUEST:
+                return  # the line is not complete yet
         self.unregister(conn)
-        del self._control_buffers[conn]
-        if b"\n" in buf:
-            reply = self.control(buf.split(b"\n", 1)[0])
-            try:
-                conn.setblocking(True)
-                conn.settimeout(1.0)
-                conn.sendall(json.dumps(reply).encode() + b"\n")
-            except OSError as err:
-                log.info("control client went away: %s", err)
+        del self._control_sessions[conn]
         conn.close()
         if self._detaching and self.on_detach is not None:
             self.on_detach()
 
-    def control(self, line: bytes) -> dict:
-        """Execute one runtime command (the equivalent of BMv2's runtime CLI)."""
+    @staticmethod
+    def _control_send(conn: socket.socket, reply: dict) -> bool:
+        """Send one reply line (blocking, at most a second); False if the client is gone."""
         try:
-            req = json.loads(line)
-            if not isinstance(req, dict):
-                raise ValueError("request must be a JSON object")
-            if self.control_token is not None and not hmac.compare_digest(
-                    str(req.get("token", "")).encode(), self.control_token.encode()):
-                self.stats["control_refused"] += 1
-                return {"ok": False, "error": "refused: this request lacks the run's control "
-                                              "token"}
+            conn.settimeout(1.0)
+            conn.sendall(json.dumps(reply).encode() + b"\n")
+            conn.setblocking(False)
+        except OSError as err:
+            log.info("control client went away: %s", err)
+            return False
+        return True
+
+    def _control_line(self, session: ControlSession, line: bytes) -> tuple[dict, bool]:
+        """The reply to one line, and whether the connection waits for another (after a
+        hello, the authenticated request; softswitch.control_auth)."""
+        try:
+            msg = json.loads(line)
+        except ValueError as err:
+            return {"ok": False, "error": f"request is not JSON: {err}"}, False
+        if not isinstance(msg, dict):
+            return {"ok": False, "error": "request must be a JSON object"}, False
+        if session.server_nonce is not None:
+            return self._authenticated(session, msg), False
+        if "hello" in msg:
+            return self._challenge(session, msg["hello"])
+        if self.control_token is not None:
+            return self._refuse("this request lacks the run's control token (the client "
+                                "must prove it: softswitch.control_auth)"), False
+        return self.execute(msg), False
+
+    def _challenge(self, session: ControlSession, hello: object) -> tuple[dict, bool]:
+        """Prove the token, bound to the client's fresh nonce and one of ours."""
+        if self.control_token is None:
+            return {"ok": False, "error": "this switch has no control token (started "
+                                          "without --control-token-file)"}, False
+        try:
+            session.client_nonce = auth.parse_nonce(hello)
+        except auth.AuthError as err:
+            return {"ok": False, "error": f"bad hello: {err}"}, False
+        session.server_nonce = auth.new_nonce()
+        proof = auth.tag(self.control_token, auth.SERVER, session.client_nonce,
+                         session.server_nonce)
+        return {"ok": True, "nonce": session.server_nonce.hex(), "proof": proof}, True
+
+    def _authenticated(self, session: ControlSession, msg: dict) -> dict:
+        """Execute the request if its MAC binds it to this connection's nonces (so neither a
+        client without the token nor a replay of another session's bytes gets through);
+        the reply carries a MAC of its own."""
+        token, cn, sn = self.control_token, session.client_nonce, session.server_nonce
+        assert token is not None and cn is not None and sn is not None
+        body = msg.get("body")
+        try:
+            if not isinstance(body, str):
+                raise auth.AuthError("no body")
+            auth.check(token, auth.REQUEST, cn, sn, body.encode(), msg.get("mac"))
+            req = json.loads(body)
+        except (auth.AuthError, ValueError):
+            return self._refuse("the request's authentication is wrong (not the run's control "
+                                "token, or replayed from another session)")
+        reply = self.execute(req) if isinstance(req, dict) else \
+            {"ok": False, "error": "request must be a JSON object"}
+        reply_body = json.dumps(reply)
+        return {"body": reply_body, "mac": auth.tag(token, auth.REPLY, cn, sn,
+                                                    reply_body.encode())}
+
+    def _refuse(self, why: str) -> dict:
+        self.stats["control_refused"] += 1
+        return {"ok": False, "error": f"refused: {why}"}
+
+    def control(self, line: bytes) -> dict:
+        """One plain request line (as a client without a token sends it): refused when this
+        switch has a token, else executed."""
+        reply, _ = self._control_line(ControlSession(), line)
+        return reply
+
+    def execute(self, req: dict) -> dict:
+        """Execute one runtime command (the equivalent of BMv2's runtime CLI); the caller has
+        checked the client's right to send it."""
+        try:
             cmd = req.get("cmd")
             if cmd in ("attach", "detach") or self.down:
                 return self._power(cmd)

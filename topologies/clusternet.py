@@ -8,7 +8,11 @@ servers of a topologies.cluster.Cluster, on Mininet Cluster Edition's extension 
 - every other server is held by a topologies.serverrun session (lock, manifest, keys, shield,
   work directory, cleanup if this machine's process dies);
 - links inside one server are veth pairs made in one `ip -batch` per server; links between
-  servers are VXLAN tunnels (one VNI per link), made by one more batch per server;
+  servers are VXLAN tunnels (one random VNI per link), made by one more batch per server once
+  the server's VXLAN guard (topologies.vxguard) lets only the cluster's servers reach them;
+- every server's switch ports are kept from its root namespace's IPv4 stack by the run's
+  switch-port guard (topologies.portguard); the first server's guards are removed by close(),
+  the others' with their serverrun session;
 - one topologies.remote.Forwarder per server brings its switches' P4Runtime and runtime
   ports and its agents' control sockets to this machine, so the controller and the agent
   proxies work unchanged.
@@ -28,6 +32,7 @@ from mininet.net import Mininet
 from mininet.node import Host
 
 from controller.tables import LinkKey, link_key
+from topologies import portguard, shield, vxguard
 from topologies.cablecut import CableCuts
 from topologies.clusternodes import REPO, remote_classes
 from topologies.credentials import RunCredentials
@@ -77,6 +82,8 @@ class ClusterRun:
         self.link_vnis: dict[LinkKey, int] = {}  # links between servers -> their VNI
         self.cut_vnis: set[int] = set()
         self.local_cuts = CableCuts(record_table)  # the first server's (its run manifest)
+        self.record_table = record_table
+        self.local_guards: list[str] = []  # the first server's guard tables (close removes)
         self.timings: dict[str, float] = {}
         self.released: dict[str, Any] = {}
 
@@ -116,7 +123,13 @@ class ClusterRun:
 
     def summary(self) -> dict[str, Any]:
         return {**self.placement.summary(self.fabric), "servers": self.cluster.names,
-                "vni_base": self.vnis.base, "timings": self.timings}
+                "timings": self.timings}
+
+    def switch_ports_on(self, server: str) -> list[str]:
+        """The root-namespace interfaces of the switches placed on `server`: their ports."""
+        return [f"{node}-eth{port}" for lk in self.fabric.links
+                for node, port in ((lk.a, lk.a_port), (lk.b, lk.b_port))
+                if node in self.fabric.by_name and self.server_of(node) == server]
 
     # ---- bring-up ----------------------------------------------------------------------------
 
@@ -207,6 +220,10 @@ class ClusterRun:
                 self.runs[server].add_interfaces([p.name1 for p in pairs])
             create_pairs(pairs, hosts, batch=self._batcher(server))
         self._make_tunnels(net, crossing)
+        for server in self.cluster.names:
+            ports = self.switch_ports_on(server)
+            if ports:
+                self.load_guard(server, "port_guard", ports)
         for lk in self.fabric.links:
             net.addLink(lk.a, lk.b, port1=lk.a_port, port2=lk.b_port, cls=PrebuiltLink,
                         intf=PrebuiltIntf, addr1=node_mac(self.fabric, lk.a, lk.a_port),
@@ -237,6 +254,7 @@ class ClusterRun:
         root-namespace ends; host ends are then named and brought up in their shells."""
         batches: dict[str, list[str]] = {}
         in_node: dict[str, list[str]] = {}
+        vnis_on: dict[str, list[int]] = {}  # server -> VNIs of its tunnel ends
         devices = {s.name: self._underlay_device(s.name, s.address)
                    for s in self.cluster.servers
                    if any(self.server_of(n) == s.name for lk in links for n in (lk.a, lk.b))}
@@ -252,6 +270,7 @@ class ClusterRun:
                 tmp, name = temp_name(vni), f"{node}-eth{port}"
                 mac = node_mac(self.fabric, node, port)
                 lines = batches.setdefault(server, [])
+                vnis_on.setdefault(server, []).append(vni)
                 lines += end_lines(vni, local_ip, remote_ip, devices[server], mtu)
                 if node in self.fabric.by_name:  # a switch: root namespace
                     lines += [f"link set {tmp} name {name} address {mac}",
@@ -261,6 +280,8 @@ class ClusterRun:
                     lines.append(f"link set {tmp} netns {net[node].pid}")
                     in_node.setdefault(node, []).append(
                         f"ip link set {tmp} name {name} address {mac} && ip link set {name} up")
+        for server, vnis in vnis_on.items():  # before any of its tunnels exists
+            self.load_guard(server, "vxlan_guard", vnis)
         for server, lines in batches.items():
             if server != self.first:
                 self.runs[server].add_interfaces(self.tunnel_ends.get(server, []))
@@ -269,6 +290,26 @@ class ClusterRun:
             out = net[node].cmd(" && ".join(commands))
             if out.strip():
                 raise NetworkError(f"{node}: naming its tunnel ends: {out.strip()}")
+
+    def load_guard(self, server: str, kind: str, data: list[Any]) -> None:
+        """The run's `kind` guard on `server`: "vxlan_guard" over `data`, the VNIs of its
+        tunnel ends, from the cluster's servers (topologies.vxguard); "port_guard" over
+        `data`, its switch ports (topologies.portguard). The first server's is in the run
+        manifest (record_table) and close() removes it; another's is its serverrun
+        session's, removed when the server is released."""
+        addresses = [s.address for s in self.cluster.servers]
+        try:
+            if server != self.first and kind == "vxlan_guard":
+                self.runs[server].guard_tunnels(addresses, data)
+            elif server != self.first:
+                self.runs[server].guard_ports(data)
+            elif kind == "vxlan_guard":
+                self.local_guards.append(vxguard.install(addresses, data, self.record_table))
+            else:
+                self.local_guards.append(portguard.install(data, self.record_table))
+        except (RemoteError, ShieldError, ValueError) as exc:
+            raise NetworkError(f"{server}: loading the run's {kind.replace('_', ' ')}: "
+                               f"{exc}") from exc
 
     def _underlay_device(self, server: str, address: str) -> str:
         command = underlay_query(address)
@@ -343,6 +384,9 @@ class ClusterRun:
             forwarder.stop()
         self.forwarders = []
         self.local_cuts.close()  # the other servers' go with their release
+        for table in self.local_guards:
+            shield.remove(table)
+        self.local_guards = []
         for server, run in self.runs.items():
             try:
                 run.fetch_logs(self.workdir / server)

@@ -140,12 +140,15 @@ def _cluster_switch_mixin(cluster_mixin: type, record: PidSink) -> type:
             record(self.server, proc.start())
             return proc
 
-        def grpc_listening(self) -> bool:
+        def listening(self, probe: Any) -> bool:
+            """A switch on this machine: its own sockets (P4RuntimeSwitch.listening); one on
+            another server: its P4Runtime port answers there (a cluster keeps fixed ports,
+            topologies.runports)."""
             if not self.isRemote:
-                return super().grpc_listening()
-            probe = (f"(exec 3<>/dev/tcp/127.0.0.1/{self.grpc_port}) 2>/dev/null "
-                     "&& echo open || echo closed")
-            return self.cmd(probe).strip().endswith("open")
+                return super().listening(probe)
+            command = (f"(exec 3<>/dev/tcp/127.0.0.1/{self.grpc_port}) 2>/dev/null "
+                       "&& echo open || echo closed")
+            return self.cmd(command).strip().endswith("open")
 
         def read_counters(self, names: list[str], counter: str) -> list[int]:
             """A kernel counter of each interface, read on the node's server."""

@@ -59,15 +59,16 @@ def _protect(fabric: Fabric) -> RunGuard:
 
 
 def mrc_topo(planes: int = 4, t0: int = 2, t1: int = 2, hosts_per_t0: int = 2) -> MrcTopo:
-    """`--topo mrc,P,T0,T1,H`: take this mn process's lock, keys and shield (waiting for
-    another fabric and its interfaces to go), then the pure graph with the run's credentials
-    on every switch."""
+    """`--topo mrc,P,T0,T1,H`: take this mn process's lock, ports, keys and shield (waiting
+    for another fabric and its interfaces to go), then the pure graph with the run's
+    credentials and ports on every switch."""
     fabric = Fabric(planes, t0, t1, hosts_per_t0)
     if not _guard:
         deadline = time.monotonic() + LOCK_TIMEOUT
         _protect(fabric)
         wait_interfaces_gone(fabric, deadline)
-    return MrcTopo(fabric=fabric, switch_opts={"credentials": _guard[0].credentials})
+    return MrcTopo(fabric=fabric, switch_opts={"credentials": _guard[0].credentials},
+                   ports=_guard[0].ports)
 
 
 def baseline_topo(t0: int = 2, t1: int = 2, hosts_per_t0: int = 2) -> MrcTopo:

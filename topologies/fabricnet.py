@@ -3,12 +3,15 @@
 MrcNetwork asks for a started Mininet here and gives it back here; what costs time per switch
 and per link at scale is done in bulk: every veth pair in one `ip -batch` (topologies.veths),
 software switches dealt to one process per CPU (topologies.softswitch_node.SoftSwitchProcess),
-switch processes told to stop all at once and then waited for.
+switch processes told to stop all at once and then waited for. The switch ports are kept
+from the root namespace's IPv4 stack by the run's port guard (topologies.portguard), loaded
+once they exist and removed with them.
 """
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,12 +20,16 @@ from mininet.node import Host
 
 from fabric.topology import Fabric
 from p4rt.names import PRIORITY_HIGH
+from topologies import portguard
 from topologies.credentials import RunCredentials
 from topologies.mrctopo import MrcTopo, node_mac
 from topologies.netconfig import NetworkConfig, NetworkError
 from topologies.nicpacing import CONTROL_RATE_FACTOR
 from topologies.p4switch import STOP_TIMEOUT_S, SwitchProcessError
 from topologies.procs import stop_process
+from topologies.runports import PortPlan
+from topologies.runstate import fabric_interfaces
+from topologies.shield import ShieldError
 from topologies.softswitch_node import SoftSwitch, SoftSwitchProcess
 from topologies.targets import switch_class
 from topologies.veths import PrebuiltIntf, PrebuiltLink, VethPair, create_pairs, delete_pairs
@@ -54,11 +61,12 @@ def veth_pairs(fabric: Fabric, net: Mininet) -> list[VethPair]:
 
 
 def add_nodes(config: NetworkConfig, target: str, workdir: Path,
-              credentials: RunCredentials | None) -> Mininet:
-    """A Mininet with the switch and host nodes of the fabric's graph (MrcTopo; host shells
-    running, no links yet: start() adds them from the same graph)."""
+              credentials: RunCredentials | None, ports: PortPlan) -> Mininet:
+    """A Mininet with the switch and host nodes of the fabric's graph (MrcTopo, the switches
+    on the run's `ports`; host shells running, no links yet: start() adds them from the same
+    graph)."""
     fabric = config.fabric
-    topo = MrcTopo(fabric=fabric, switch_opts={"credentials": credentials})
+    topo = MrcTopo(fabric=fabric, switch_opts={"credentials": credentials}, ports=ports)
     cls = switch_class(target)
     net = Mininet(topo=None, controller=None, build=False, autoSetMacs=False,
                   autoStaticArp=False, waitConnected=False)  # not topo=: build() would add it
@@ -74,12 +82,19 @@ def add_nodes(config: NetworkConfig, target: str, workdir: Path,
     return net
 
 
-def start(net: Mininet, fabric: Fabric) -> None:
-    """Links made and switch processes up (not yet programmed). On failure the caller stops
-    `net` (stop_switches, remove_links, net.stop)."""
+def start(net: Mininet, fabric: Fabric,
+          record_table: Callable[[str], None] = lambda _name: None) -> None:
+    """Links made, their switch ends guarded (`record_table` hears the guard's table name,
+    for the run manifest) and switch processes up (not yet programmed). On failure the
+    caller stops `net` (stop_switches, remove_links, net.stop)."""
     pairs = veth_pairs(fabric, net)
     net.pairs = pairs  # type: ignore[attr-defined] (teardown needs them if start fails)
     create_pairs(pairs, {h.pid: h for h in net.hosts})
+    try:
+        guard = portguard.install(fabric_interfaces(fabric), record_table)
+    except ShieldError as exc:
+        raise NetworkError(str(exc)) from exc
+    net.port_guard = guard  # type: ignore[attr-defined] (remove_links removes it)
     for _a, _b, info in net.fabric_topo.links(sort=False, withInfo=True):  # type: ignore[attr-defined]
         net.addLink(cls=PrebuiltLink, intf=PrebuiltIntf, **info)  # info: node1/2, port1/2, addr1/2
     net.build()
@@ -133,8 +148,13 @@ def host_ports(fabric: Fabric, name: str) -> list[int]:
 
 
 def remove_links(net: Mininet) -> None:
-    """The fabric's veths in one batch (Mininet's links then delete nothing themselves)."""
-    delete_pairs(getattr(net, "pairs", []))
+    """The fabric's veths in one batch (Mininet's links then delete nothing themselves), and
+    the port guard over their switch ends."""
+    try:
+        delete_pairs(getattr(net, "pairs", []))
+    finally:
+        portguard.remove(getattr(net, "port_guard", None))
+        net.port_guard = None  # type: ignore[attr-defined]
 
 
 def port_counters(net: Mininet, name: str, counter: str) -> dict[int, int]:

@@ -12,6 +12,7 @@ from typing import Any
 from mininet.topo import Topo
 
 from fabric.topology import Fabric
+from topologies.runports import PortPlan
 
 
 def node_mac(fabric: Fabric, node: str, port: int) -> str:
@@ -22,16 +23,20 @@ def node_mac(fabric: Fabric, node: str, port: int) -> str:
 
 
 class MrcTopo(Topo):
-    """Every switch carries its device_id (P4Runtime device and port numbers) as a node option,
-    plus `switch_opts` (run-wide options such as the run's credentials); every link its
-    ports and MACs."""
+    """Every switch carries its device_id (P4Runtime device and port numbers) and its
+    loopback ports (the run's topologies.runports.PortPlan; the fabric's defaults without
+    one) as node options, plus `switch_opts` (run-wide options such as the run's
+    credentials); every link its ports and MACs."""
 
     def build(self, planes: int = 4, t0: int = 2, t1: int = 2, hosts_per_t0: int = 2, *,
-              fabric: Fabric | None = None, switch_opts: dict[str, Any] | None = None) -> None:
+              fabric: Fabric | None = None, switch_opts: dict[str, Any] | None = None,
+              ports: PortPlan | None = None) -> None:
         fabric = fabric if fabric is not None else Fabric(planes, t0, t1, hosts_per_t0)
         self.fabric = fabric
+        ports = ports if ports is not None else PortPlan.defaults(fabric)
         for sw in fabric.switches:
-            self.addSwitch(sw.name, device_id=sw.device_id, **(switch_opts or {}))
+            self.addSwitch(sw.name, device_id=sw.device_id, **ports.node_options(sw.name),
+                           **(switch_opts or {}))
         for h in range(fabric.hosts):
             self.addHost(fabric.host_name(h), ip=None)
         for lk in fabric.links:

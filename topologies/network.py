@@ -40,13 +40,7 @@ from controller.convergence import Convergence
 from controller.install import Controller, InstallError
 from host_agent.modes import MRC_MODE, ROCE, AgentMode
 from topologies import capacity, fabricnet
-from topologies.agents import (
-    AgentError,
-    AgentProcess,
-    AgentProxy,
-    TransferHandle,
-    exchange_qps,
-)
+from topologies.agents import AgentError, AgentProcess, AgentProxy, TransferHandle, exchange_qps
 from topologies.calibration import CalibrationError, calibrate_transfer
 from topologies.clusternet import ClusterRun
 from topologies.credentials import RunCredentials
@@ -58,6 +52,7 @@ from topologies.netconfig import AUTO_RATE, NetworkConfig, NetworkError
 from topologies.privdir import check_workdir
 from topologies.remote import RemoteProcess
 from topologies.runguard import RunGuard
+from topologies.runports import PortPlan
 from topologies.runstate import (
     RunManifest,
     acquire_fabric_lock,
@@ -107,6 +102,11 @@ class MrcNetwork(FaultInjection):
         return self._guard.credentials if self._guard else None
 
     @property
+    def ports(self) -> PortPlan:
+        """Each switch's loopback ports in this run (topologies.runports)."""
+        return self._guard.ports if self._guard else PortPlan.defaults(self.fabric)
+
+    @property
     def shield_table(self) -> str | None:
         """topologies.shield's table over the switches' control ports."""
         return self._guard.shield_table if self._guard else None
@@ -151,7 +151,8 @@ class MrcNetwork(FaultInjection):
         deadline = time.monotonic() + self.config.lock_timeout
         make = (lambda: make_workdir(self)) if self._own_workdir else None  # mkdtemp, 0700
         self._guard = RunGuard(self.fabric, None if make else self.workdir, self._own_workdir,
-                               self.config.lock_timeout, self.log, make_workdir=make)
+                               self.config.lock_timeout, self.log, make_workdir=make,
+                               replace_ports=self.config.cluster is None)
         self.workdir = self._guard.workdir or self.workdir
         self._manifest.add_interfaces(fabric_interfaces(self.fabric))
         wait_interfaces_gone(self.fabric, deadline, self.log)
@@ -159,6 +160,7 @@ class MrcNetwork(FaultInjection):
         self._build()
         t1 = time.monotonic()
         self.controller = Controller(self.fabric, self.target, thresholds=self.thresholds,
+                                     addresses=self.ports.addresses(),
                                      tls=self.credentials.client)
         failed = [r for r in self.controller.install_all() if not r.ok]
         if failed:
@@ -187,10 +189,11 @@ class MrcNetwork(FaultInjection):
                  f"agents {t3 - t2:.1f} s)")
 
     def _build(self) -> None:
+        assert self._manifest is not None
+        record_table = self._manifest.add_nft_table  # the run's guards, cable cuts
         if self.config.cluster is not None:
-            assert self._manifest is not None
             self.cluster_run = ClusterRun(self.config, self.workdir, self.credentials, self.log,
-                                          self._manifest.add_nft_table)
+                                          record_table)
             self.log(f"placement over {', '.join(self.config.cluster.names)}: "
                      f"{self.cluster_run.placement.summary(self.fabric)}")
             self.cluster_run.open_servers()
@@ -198,13 +201,13 @@ class MrcNetwork(FaultInjection):
             self.cluster_run.add_nodes(self.net, self.target)
         else:
             self.net = fabricnet.add_nodes(self.config, self.target, self.workdir,
-                                           self.credentials)
+                                           self.credentials, self.ports)
         self.record_pids()
         try:
             if self.cluster_run is not None:
                 self.cluster_run.start(self.net)
             else:
-                fabricnet.start(self.net, self.fabric)
+                fabricnet.start(self.net, self.fabric, record_table)
         finally:
             self.record_pids()
         delay = link_end_qdisc(self.config)  # BMv2 with --link-delay: netem (linkdelay)

@@ -3,7 +3,9 @@
 A topology must not care whether BMv2 or the software data plane sits behind a switch
 node, so both node classes share this base: one process per switch in the root namespace,
 P4Runtime on 127.0.0.1:(GRPC_BASE_PORT + device_id), a runtime control port on
-THRIFT_BASE_PORT + device_id for queue rate/depth, stopped by its own PID.
+THRIFT_BASE_PORT + device_id for queue rate/depth (a run gives other ports where another user
+holds those: topologies.runports), stopped by its own PID. It is ready once its process
+listens on both ports, the sockets checked to be the process's own (topologies.listeners).
 
 Given the run's credentials (topologies.credentials), P4Runtime is served over mutual TLS and
 the software switch's runtime port wants the run's token; BMv2's Thrift port cannot be bound
@@ -12,7 +14,6 @@ to loopback or given a secret, so the run shields it (topologies.shield).
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from mininet.node import Switch
 
 from fabric.topology import GRPC_BASE_PORT, THRIFT_BASE_PORT
 from p4rt.names import PRIORITY_QUEUES
+from topologies import listeners
 from topologies.credentials import RunCredentials
 from topologies.procs import stop_process
 
@@ -67,14 +69,20 @@ def launch(cmd: list[str], log_path: str | None, env: dict[str, str] | None) -> 
             out.close()
 
 
-def await_grpc(proc: subprocess.Popen, nodes: list[P4RuntimeSwitch], timeout: float,
-               what: str) -> None:
-    """Wait until every node's P4Runtime port accepts connections; raise if `proc` exits or
-    the time runs out (the caller stops the process)."""
+def await_listening(proc: subprocess.Popen, nodes: list[P4RuntimeSwitch], timeout: float,
+                    what: str) -> None:
+    """Wait until `proc` listens on every node's P4Runtime and runtime ports (the socket
+    inodes say so: topologies.listeners; connecting would be answered by any listener);
+    raise if `proc` exits, another listener holds one of the ports, or the time runs out
+    (the caller stops the process)."""
     deadline = time.monotonic() + timeout
     waiting = list(nodes)
     while waiting:
-        waiting = [n for n in waiting if not n.grpc_listening()]
+        probe = listeners.Snapshot()
+        try:
+            waiting = [n for n in waiting if not n.listening(probe)]
+        except listeners.ForeignListener as exc:
+            raise SwitchProcessError(f"{waiting[0].name}: {what}: {exc}") from exc
         if not waiting:
             return
         if proc.poll() is not None:
@@ -82,8 +90,9 @@ def await_grpc(proc: subprocess.Popen, nodes: list[P4RuntimeSwitch], timeout: fl
                 f"{waiting[0].name}: {what} exited with {proc.returncode} "
                 f"(log: {waiting[0].log_path or 'not kept; pass log_path'})")
         if time.monotonic() > deadline:
-            raise SwitchProcessError(f"{waiting[0].name}: no gRPC on "
-                                     f"{waiting[0].grpc_address} after {timeout:.0f} s")
+            raise SwitchProcessError(f"{waiting[0].name}: {what} not listening on ports "
+                                     f"{waiting[0].grpc_port} (P4Runtime) and "
+                                     f"{waiting[0].thrift_port} (runtime) after {timeout:.0f} s")
         time.sleep(0.1)
 
 
@@ -98,7 +107,8 @@ class P4RuntimeSwitch(Switch):
       log_path (str | None): file for the switch's stdout/stderr (default: discarded)
       credentials (RunCredentials | None): the run's keys; None serves plaintext (a switch
         built by hand for an experiment of one's own)
-      start_timeout (float seconds, default 30): how long start() waits for gRPC
+      start_timeout (float seconds, default 30): how long start() waits for the process to
+        listen on both ports (its own sockets: a listener another user put there fails it)
       batch_start (bool, default False): start() only launches the process; Mininet's
         batchStartup (after every switch's start()) waits for them all, side by side
     Public interface:
@@ -174,7 +184,7 @@ class P4RuntimeSwitch(Switch):
         return {port: intf.name for intf, port in self.ports.items() if intf.name != "lo"}
 
     def start(self, controllers) -> None:
-        """Launch the switch process and wait until its gRPC port accepts connections."""
+        """Launch the switch process and wait until it listens on its ports."""
         ports = self._data_ports()
         for ifname in ports.values():
             self.silence_port(ifname)
@@ -184,11 +194,11 @@ class P4RuntimeSwitch(Switch):
             self.await_ready()
 
     def await_ready(self) -> None:
-        """Wait for our process's P4Runtime port (stop it and raise if it does not come)."""
+        """Wait for our process's ports (stop it and raise if they do not come)."""
         if not self._awaiting or self.proc is None:
             return
         try:
-            await_grpc(self.proc, [self], self.start_timeout, self.process_name)
+            await_listening(self.proc, [self], self.start_timeout, self.process_name)
         except SwitchProcessError:
             stop_process(self.proc, STOP_TIMEOUT_S)
             self.proc = None
@@ -204,10 +214,12 @@ class P4RuntimeSwitch(Switch):
             switch.await_ready()
         return switches
 
-    def grpc_listening(self) -> bool:
-        with socket.socket() as s:
-            s.settimeout(0.2)
-            return s.connect_ex(("127.0.0.1", self.grpc_port)) == 0
+    def listening(self, probe: listeners.Snapshot) -> bool:
+        """Our process listens on the switch's P4Runtime and runtime ports (`probe`: one
+        reading of /proc for many nodes); raises listeners.ForeignListener if another
+        socket listens on one of them."""
+        return self.proc is not None and all(
+            probe.listens(port, self.proc.pid) for port in (self.grpc_port, self.thrift_port))
 
     def is_down(self) -> bool:
         """Crashed, or never started: no process of ours is running."""

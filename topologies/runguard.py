@@ -2,10 +2,13 @@
 
 A fabric run (MrcNetwork, or `mn --custom topologies/custom.py`) takes, in this order: the
 run's private directory (topologies.privdir), the fabric lock in it, the cleanup of a killed
-run's leftovers (holding the lock proves that run is gone), a new run manifest, fresh keys
-(topologies.credentials) and the control-port shield (topologies.shield). `release` gives
-all of it back: it sweeps what the manifest still lists (PIDs, interfaces, the shield), removes
-the manifest and the run's own work directory, releases the lock and deletes the keys.
+run's leftovers (holding the lock proves that run is gone), a new run manifest, the switches'
+loopback ports (topologies.runports: a port another user holds is replaced), fresh keys
+(topologies.credentials) with the switches' P4Runtime addresses beside them (p4rt.tls, for
+`python -m controller --tls-dir`) and the control-port shield over those ports
+(topologies.shield), all before any switch starts. `release` gives all of it back: it
+sweeps what the manifest still lists (PIDs, interfaces, the shield), removes the manifest and
+the run's own work directory, releases the lock and deletes the keys and addresses.
 """
 
 from __future__ import annotations
@@ -15,16 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fabric.topology import Fabric
-from topologies import credentials, shield
+from p4rt import tls
+from topologies import credentials, runports, shield
 from topologies.credentials import RunCredentials
 from topologies.privdir import PrivateDir
-from topologies.runstate import (
-    RunManifest,
-    acquire_fabric_lock,
-    clean_leftovers,
-    control_ports,
-    remove_workdir,
-)
+from topologies.runports import PortPlan
+from topologies.runstate import RunManifest, acquire_fabric_lock, clean_leftovers, remove_workdir
 
 
 class RunGuard:
@@ -32,25 +31,31 @@ class RunGuard:
 
     def __init__(self, fabric: Fabric, workdir: Path | None, own_workdir: bool,
                  lock_timeout: float, log=print, *,
-                 make_workdir: Callable[[], Path] | None = None) -> None:
+                 make_workdir: Callable[[], Path] | None = None,
+                 replace_ports: bool = True) -> None:
         """`make_workdir` makes the run's own work directory (then `workdir` is None): it is
         called once the lock is held and the directory is in the manifest at once, so a run
         killed at any moment before (waiting for the lock, calibrating) leaves none behind,
-        and one killed after is cleaned up by the next start."""
+        and one killed after is cleaned up by the next start. `replace_ports` False keeps
+        the fabric's default ports whoever holds them (a cluster run: runports says why)."""
         self.workdir, self.own_workdir = workdir, own_workdir and workdir is not None
         self.rundir = PrivateDir()
         self.lock_fd: int | None = None
         self.manifest: RunManifest | None = None
         self.credentials: RunCredentials | None = None
         self.shield_table: str | None = None
+        self.ports = PortPlan.defaults(fabric)
         try:
             self.lock_fd = acquire_fabric_lock(lock_timeout, log, self.rundir)
             clean_leftovers(log, self.rundir)
             if make_workdir is not None:
                 self.workdir, self.own_workdir = make_workdir(), True
             self.manifest = RunManifest(self.workdir or Path(""), self.own_workdir, self.rundir)
+            if replace_ports:  # no switch of ours runs now: a port in use is someone else's
+                self.ports = runports.assign(fabric, log)
             self.credentials = credentials.issue(self.rundir)  # this run's keys only
-            self.shield_table = shield.install(control_ports(fabric))
+            self.rundir.write_bytes(tls.ADDRESSES, tls.addresses_file(self.ports.addresses()))
+            self.shield_table = shield.install(self.ports.all())
             self.manifest.add_nft_table(self.shield_table)
         except BaseException:
             self.release()
@@ -71,5 +76,6 @@ class RunGuard:
             self.lock_fd = None
         if self.rundir.fd >= 0:
             credentials.withdraw(self.rundir)
+            self.rundir.unlink(tls.ADDRESSES)
             self.rundir.close()
         return swept

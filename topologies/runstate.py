@@ -318,11 +318,6 @@ def existing_interface(fabric: Fabric) -> str | None:
                 None)
 
 
-def control_ports(fabric: Fabric) -> list[int]:
-    """Every switch's runtime (Thrift) and P4Runtime port: what the run's shield covers."""
-    return [port for sw in fabric.switches for port in (sw.thrift_port, sw.grpc_port)]
-
-
 def manifest_path() -> Path:
     """Where the running fabric's manifest is (for tests and the soak run, which read it)."""
     return default_run_dir() / MANIFEST_NAME

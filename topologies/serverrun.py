@@ -9,11 +9,13 @@ ssh by the first server (ServerRun) and living exactly as long as that ssh sessi
   makes the run's work directory there (logs, agents' control sockets);
 - it is told over its stdin what the run creates on the server (PIDs, interfaces) and is
   handed the switches' server-side keys and token (never the controller's client key); it
-  cuts and mends links between servers on request (topologies.cablecut);
+  cuts and mends links between servers on request (topologies.cablecut), and loads the run's
+  VXLAN guard (topologies.vxguard) and switch-port guard (topologies.portguard) there;
 - when told to release, or when its stdin ends because the first server's process or its ssh
   client died however it died, it sweeps what the manifest lists (by PID and start time, and
-  by interface name), removes the shield and any cut table, the keys, the manifest and the
-  work directory, and unlocks. So a killed first server leaves nothing on the others.
+  by interface name), removes the shield, the guards and any cut table, the keys, the
+  manifest and the work directory, and unlocks. So a killed first server leaves nothing on
+  the others.
 
 The session has no terminal (ssh -T): a terminal would echo and cap the lines. Each request is
 one JSON line; each answer one line starting with ANSWER (anything else it prints is a log
@@ -37,7 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from topologies import credentials, shield
+from topologies import credentials, portguard, shield, vxguard
 from topologies.cablecut import CableCuts
 from topologies.privdir import PrivateDir
 from topologies.remote import DIE_WITH_PARENT, RemoteError, SshTarget, end_session
@@ -94,6 +96,14 @@ class _Hold:
             assert self.cuts is not None
             dropped = self.cuts.set(int(v) for v in request["cut"])
             return {"ok": True, "dropped": {str(v): n for v, n in dropped.items()}}
+        elif "vxlan_guard" in request:  # its table is in the manifest: swept at release
+            spec = request["vxlan_guard"]
+            return {"ok": True, "table": vxguard.install(
+                [str(a) for a in spec["servers"]], [int(v) for v in spec["vnis"]],
+                self.manifest.add_nft_table)}
+        elif "port_guard" in request:
+            return {"ok": True, "table": portguard.install(
+                [str(n) for n in request["port_guard"]], self.manifest.add_nft_table)}
         else:
             raise ValueError(f"unknown request keys {sorted(request)}")
         return {"ok": True}
@@ -242,6 +252,17 @@ class ServerRun:
         """Cut exactly `vnis` on the server (topologies.cablecut.CableCuts.set)."""
         answer = self.request({"cut": sorted(vnis)})
         return {int(v): int(n) for v, n in answer["dropped"].items()}
+
+    def guard_tunnels(self, servers: Sequence[str], vnis: Sequence[int]) -> str:
+        """Let only `servers` (underlay addresses) reach the server's tunnel ends with `vnis`
+        (topologies.vxguard); the table goes with the release. Returns its name."""
+        answer = self.request({"vxlan_guard": {"servers": list(servers), "vnis": sorted(vnis)}})
+        return str(answer["table"])
+
+    def guard_ports(self, names: Sequence[str]) -> str:
+        """Keep the server's root namespace off the switch ports `names`
+        (topologies.portguard); the table goes with the release. Returns its name."""
+        return str(self.request({"port_guard": list(names)})["table"])
 
     def put_keys(self, directory: Path) -> None:
         """The switches' side of the run's keys, from this machine's run directory."""

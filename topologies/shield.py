@@ -11,6 +11,11 @@ registers and queue rates. A run therefore installs one nftables table of its ow
   it either. P4Runtime additionally wants the run's client certificate (p4rt.tls) and the
   software switch's runtime port the run's token, so neither depends on the shield alone.
 The table's name goes into the run manifest, so a killed run's table is removed by the next.
+
+The run's other guards keep their tables the same way (a prefix, 8 random hex digits, the
+manifest): the VXLAN guard (topologies.vxguard) and the switch-port guard
+(topologies.portguard). `remove` knows every one of their families (GUARD_FAMILIES), since
+the manifest's sweep (topologies.runstate) hands it each table that is not a cable cut's.
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ import subprocess
 TABLE_PREFIX = "mrc_shield_"
 _NAME = re.compile(r"^mrc_shield_[0-9a-f]{8}$")
 PRIORITY = -10  # before the filter hook's usual rules
+VXLAN_GUARD_PREFIX = "mrc_vxgate_"  # topologies.vxguard
+PORT_GUARD_PREFIX = "mrc_ports_"  # topologies.portguard
+GUARD_FAMILIES = {TABLE_PREFIX: "inet", VXLAN_GUARD_PREFIX: "inet", PORT_GUARD_PREFIX: "netdev"}
+_GUARD_NAME = re.compile(r"^(mrc_[a-z]+_)[0-9a-f]{8}$")
 
 
 class ShieldError(RuntimeError):
@@ -33,6 +42,26 @@ def nft_run(args: list[str], script: str | None = None) -> subprocess.CompletedP
     """nft with `args` (and `script` on stdin), never raising for its exit status."""
     return subprocess.run(["nft", *args], input=script, capture_output=True, text=True,
                           timeout=30, check=False)
+
+
+def family(name: str) -> str | None:
+    """The nftables family of the run's guard table `name`, or None if no guard makes it."""
+    found = _GUARD_NAME.match(name)
+    return GUARD_FAMILIES.get(found.group(1)) if found else None
+
+
+def new_name(prefix: str) -> str:
+    """A fresh table name for a guard (GUARD_FAMILIES): random, so runs never share one."""
+    if prefix not in GUARD_FAMILIES:
+        raise ValueError(f"{prefix!r} is not a guard's table prefix")
+    return f"{prefix}{secrets.token_hex(4)}"
+
+
+def require_nft(what: str) -> None:
+    """Refuse to go on without nft: `what` names what would be left unguarded."""
+    if shutil.which("nft") is None:
+        raise ShieldError(f"nft (Debian package nftables) is not installed: without it {what};"
+                          " install it (sudo ./testbed setup does)")
 
 
 def ruleset(name: str, ports: list[int]) -> str:
@@ -52,11 +81,8 @@ def ruleset(name: str, ports: list[int]) -> str:
 
 def install(ports: list[int]) -> str:
     """Load a new shield over `ports`; returns its table name (for `remove`, the manifest)."""
-    if shutil.which("nft") is None:
-        raise ShieldError("nft (Debian package nftables) is not installed: without it BMv2's "
-                          "Thrift port would be open to every host; install it "
-                          "(sudo ./testbed setup does)")
-    name = f"{TABLE_PREFIX}{secrets.token_hex(4)}"
+    require_nft("BMv2's Thrift port would be open to every host")
+    name = new_name(TABLE_PREFIX)
     done = nft_run(["-f", "-"], ruleset(name, ports))
     if done.returncode != 0:
         raise ShieldError(f"nft refused the control-port shield: {done.stderr.strip()[:300]}")
@@ -64,13 +90,19 @@ def install(ports: list[int]) -> str:
 
 
 def remove(name: str) -> bool:
-    """Delete the shield table `name` if it exists (only names this module makes)."""
-    if not _NAME.match(name) or shutil.which("nft") is None:
+    """Delete the guard table `name` if it exists (only names the guards make: the shield's,
+    the VXLAN guard's, the switch-port guard's)."""
+    table_family = family(name)
+    if table_family is None or shutil.which("nft") is None:
         return False
-    return nft_run(["delete", "table", "inet", name]).returncode == 0
+    return nft_run(["delete", "table", table_family, name]).returncode == 0
 
 
 def dropped(name: str) -> int:
-    """Packets the shield `name` has dropped so far (its counters), for tests and reports."""
-    listed = nft_run(["list", "table", "inet", name])
+    """Packets the guard table `name` has dropped so far (its counters), for tests and
+    reports."""
+    table_family = family(name)
+    if table_family is None:
+        return 0
+    listed = nft_run(["list", "table", table_family, name])
     return sum(int(n) for n in re.findall(r"counter packets (\d+)", listed.stdout))

@@ -29,7 +29,7 @@ from topologies.p4switch import (
     STOP_TIMEOUT_S,
     P4RuntimeSwitch,
     SwitchProcessError,
-    await_grpc,
+    await_listening,
     check_switch_args,
 )
 from topologies.procs import stop_process
@@ -109,13 +109,13 @@ class SoftSwitchProcess:
                 m.proc = self.proc
 
     def wait_ready(self) -> None:
-        """Every member's P4Runtime server accepts connections (else stop and raise)."""
+        """The process listens on every member's ports (else stop it and raise)."""
         if self.proc is None:
             raise SwitchProcessError(f"softswitch process {self.label} was not started: "
                                      f"{len(self.ready)} of {len(self.members)} members ready")
         try:
-            await_grpc(self.proc, self.members, self.start_timeout,
-                       f"softswitch process {self.label}")
+            await_listening(self.proc, self.members, self.start_timeout,
+                            f"softswitch process {self.label}")
         except SwitchProcessError:
             self.stop()
             raise
@@ -200,14 +200,14 @@ class SoftSwitch(P4RuntimeSwitch):
         return bool(request(self.thrift_port, {"cmd": "stats"}, token=token).get("down"))
 
     def _await_down(self, down: bool) -> None:
-        """The process replies to detach before it acts; its control port is re-made then."""
+        """The process replies to detach before it acts (its control port stays open)."""
         deadline = time.monotonic() + STOP_TIMEOUT_S
         last: str = "it answered"
         while True:
             try:
                 if self.is_down() == down:
                     return
-            except ControlError as err:  # the old control socket closed, the new not yet open
+            except ControlError as err:  # e.g. the process is busy closing the ports
                 last = str(err)
             if time.monotonic() > deadline:
                 state = "down" if down else "up"

@@ -5,7 +5,9 @@ link, TCP over TCP) and gretap (`RemoteGRELink`, which needs GRE in the kernel a
 1450 on every link). VXLAN is in every stock kernel (this machine's has no GRE), runs in the
 kernel, and gives each link its own 24-bit network identifier (VNI) on the underlay, so one
 link can be cut alone: an nftables rule on the underlay drops that VNI (a cable cut without
-an administrative down, see the cluster docs).
+an administrative down, see the cluster docs). A VXLAN device takes a frame carrying its VNI
+from any sender, so each link's VNI is random on its own (VniAllocator) and a cluster run
+lets only its servers reach its tunnels (topologies.vxguard, loaded by topologies.clusternet).
 
 A tunnel end is made on its server's root namespace, where the underlay address is, under a
 temporary name unique to its VNI, then moved into the node's namespace and renamed there, so
@@ -24,7 +26,7 @@ from topologies.cluster import VXLAN_OVERHEAD
 
 VXLAN_PORT = 4789  # IANA's VXLAN port (RFC 7348)
 MAX_VNI = (1 << 24) - 1
-VNI_BLOCK = 1 << 16  # VNIs a run may use: its base is random, so runs on shared servers differ
+MAX_RUN_VNIS = 1 << 16  # links between servers one run may have (each its own random VNI)
 TEMP_PREFIX = "mrcvx"  # + the VNI in hex, at most 6 digits: 11 characters, under IFNAMSIZ
 
 
@@ -44,20 +46,27 @@ class TunnelNode(Protocol):
 
 
 class VniAllocator:
-    """Unique VNIs for one run's links, from a random base (two runs sharing servers draw
-    different blocks with high probability, and each run's VNIs never repeat)."""
+    """Unique VNIs for one run's links, each drawn from `secrets` on its own: knowing one
+    link's VNI tells nothing of another's (a random base plus a counter made every VNI of a
+    run guessable from one), and two runs sharing servers rarely collide. The tunnels'
+    VNIs are only half of their protection: topologies.vxguard lets only the cluster's
+    servers reach them."""
 
-    def __init__(self, base: int | None = None) -> None:
-        self.base = base if base is not None else 1 + secrets.randbelow(MAX_VNI - VNI_BLOCK)
-        if not 1 <= self.base <= MAX_VNI - VNI_BLOCK:
-            raise ValueError(f"VNI base {self.base} outside 1..{MAX_VNI - VNI_BLOCK}")
-        self.used = 0
+    def __init__(self) -> None:
+        self.vnis: set[int] = set()
+
+    @property
+    def used(self) -> int:
+        return len(self.vnis)
 
     def next(self) -> int:
-        if self.used >= VNI_BLOCK:
-            raise VxlanError(f"more than {VNI_BLOCK} links between servers in one run")
-        self.used += 1
-        return self.base + self.used - 1
+        if self.used >= MAX_RUN_VNIS:
+            raise VxlanError(f"more than {MAX_RUN_VNIS} links between servers in one run")
+        while True:  # at most MAX_RUN_VNIS of 2^24 taken: a redraw is rare
+            vni = 1 + secrets.randbelow(MAX_VNI)
+            if vni not in self.vnis:
+                self.vnis.add(vni)
+                return vni
 
 
 def temp_name(vni: int) -> str:
@@ -124,7 +133,8 @@ def _run(node: TunnelNode, command: str, root: bool) -> None:
 
 def vxlan_link_class(allocator: VniAllocator, underlay_mtu: int) -> type:
     """A Cluster Edition link class (MininetCluster(link=...)) whose links between servers
-    are VXLAN tunnels with VNIs from `allocator`; links within a server stay veth pairs."""
+    are VXLAN tunnels with VNIs from `allocator`; links within a server stay veth pairs.
+    It loads no VXLAN guard (topologies.vxguard): a run of topologies.clusternet does."""
     from mininet.examples.cluster import RemoteLink  # Mininet only where a cluster is built
     from mininet.link import Link
 

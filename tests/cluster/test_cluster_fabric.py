@@ -40,16 +40,19 @@ def two_tier(servers: EmulatedServers, *args: str) -> list[str]:
 
 def leftovers(servers: EmulatedServers, i: int) -> list[str]:
     """What of a run is still on server i: interfaces but the underlay's, processes but
-    init, sshd and this probe, run state but the lock file, work directories."""
+    init, sshd and this probe, run state but the lock file, work directories, the run's
+    nftables tables (shield, guards, cuts)."""
     probe = ("ip -o link | cut -d: -f2; echo --; ps -eo args; echo --; "
-             "ls -A /run/mrc-testbed 2>/dev/null; echo --; ls -A /tmp")
+             "ls -A /run/mrc-testbed 2>/dev/null; echo --; ls -A /tmp; echo --; "
+             "nft list tables")
     out = servers.run(i, ["sh", "-c", probe], capture_output=True, text=True).stdout
-    links, procs, rundir, tmp = (part.split("\n") for part in out.split("--\n"))
+    links, procs, rundir, tmp, tables = (part.split("\n") for part in out.split("--\n"))
     found = [f"link {n.strip()}" for n in links if n.strip() not in ("", "lo", "ul0@if2")
              and not n.strip().startswith("ul0")]
     found += [f"process {p}" for p in procs[1:] if p and not any(
         k in p for k in ("-c import contextlib", "sshd", "ps -eo", "sh -c ip -o link"))]
     found += [f"run file {n}" for n in rundir if n and n != "fabric.lock"]
+    found += [f"nft {t}" for t in tables if " mrc_" in t]
     return found + [f"tmp {n}" for n in tmp if n]
 
 

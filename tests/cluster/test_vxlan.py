@@ -1,23 +1,43 @@
 """topologies.vxlan between two emulated servers: the tunnel carries a full MRC data frame's
 worth of IP, refuses more than the tunnel MTU, uses a VNI of its own, and leaves nothing on
 either server once its ends are deleted. The tunnel ends here live in each server's own
-namespace (as a Mininet switch's ports do: switches run in their server's root namespace)."""
+namespace (as a Mininet switch's ports do: switches run in their server's root namespace).
+
+A run's VNIs are independent random draws, and its VXLAN guard (topologies.vxguard), loaded
+by topologies.clusternet on every server with tunnel ends, keeps a frame with a tunnel's VNI
+out of the tunnel unless it comes from one of the cluster's servers. Before (issue 54) VNIs
+were a random base plus a counter and any host on the underlay could inject frames."""
 
 from __future__ import annotations
 
+import itertools
+import json
+import os
+import re
+import signal
 import subprocess
+import types
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
-from tests.cluster.servers import EmulatedServers
+from tests.cluster.servers import (
+    UNDERLAY_PREFIX,
+    UNDERLAY_PREFIXLEN,
+    EmulatedServers,
+    children,
+)
+from tests.support import wait_until
+from topologies import vxlan
 from topologies.cablecut import parse_dropped, ruleset
 from topologies.cluster import DEFAULT_UNDERLAY_MTU, ETHERNET_HEADER, VXLAN_OVERHEAD
-from topologies.vxlan import VniAllocator, VxlanError, make_end, temp_name
+from topologies.vxlan import MAX_RUN_VNIS, VniAllocator, VxlanError, make_end, temp_name
 from wire.layout import FULL_DATA_FRAME_LEN
 
 pytestmark = pytest.mark.root
 SERVERS = 2
+REPO = Path(__file__).resolve().parents[2]
 
 # a UDP datagram of SIZE bytes of IP, DF set, from one tunnel address to the other; prints
 # what came back, or the error
@@ -125,6 +145,19 @@ def test_vnis_of_a_run_are_distinct_and_in_range() -> None:
     assert all(len(temp_name(v)) <= 15 for v in (1, (1 << 24) - 1))
 
 
+def test_vnis_of_a_run_are_independent_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One VNI tells nothing of the next: not an arithmetic sequence, not one block; a draw
+    the run already has is drawn again."""
+    alloc = VniAllocator()
+    vnis = [alloc.next() for _ in range(64)]
+    assert len({b - a for a, b in itertools.pairwise(vnis)}) > 1, vnis
+    assert max(vnis) - min(vnis) > MAX_RUN_VNIS, vnis
+    draws = iter([41, 41, 41, 6])
+    monkeypatch.setattr(vxlan, "secrets", types.SimpleNamespace(randbelow=lambda _n: next(draws)))
+    alloc = VniAllocator()
+    assert [alloc.next(), alloc.next()] == [42, 7]
+
+
 def _deliver(servers: EmulatedServers, src: str, dst: str, wait: float) -> str:
     """One UDP datagram from server 0's `src` to server 1's `dst`: its length, or timeout."""
     sink = servers.popen(1, ["python3", "-c", UDP_SINK, dst, str(wait)],
@@ -196,3 +229,189 @@ def test_cut_rules_name_exactly_the_cut_vnis() -> None:
         ruleset("mrc_cut_01234567", [1 << 24])
     listing = "udp dport 4789 @th,96,24 0x11170 counter packets 12 bytes 900 drop"
     assert parse_dropped(listing) == {70000: 12}
+
+
+# ---- the run's VXLAN guard (topologies.vxguard) ------------------------------------------------
+
+# The first server's side of a cluster run, reduced to its guards: ClusterRun takes srv1
+# (a serverrun session), loads the VXLAN guard (and a port guard) on both servers, says which
+# tables each has, waits for a line on stdin, then closes as a run's stop does.
+GUARD_DRIVER = """\
+import faulthandler, json, shutil, sys, tempfile
+faulthandler.dump_traceback_later(90, exit=True)
+from pathlib import Path
+from fabric.topology import Fabric
+from topologies.cluster import Cluster, Server
+from topologies.clusternet import ClusterRun
+from topologies.netconfig import NetworkConfig
+cluster = Cluster((Server("srv0", sys.argv[2]), Server("srv1", sys.argv[3])),
+                  ssh_config=Path(sys.argv[1]))
+workdir = Path(tempfile.mkdtemp())
+recorded = []
+run = ClusterRun(NetworkConfig(fabric=Fabric(2, 1, 1, 1), cluster=cluster, agents=False),
+                 workdir, None, log=lambda *_: None, record_table=recorded.append)
+try:
+    run.open_servers()
+    for server in ("srv0", "srv1"):
+        run.load_guard(server, "vxlan_guard", [int(sys.argv[4])])
+        run.load_guard(server, "port_guard", [sys.argv[5]])
+    print("READY " + json.dumps({"recorded": recorded, "local": run.local_guards}), flush=True)
+    sys.stdin.readline()
+finally:
+    released = run.close()
+    shutil.rmtree(workdir, ignore_errors=True)
+    print("CLOSED " + json.dumps(released), flush=True)
+"""
+SEND_VXLAN = """\
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], 0))
+for _ in range(int(sys.argv[4])):
+    s.sendto(bytes.fromhex(sys.argv[3]), (sys.argv[2], 4789))
+"""
+# what comes out of a tunnel device (AF_PACKET): counts of frames carrying each marker, once
+# `want` frames of the last marker came or the time is up
+SNIFF = """\
+import json, socket, sys, time
+ifname, want, markers = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+s.bind((ifname, 3))  # ETH_P_ALL (host order here)
+s.settimeout(0.2)
+print("ready", flush=True)
+seen = dict.fromkeys(markers, 0)
+deadline = time.monotonic() + 15
+while seen[markers[-1]] < want and time.monotonic() < deadline:
+    try:
+        frame = s.recv(65535)
+    except TimeoutError:
+        continue
+    for m in markers:
+        seen[m] += m.encode() in frame
+print(json.dumps(seen), flush=True)
+"""
+OUTSIDER = f"{UNDERLAY_PREFIX}250"  # on the underlay, not a server of the cluster
+
+
+def nft_tables(servers: EmulatedServers, i: int) -> str:
+    return servers.run(i, ["nft", "list", "tables"], capture_output=True, text=True).stdout
+
+
+def guard_dropped(servers: EmulatedServers, i: int, table: str) -> int:
+    listing = servers.run(i, ["nft", "list", "table", "inet", table], capture_output=True,
+                          text=True).stdout
+    return sum(int(n) for n in re.findall(r"counter packets (\d+)", listing))
+
+
+def vxlan_datagram(vni: int, dst_mac: str, marker: str) -> bytes:
+    """A VXLAN payload (header and inner frame: an IPv6 datagram towards `dst_mac` that
+    carries `marker`)."""
+    from scapy.layers.inet import UDP
+    from scapy.layers.inet6 import IPv6
+    from scapy.layers.l2 import Ether
+    from scapy.layers.vxlan import VXLAN
+    inner = Ether(src="02:00:00:00:7e:99", dst=dst_mac) / IPv6(src="fd00::99", dst="fd00::2") \
+        / UDP(sport=4000, dport=4001) / marker.encode()
+    return bytes(VXLAN(vni=vni)) + bytes(inner)  # apart: over Ether, scapy makes it GPE
+
+
+def send_vxlan(servers: EmulatedServers, i: int | None, src: str, dst: str,
+               payload: bytes, count: int) -> None:
+    """`count` datagrams from `src` to dst:4789, sent by server i or (None) from the underlay."""
+    argv = ["python3", "-c", SEND_VXLAN, src, dst, payload.hex(), str(count)]
+    if i is None:
+        subprocess.run(["ip", "netns", "exec", servers.underlay, *argv], check=True,
+                       capture_output=True, timeout=30)
+    else:
+        servers.run(i, argv, check=True, capture_output=True)
+
+
+def stop_driver(driver: subprocess.Popen | None) -> None:
+    """End of stdin closes the driver's run; if it hangs, it is killed (nsenter's child by
+    its PID, then nsenter), and its ssh sessions die with it."""
+    if driver is None or driver.poll() is not None:
+        return
+    assert driver.stdin is not None
+    driver.stdin.close()
+    try:
+        driver.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        for pid in children(driver.pid):
+            os.kill(pid, signal.SIGKILL)
+        driver.kill()
+        driver.wait()
+
+
+def test_vxlan_guard_rules_name_the_servers_and_the_runs_vnis() -> None:
+    from topologies import vxguard
+    text = vxguard.ruleset("mrc_vxgate_01234567", ["10.251.0.2", "10.251.0.1"], [70000, 5, 5])
+    assert "type filter hook input priority -300;" in text
+    ours = "udp dport 4789 @th,96,24 { 5, 70000 }"
+    assert f"{ours} ip saddr {{ 10.251.0.1, 10.251.0.2 }} accept" in text
+    assert f"{ours} counter drop" in text and text.count("drop") == 1
+    for bad in (("mrc_shield_01234567", ["10.0.0.1"], [5]), ("mrc_vxgate_01234567", [], [5]),
+                ("mrc_vxgate_01234567", ["10.0.0.1"], [1 << 24]),
+                ("mrc_vxgate_01234567", ["10.0.0.1\"; flush ruleset"], [5])):
+        with pytest.raises(ValueError):
+            vxguard.ruleset(*bad)
+
+
+def test_only_the_clusters_servers_reach_a_runs_tunnel(servers: EmulatedServers) -> None:
+    """A run's guard on each server; a datagram with the tunnel's VNI from an address on the
+    underlay that is not a server never reaches the tunnel's device, the same from the other
+    server does; once the run closes, neither server has a table of it left."""
+    a, b = ServerNode(servers, 0), ServerNode(servers, 1)
+    vni, mac_b = VniAllocator().next(), "02:00:00:00:7e:02"
+    bridge_addr = f"{OUTSIDER}/{UNDERLAY_PREFIXLEN}"
+    driver = None
+    try:
+        for i in (0, 1):  # an interface for the port guard to hook
+            servers.run(i, ["ip", "link", "add", "mrcx-pa", "type", "veth", "peer", "name",
+                            "mrcx-pb"], check=True)
+        driver = servers.popen(0, ["env", f"PYTHONPATH={REPO}", str(REPO / ".venv/bin/python"),
+                                   "-c", GUARD_DRIVER, str(servers.ssh_config_path),
+                                   a.serverIP, b.serverIP, str(vni), "mrcx-pa"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                               cwd=str(REPO))
+        assert driver.stdout is not None and driver.stdin is not None
+        ready = driver.stdout.readline()
+        assert ready.startswith("READY "), ready
+        local = json.loads(ready[len("READY "):])
+        assert local["recorded"] == local["local"] and len(local["local"]) == 2
+        tables = [nft_tables(servers, i) for i in (0, 1)]
+        assert all("table inet mrc_vxgate_" in t and "table netdev mrc_ports_" in t
+                   for t in tables), tables
+        guard = next(w for w in tables[1].split() if w.startswith("mrc_vxgate_"))
+        make_end(a, b, vni, "mrcx-ga", "02:00:00:00:7e:01", DEFAULT_UNDERLAY_MTU)
+        make_end(b, a, vni, "mrcx-gb", mac_b, DEFAULT_UNDERLAY_MTU)
+        subprocess.run(["ip", "-n", servers.underlay, "addr", "add", bridge_addr, "dev",
+                        servers.bridge], check=True)
+        sniff = servers.popen(1, ["python3", "-c", SNIFF, "mrcx-gb", "3", "from-outsider",
+                                  "from-server"], stdout=subprocess.PIPE, text=True)
+        assert sniff.stdout is not None and sniff.stdout.readline().strip() == "ready"
+        send_vxlan(servers, None, OUTSIDER, b.serverIP,
+                   vxlan_datagram(vni, mac_b, "from-outsider"), 3)
+        wait_until(lambda: guard_dropped(servers, 1, guard) >= 3, "the outsider's three dropped")
+        send_vxlan(servers, 0, a.serverIP, b.serverIP,
+                   vxlan_datagram(vni, mac_b, "from-server"), 3)
+        seen = json.loads(sniff.communicate(timeout=30)[0])
+        assert seen == {"from-outsider": 0, "from-server": 3}, seen
+        driver.stdin.write("close\n")
+        driver.stdin.flush()
+        closed = driver.stdout.readline()
+        assert closed.startswith("CLOSED "), closed
+        assert driver.wait(timeout=30) == 0
+        assert json.loads(closed[len("CLOSED "):])["srv1"]["released"] is True
+        for i in (0, 1):
+            assert "mrc_vxgate_" not in nft_tables(servers, i)
+            assert "mrc_ports_" not in nft_tables(servers, i)
+    finally:
+        stop_driver(driver)
+        for i in (0, 1):  # what a failed driver left (the servers' own namespaces)
+            for table in re.findall(r"table (inet mrc_vxgate_\w+|netdev mrc_ports_\w+)",
+                                    nft_tables(servers, i)):
+                servers.run(i, ["nft", "delete", "table", *table.split()], capture_output=True)
+        subprocess.run(["ip", "-n", servers.underlay, "addr", "del", bridge_addr, "dev",
+                        servers.bridge], capture_output=True)
+        for i, end in ((0, "mrcx-ga"), (1, "mrcx-gb"), (0, "mrcx-pa"), (1, "mrcx-pa")):
+            servers.run(i, ["ip", "link", "del", end], capture_output=True)
+    assert "mrcx-" not in links(servers, 0) + links(servers, 1)

@@ -115,7 +115,7 @@ def loss_report(net, hosts) -> dict:
         if frames[sw.name]["consumed"]:
             entry["consumed"] = frames[sw.name]["consumed"]
         if net.target == "soft":
-            port = sw.thrift_port  # the fabric model's, which the switch nodes are started with
+            port = net.ports[sw.name].thrift  # the run's (topologies.runports)
             token = net.credentials.control_token  # the run's: the switches refuse others
             stats = request(port, {"cmd": "stats"}, token=token)["stats"]
             queues = request(port, {"cmd": "queues"}, token=token)["queues"]

@@ -3,7 +3,8 @@ namespace (another host) and as an unprivileged local user, reaching Thrift, P4R
 software switch's runtime port of a running fabric changes nothing. Root without the run's
 keys gets no further (P4Runtime wants the run's client certificate, the runtime port its
 token). Before (bcb78cb) BMv2's Thrift port answered on every address and both ports on
-loopback answered every local user."""
+loopback answered every local user. A local user listening first on a switch's default
+ports does not stop the fabric: the run moves that switch (topologies.runports)."""
 
 from __future__ import annotations
 
@@ -77,10 +78,10 @@ def untouched(net: MrcNetwork) -> None:
 
 def test_nothing_outside_reaches_a_control_port(fabric: MrcNetwork, other_host) -> None:
     ns, address = other_host
-    sw = FABRIC.switches[0]
-    assert connects([], "127.0.0.1", sw.thrift_port)  # root on this machine: yes
+    sw = fabric.ports[FABRIC.switches[0].name]  # the run's ports (topologies.runports)
+    assert connects([], "127.0.0.1", sw.thrift)  # root on this machine: yes
     before = shield.dropped(fabric.shield_table)
-    for port in (sw.thrift_port, sw.grpc_port):
+    for port in (sw.thrift, sw.grpc):
         assert not connects(ns, address, port), f"port {port} reachable from another host"
         assert not connects(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
                              "--clear-groups"], "127.0.0.1", port), \
@@ -95,7 +96,7 @@ def test_nothing_outside_reaches_a_control_port(fabric: MrcNetwork, other_host) 
 
 
 def test_root_without_the_runs_keys_gets_nowhere(fabric: MrcNetwork) -> None:
-    sw = FABRIC.switches[0]
+    sw = fabric.ports[FABRIC.switches[0].name]
     for creds in (None, tls.ClientTls(fabric.credentials.client.ca, b"", b"")):
         channel = tls.channel(sw.grpc_address, creds) if creds is None else \
             grpc.secure_channel(sw.grpc_address, grpc.ssl_channel_credentials(creds.ca))
@@ -106,12 +107,77 @@ def test_root_without_the_runs_keys_gets_nowhere(fabric: MrcNetwork) -> None:
         channel.close()
     if fabric.target == "soft":
         token = fabric.credentials.control_token
-        before = request(sw.thrift_port, {"cmd": "queues"}, token=token)["queues"]
+        before = request(sw.thrift, {"cmd": "queues"}, token=token)["queues"]
         for wrong in (None, "0" * 64):
             with pytest.raises(ControlError, match="control token"):
-                request(sw.thrift_port, {"cmd": "set_queue_rate", "rate": 1}, token=wrong)
-        assert request(sw.thrift_port, {"cmd": "queues"}, token=token)["queues"] == before
+                request(sw.thrift, {"cmd": "set_queue_rate", "rate": 1}, token=wrong)
+        assert request(sw.thrift, {"cmd": "queues"}, token=token)["queues"] == before
     untouched(fabric)
+
+
+# ---- a local user on the default ports before the run (issue 54) ------------------------
+
+SMALL = Fabric(1, 1, 1, 1)  # two switches
+AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+# Listens on every port of argv and reports each connection and each chunk it receives on
+# stdout, flushed line by line, so what it saw survives its SIGKILL.
+SQUAT = """
+import selectors, socket, sys
+sel = selectors.DefaultSelector()
+for port in map(int, sys.argv[1:]):
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", port))
+    srv.listen(16)
+    sel.register(srv, selectors.EVENT_READ, port)
+print("listening", flush=True)
+while True:
+    for key, _ in sel.select():
+        if isinstance(key.data, int):
+            conn, _ = key.fileobj.accept()
+            print("connection to", key.data, flush=True)
+            sel.register(conn, selectors.EVENT_READ, ("from", key.data))
+        elif data := key.fileobj.recv(65536):
+            print("bytes", len(data), "to", key.data[1], flush=True)
+        else:
+            sel.unregister(key.fileobj)
+            key.fileobj.close()
+"""
+
+
+@pytest.mark.parametrize("target", ["soft", pytest.param("bmv2", marks=pytest.mark.bmv2)])
+def test_a_local_user_on_the_default_ports_does_not_stop_the_fabric(target: str) -> None:
+    """nobody listens first on a switch's default P4Runtime and runtime ports: the run moves
+    that switch to free ports and says so, the fabric comes up and is programmed, and the
+    squatter never hears from it. Before, the switch could not bind (the software switch
+    exited, BMv2 gave up after 30 s) and the readiness probe connected to the squatter."""
+    if target == "bmv2":
+        require_bmv2()
+    sw = SMALL.switches[0]
+    logs: list[str] = []
+    squatter = subprocess.Popen([*AS_NOBODY, "/usr/bin/python3", "-c", SQUAT,
+                                 str(sw.grpc_port), str(sw.thrift_port)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert squatter.stdout is not None and squatter.stderr is not None
+        assert squatter.stdout.readline().strip() == "listening", squatter.stderr.read()
+        with MrcNetwork(NetworkConfig(fabric=SMALL, target=target, agents=False),
+                        log=logs.append) as net:
+            net.start()
+            moved = net.ports[sw.name]
+            assert moved.grpc != sw.grpc_port and moved.thrift != sw.thrift_port
+            for port, new in ((sw.grpc_port, moved.grpc), (sw.thrift_port, moved.thrift)):
+                assert any(f"port {port} is listened on by uid {NOBODY}" in line
+                           and f"uses port {new} instead" in line for line in logs), logs
+            assert [net.controller.verify(s.name) for s in SMALL.switches] == ["", ""]
+            assert net.credentials is not None  # the controller CLI's --tls-dir finds them:
+            assert tls.load_addresses(net.credentials.directory) == net.ports.addresses()
+            covered = shield.nft_run(["list", "table", "inet", net.shield_table]).stdout
+            assert str(moved.grpc) in covered and str(moved.thrift) in covered
+    finally:
+        squatter.kill()  # by its PID (setpriv exec'd python3 in place)
+        heard = squatter.communicate(timeout=10)[0]
+    assert "connection" not in heard and "bytes" not in heard, heard
 
 
 if __name__ == "__main__":

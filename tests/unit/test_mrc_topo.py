@@ -8,6 +8,7 @@ from fabric.options import PRESETS
 from fabric.topology import Fabric
 from topologies import custom, fabricnet
 from topologies.mrctopo import MrcTopo, node_mac
+from topologies.runports import PortPlan
 
 
 def test_the_graph_is_the_fabrics() -> None:
@@ -50,7 +51,7 @@ def test_mininet_nodes_come_from_the_graph(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(fabricnet, "Mininet", FakeNet)
     fabric = Fabric(*PRESETS["default"])
     config = type("C", (), {"fabric": fabric, "soft_processes": 1})()
-    net = fabricnet.add_nodes(config, "bmv2", tmp_path, None)
+    net = fabricnet.add_nodes(config, "bmv2", tmp_path, None, PortPlan.defaults(fabric))
     topo = net.fabric_topo
     assert [n for kind, n, _ in added if kind == "switch"] == topo.switches(sort=False)
     assert [n for kind, n, _ in added if kind == "host"] == topo.hosts(sort=False)
