@@ -4,7 +4,7 @@ The grader runs as root and reads two kinds of files a hostile user may have sha
 submission (a student's folder) and, through the checkout, whatever lies beside the project's
 sources (other students' folders, earlier grade files, links planted there). So:
 
-- The grading copy is built from an allow-list (PACKAGES, plus each exercise's
+- The grading copy is built from an allow-list (PACKAGES, DATA_FILES, plus each exercise's
   exercise.json for the catalog), never from the whole checkout: no other submission, no grade
   file, no wrong-solution fixture, no .git. Only regular files with a SOURCE_SUFFIXES ending
   are copied, each opened without following links and without blocking (a FIFO or a link to
@@ -32,6 +32,7 @@ from pathlib import Path
 # simulator and the live stage's Mininet fabric); nothing else of the checkout is copied.
 PACKAGES = ("controller", "fabric", "grader", "host_agent", "p4rt", "p4src", "sim",
             "softswitch", "topologies", "wire")
+DATA_FILES = ("tests/golden/cases.json",)  # the golden corpus the P4 exercises' checks run
 SOURCE_SUFFIXES = (".py", ".p4", ".json", ".txtpb", ".css", ".js", ".sh")  # build.sh: p4c
 SKIP_DIRS = frozenset({"__pycache__", "build", "results", "work"})
 MAX_FILE_BYTES = 4 << 20  # one project source or submitted file: the largest is ~40 KB
@@ -143,6 +144,14 @@ def copy_sources(root: Path, dest: Path, exercises: Path) -> list[str]:
                 _copy_tree(fd, dest / package, skipped, package)
             finally:
                 os.close(fd)
+        for rel in DATA_FILES:
+            try:
+                data = read_no_follow(root, rel)
+            except (FileNotFoundError, UnsafeFile) as exc:
+                skipped.append(f"{rel} ({exc})")
+                continue
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dest / rel).write_bytes(data)
     finally:
         os.close(root_fd)
     for folder in sorted(exercises.iterdir()) if exercises.is_dir() else []:

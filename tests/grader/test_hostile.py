@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -349,21 +350,36 @@ def test_the_grading_copy_holds_no_other_submission_nor_grades(hostile, baseline
     tag = os.urandom(4).hex()
     other = catalog.ROOT / f"submissions-{tag}" / "bob" / "host_agent" / "core" / "evs.py"
     grades = catalog.ROOT / f"grades-{tag}.json"
+    # links the old copytree followed as root: /proc/kmsg blocked it (and every later grading)
+    kmsg = [catalog.ROOT / f"submissions-{tag}" / "carol" / "evs.py",
+            catalog.ROOT / "grader" / f"leak_{tag}.py"]
     secret = f"bob-secret-{tag}"
+    old = signal.signal(signal.SIGALRM, _blocked)
     try:
         other.parent.mkdir(parents=True)
         other.write_text(f"# {secret}\n")
         grades.write_text(f'{{"bob": "{secret}"}}')
+        for link in kmsg:
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to("/proc/kmsg")
         rels = [str(other.relative_to(catalog.ROOT)), grades.name]
         monkeypatch.setenv("MRC_HOSTILE_READ", ":".join(rels))
+        signal.alarm(TIMEOUT_S + 30)
         g, _ = hostile("read-in-copy")
     finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
         grades.unlink(missing_ok=True)
+        kmsg[1].unlink(missing_ok=True)
         shutil.rmtree(catalog.ROOT / f"submissions-{tag}", ignore_errors=True)
     spread = next(c for c in g.checks if c.id == "spray.spread")
     assert "nothing (FileNotFoundError)" in spread.observed, spread
     assert not any(secret in f"{c.observed} {c.expected} {c.hint}" for c in g.checks)
     earned_nothing(g, baseline)
+
+
+def _blocked(*_: object) -> None:
+    raise TimeoutError("the grader blocked on a link in the checkout")
 
 
 def _grading_folders() -> set[str]:
