@@ -18,16 +18,38 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from grader.exercises.ex6_observe import DEAD, NOW, PLANES, QUIET_AFTER_RTTS, RETRY_S, units
+from grader.exercises.ex6_observe import (
+    DEAD,
+    NOW,
+    PLANES,
+    QUIET_AFTER_RTTS,
+    RETRY_S,
+    dead_plane,
+    units,
+)
 from grader.exercises.ex6_observe import simulate as simulate
 from grader.live import judge_transfer, observe_transfer
 from grader.report import Check, CheckSpec, not_run, raised
 
-ALIVE = [p for p in range(PLANES) if p != DEAD]
-MASK_DOWN = sum(1 << p for p in ALIVE)
 MASK_ALL = (1 << PLANES) - 1
+
+
+@dataclass(frozen=True)
+class Lost:
+    """The plane A loses in the unit checks (drawn per grading run: dead_plane)."""
+    plane: int = DEAD
+
+    @property
+    def alive(self) -> list[int]:
+        return [p for p in range(PLANES) if p != self.plane]
+
+    @property
+    def mask_down(self) -> int:
+        return sum(1 << p for p in self.alive)
 NOTIFY_BOUND_RTTS = 5  # the reference: about 0.4 base RTTs
 
 SIM_IDS = (("ex6.sim.transfer", 2), ("ex6.sim.notified", 1), ("ex6.sim.quiet", 2),
@@ -111,7 +133,8 @@ def _unit(check_id: str, obs: Any, hint: str, expected: str,
                  observed="; ".join(found) or "as expected", hint=hint)
 
 
-def _local(o: dict[str, Any]) -> list[str]:
+def _local(d: Lost, o: dict[str, Any]) -> list[str]:
+    DEAD = d.plane  # noqa: N806 (the plane the messages name)
     problems = []
     if not _has_event(o["events"], "PlaneStateChanged", plane=DEAD, up=False):
         problems.append(f"no PlaneStateChanged({DEAD}, up=False) event")
@@ -125,24 +148,25 @@ def _local(o: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _notify(o: dict[str, Any]) -> list[str]:
+def _notify(d: Lost, o: dict[str, Any]) -> list[str]:
     sent = _records(o["ep_req"], "ep_req")
     problems = []
     for peer in "BC":
         mine = [(plane, mask) for p, plane, mask in sent if p == peer]
         planes = sorted(plane for plane, _ in mine)
-        if planes != ALIVE:
+        if planes != d.alive:
             problems.append(f"to {peer}: EP_REQ on planes {planes}")
-        bad = {_planes(mask) for _, mask in mine if mask != MASK_DOWN}
+        bad = {_planes(mask) for _, mask in mine if mask != d.mask_down}
         if bad:
             problems.append(f"to {peer}: port mask {', '.join(sorted(bad))}")
     return problems
 
 
-def _peer_down(o: dict[str, Any]) -> list[str]:
+def _peer_down(d: Lost, o: dict[str, Any]) -> list[str]:
+    DEAD = d.plane  # noqa: N806 (the plane the messages name)
     problems = []
     up = _ints(o["peer_up"], "peer_up")
-    if set(up) != set(ALIVE):
+    if set(up) != set(d.alive):
         problems.append(f"B believes A's ports {sorted(up)} are up")
     if not _has_event(o["events"], "PeerPlaneChanged", plane=DEAD, up=False):
         problems.append(f"B emitted no PeerPlaneChanged('A', {DEAD}, up=False)")
@@ -154,7 +178,7 @@ def _peer_down(o: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _retry(o: dict[str, Any]) -> list[str]:
+def _retry(_d: Lost, o: dict[str, Any]) -> list[str]:
     problems = []
     timer = o["timer"]
     if timer is None or isinstance(timer, str) or _num(timer, "timer") > NOW + 1.5 * RETRY_S:
@@ -167,7 +191,8 @@ def _retry(o: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _peer_up(o: dict[str, Any]) -> list[str]:
+def _peer_up(d: Lost, o: dict[str, Any]) -> list[str]:
+    DEAD = d.plane  # noqa: N806 (the plane the messages name)
     problems = []
     masks = {_planes(mask) for peer, _, mask in _records(o["ep_req"], "ep_req") if peer == "B"}
     if masks != {_planes(MASK_ALL)}:
@@ -181,8 +206,10 @@ def _peer_up(o: dict[str, Any]) -> list[str]:
     return problems
 
 
-def unit_checks(obs: Any) -> list[Check]:
-    """The five unit checks from observe's "units" (ex6_observe.units())."""
+def unit_checks(obs: Any, dead: int = DEAD) -> list[Check]:
+    """The five unit checks from observe's "units" (ex6_observe.units(dead))."""
+    d = Lost(dead)
+    DEAD, ALIVE, MASK_DOWN = d.plane, d.alive, d.mask_down  # noqa: N806 (the texts name them)
     return [
         _unit("ex6.local", obs["local"],
               "set_plane_up records the new state, emits PlaneStateChanged and tells every "
@@ -190,7 +217,7 @@ def unit_checks(obs: Any) -> list[Check]:
               "up *and* the peer's is (plane in self._peer_up[conn.peer]); then "
               "conn.drain_ev_changes()",
               f"down: a PlaneStateChanged event and no data on plane {DEAD}; up: data on "
-              f"plane {DEAD} again", _local),
+              f"plane {DEAD} again", partial(_local, d)),
         _unit("ex6.notify", obs["notify"],
               "bump self._announce_seq (mod SEQ_MOD), build the mask of our live ports and "
               "send a PortStatusPacket (opcode OP_EP_REQ, dest QP QPN_ENDPOINT, seq in the "
@@ -198,27 +225,27 @@ def unit_checks(obs: Any) -> list[Check]:
               "(conn.entry_on_plane(p) names an EV there, conn.control_tx builds the "
               "packet): a notification sent on the dead plane itself never arrives",
               f"to B and to C: one EP_REQ on each of planes {ALIVE}, none on plane {DEAD}, "
-              f"port mask {_planes(MASK_DOWN)}", _notify),
+              f"port mask {_planes(MASK_DOWN)}", partial(_notify, d)),
         _unit("ex6.peer-down", obs["peer_down"],
               "_apply_peer_mask stores the planes the mask says are up in "
               "self._peer_up[peer] and, for each plane whose state changed, emits "
               "PeerPlaneChanged and calls conn.set_plane_usable(plane, our port up and "
               "theirs up) then conn.drain_ev_changes() on every connection to that peer",
               f"B: peer_planes_up('A') == {ALIVE}, a PeerPlaneChanged event, an EP_RSP, "
-              f"and no data on plane {DEAD}", _peer_down),
+              f"and no data on plane {DEAD}", partial(_peer_down, d)),
         _unit("ex6.retry", obs["retry"],
               "after sending an EP_REQ, remember it until answered: "
               "self._pending_announce[peer] = (seq, mask, now + self.config.port_status_retry)"
               " (handle_timer repeats it, an EP_RSP with that seq clears it)",
               "A repeats its EP_REQ to C (whose copy was lost) after port_status_retry, and "
-              "not to B (which answered)", _retry),
+              "not to B (which answered)", partial(_retry, d)),
         _unit("ex6.peer-up", obs["peer_up"],
               "set_plane_up(plane, True) announces the new mask like a down does, and "
               "_apply_peer_mask must handle planes coming back (in the new mask, not in the "
               "old one) as well as planes going away: a plane never marked usable again "
               "costs 1/planes of the capacity for good",
               f"A announces {_planes(MASK_ALL)}; B then believes every port is up and sends "
-              f"data on plane {DEAD} again", _peer_up),
+              f"data on plane {DEAD} again", partial(_peer_up, d)),
     ]
 
 
@@ -301,8 +328,9 @@ def observe(ctx: Any) -> dict[str, Any]:
     """In the sandbox: the unit scenarios, then (if they pass by the judge's own rules) the
     simulation, then (if that passes too) the live transfer; later stages are left out when an
     earlier one fails, since the judge would not run them anyway."""
-    obs: dict[str, Any] = {"units": units()}
-    if not _passed(unit_checks(obs["units"]), 5):
+    dead = dead_plane(ctx.challenge)
+    obs: dict[str, Any] = {"units": units(dead)}
+    if not _passed(unit_checks(obs["units"], dead), 5):
         return obs
     obs["sim"] = observe_sim()
     if not _passed(sim_checks(obs["sim"]), len(SIM_IDS)):
@@ -313,7 +341,7 @@ def observe(ctx: Any) -> dict[str, Any]:
 
 def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
     """Every check from observe's data; a stage runs only when the one before passed."""
-    units_ = unit_checks(obs["units"])
+    units_ = unit_checks(obs["units"], dead_plane(ctx.challenge))
     yield from units_
     if not _passed(units_, 5):
         for check_id, points in SIM_IDS:

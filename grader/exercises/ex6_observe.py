@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from grader.challenge import rng
 from grader.report import raised
 
 PLANES = 4
-DEAD = 1  # the plane A loses in the unit checks
+DEAD = 1  # the plane A loses in the unit checks of a run without a challenge (dead_plane)
 QPN = {("A", "B"): 0x100, ("A", "C"): 0x101, ("B", "A"): 0x200, ("C", "A"): 0x300}
 WRITE = 32 * 1024  # enough data packets to be sprayed over every usable plane
 BASE_RTT = 10e-6  # the unit endpoints' RTT hint
@@ -37,9 +38,10 @@ class Trio:
     """Endpoints A, B, C (four planes, two spines a plane); A talks to B and to C. Nothing is
     delivered unless a scenario hands it over, so each one sees exactly what was sent."""
 
-    def __init__(self) -> None:
+    def __init__(self, dead: int = DEAD) -> None:
         from host_agent.core import Endpoint, EndpointConfig, EvConfig, PathInfo
 
+        self.dead = dead
         ev = EvConfig.for_base_rtt(BASE_RTT, evs_per_connection=16, backups_per_plane=2,
                                    ev_min_active=4)
         cfg = EndpointConfig.for_base_rtt(BASE_RTT, ev=ev)
@@ -97,36 +99,36 @@ def port_status(packets: list[Any], opcode: int) -> list[Record]:
 
 
 def _down(t: Trio) -> None:
-    t.eps["A"].set_plane_up(DEAD, False, now=t.now)
+    t.eps["A"].set_plane_up(t.dead, False, now=t.now)
 
 
-def local() -> dict[str, Any]:
+def local(dead: int) -> dict[str, Any]:
     """A's own port goes down (its events, its data's planes), then, afresh, down and up."""
-    t = Trio()
+    t = Trio(dead)
     _down(t)
     t.send("A")
     out: dict[str, Any] = {"events": list(t.events["A"]), "down_planes": t.data_planes("A", "B")}
-    t = Trio()  # a fresh pair: the first write's packets fill the window
+    t = Trio(dead)  # a fresh pair: the first write's packets fill the window
     _down(t)
     t.send("A")
-    t.eps["A"].set_plane_up(DEAD, True, now=t.now)
+    t.eps["A"].set_plane_up(dead, True, now=t.now)
     t.send("A")
     out["up_planes"] = t.data_planes("A", "B")
     return out
 
 
-def notify() -> dict[str, Any]:
+def notify(dead: int) -> dict[str, Any]:
     """The EP_REQs A sends when its port goes down."""
     import wire
-    t = Trio()
+    t = Trio(dead)
     _down(t)
     return {"ep_req": port_status(t.send("A"), wire.OP_EP_REQ)}
 
 
-def peer_down() -> dict[str, Any]:
+def peer_down(dead: int) -> dict[str, Any]:
     """B after A's notification: its reply, its belief, its events, its data's planes."""
     import wire
-    t = Trio()
+    t = Trio(dead)
     _down(t)
     t.deliver("A", t.send("A"))
     replies = port_status(t.send("B"), wire.OP_EP_RSP)
@@ -135,10 +137,10 @@ def peer_down() -> dict[str, Any]:
             "events": list(t.events["B"]), "data_planes": t.data_planes("B", "A")}
 
 
-def retry() -> dict[str, Any]:
+def retry(dead: int) -> dict[str, Any]:
     """A's timer after B answered and C's copy was lost, and what A repeats when it fires."""
     import wire
-    t = Trio()
+    t = Trio(dead)
     _down(t)
     first = t.send("A")
     t.deliver("A", [tx for tx in first if tx.peer == "B"])  # C's copy is lost
@@ -150,15 +152,15 @@ def retry() -> dict[str, Any]:
     return {"timer": _plain(timer), "ep_req": port_status(t.send("A"), wire.OP_EP_REQ)}
 
 
-def peer_up() -> dict[str, Any]:
+def peer_up(dead: int) -> dict[str, Any]:
     """A's port comes back: A's EP_REQs, then B's belief and B's data's planes."""
     import wire
-    t = Trio()
+    t = Trio(dead)
     _down(t)
     t.deliver("A", t.send("A"))
     t.send("B")
     t.now += 1e-3
-    t.eps["A"].set_plane_up(DEAD, True, now=t.now)
+    t.eps["A"].set_plane_up(dead, True, now=t.now)
     sent = t.send("A")
     out: dict[str, Any] = {"ep_req": port_status(sent, wire.OP_EP_REQ)}
     t.deliver("A", sent)
@@ -167,21 +169,27 @@ def peer_up() -> dict[str, Any]:
     return out
 
 
-SCENARIOS: dict[str, Callable[[], dict[str, Any]]] = {
+SCENARIOS: dict[str, Callable[[int], dict[str, Any]]] = {
     "local": local, "notify": notify, "peer_down": peer_down, "retry": retry,
     "peer_up": peer_up}
 
 
-def attempt(scenario: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def attempt(scenario: Callable[[int], dict[str, Any]], dead: int) -> dict[str, Any]:
     """What `scenario` saw, or {"raised": text} if the student's code raised in it."""
     try:
-        return scenario()
+        return scenario(dead)
     except Exception as exc:  # the student's code may raise anything: the judge reports it
         return {"raised": raised(exc)}
 
 
-def units() -> dict[str, dict[str, Any]]:
-    return {name: attempt(scenario) for name, scenario in SCENARIOS.items()}
+def dead_plane(challenge: str) -> int:
+    """The plane A loses in one grading run's unit checks, drawn from its challenge: another
+    run's records name another plane (three times in four)."""
+    return rng(challenge, "ex6").randrange(PLANES)
+
+
+def units(dead: int = DEAD) -> dict[str, dict[str, Any]]:
+    return {name: attempt(scenario, dead) for name, scenario in SCENARIOS.items()}
 
 
 def simulate() -> dict[str, Any]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 
 from grader import catalog, challenge, judging, workspace
+from grader.exercises import ex6
+from grader.exercises.ex6_observe import PLANES, dead_plane
 from tests.e2e.support import skip_reason
 from tests.grader.support import assert_useful
 
@@ -47,8 +49,10 @@ def test_simulator_figures_of_the_reference():
     assert m["at_heal"] == m["quiet_from"] and r["final"] > m["at_heal"]
 
 
-def _judged(obs: dict) -> dict:
-    judged = judging.judge(EX, {"observations": obs}, "soft", challenge=challenge.new())
+def _judged(obs: dict, plane: int = 1) -> dict:
+    """The judge's verdicts under a challenge that takes `plane` from A (units() loses 1)."""
+    judged = judging.judge(EX, {"observations": obs}, "soft",
+                           challenge=_challenge_losing(plane))
     return {c.id: c for c in judged}
 
 
@@ -71,6 +75,9 @@ def test_the_judge_decides_from_raw_data_only():
     assert "port mask {0, 1, 2, 3}" in _judged({"units": bad})["ex6.notify"].observed
     bad = {**units, "retry": {**units["retry"], "ep_req": []}}
     assert not _judged({"units": bad})["ex6.retry"].passed
+    replayed = _judged(obs, plane=2)  # records of a run that lost plane 1, judged for plane 2
+    assert not replayed["ex6.notify"].passed and not replayed["ex6.local"].passed
+    assert replayed["ex6.sim.transfer"].observed.startswith("not run"), replayed
     for junk in ({}, {"units": []}, {"units": {**units, "local": {"events": 3}}},
                  {"units": {**units, "retry": {"timer": [], "ep_req": []}}},
                  {"units": units, "sim": {**_REF_SIM, "rtt": 0}}):
@@ -103,3 +110,25 @@ def test_solution_live():
         pytest.skip(reason)
     g = workspace.grade(EX, workspace.solution(EX), "solution", "soft")
     assert g.full_marks, g.checks
+
+
+def _challenge_losing(plane: int) -> str:
+    """A challenge whose run takes `plane` from A (ex6_observe.dead_plane), found by drawing."""
+    while True:
+        c = challenge.new()
+        if dead_plane(c) == plane:
+            return c
+
+
+@pytest.mark.parametrize("plane", range(PLANES))
+def test_every_plane_the_challenge_may_draw_grades_alike(plane, no_live, monkeypatch):
+    """Each grading run draws the plane A loses (issue 54: another run's records name another
+    plane). Whichever it draws, the reference passes every unit check, in this process, and
+    each wrong-solution fixture, graded in the sandbox, fails first on its own check."""
+    assert all(c.passed for c in ex6.unit_checks(ex6.units(plane), plane))
+    drawn = _challenge_losing(plane)
+    monkeypatch.setattr(challenge, "new", lambda: drawn)
+    for wrong in EX.wrong_solutions():
+        g = workspace.grade(EX, workspace.fixture(EX, wrong), wrong.name, "soft")
+        first = next(c for c in g.checks if not c.passed)
+        assert first.id == workspace.fixture_expectation(wrong)["fails"], (plane, first)
