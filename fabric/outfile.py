@@ -22,7 +22,7 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TextIO
 
 OUTPUT_MODE = 0o644  # a new output file; an existing one keeps at most these bits
 _OPEN = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -105,3 +105,27 @@ def open_output_file(path: Path | str) -> BinaryIO:
         os.close(fd)
         raise
     return os.fdopen(fd, "wb")
+
+
+def open_log_file(path: Path | str) -> TextIO:
+    """A log file the user named (an agent's --log), opened to append, by the same rule as
+    open_output_file: created new (0644), or a plain file of ours with one link, never
+    through a link or into a FIFO. Raises UnsafeOutputError and leaves the file as it was."""
+    try:
+        fd = os.open(path, _OPEN | os.O_APPEND | os.O_CREAT | os.O_EXCL, OUTPUT_MODE)
+    except FileExistsError:
+        try:
+            fd = os.open(path, _OPEN | os.O_APPEND)
+        except OSError as exc:
+            why = _OPEN_ERRORS.get(exc.errno or 0, f"it cannot be opened without following "
+                                   f"a link ({exc.strerror})")
+            raise refusal(path, why) from None
+    try:
+        problem = output_problem(os.fstat(fd))
+        if problem is not None:
+            raise refusal(path, problem)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "a", buffering=1)

@@ -35,6 +35,7 @@ import sys
 
 from fabric import hostpaths
 from fabric.options import add_fabric_args, fabric_from_args
+from fabric.outfile import UnsafeOutputError, open_log_file
 from fabric.topology import TopologyError
 from host_agent.commands import Commands
 from host_agent.control import ControlServer, RequestError
@@ -185,8 +186,13 @@ def line_rate_bps(nic_rate_pps: float | None, planes: int, sprays: bool) -> floa
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    try:  # root may run an agent by hand: the file is opened as fabric.outfile says
+        stream = open_log_file(args.log) if args.log else None
+    except UnsafeOutputError as exc:
+        print(f"agent: --log: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(
-        filename=args.log, level=args.log_level,
+        stream=stream, level=args.log_level,
         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         config = load_host_config(args)

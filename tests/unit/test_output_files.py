@@ -163,3 +163,22 @@ def test_output_directories_of_another_user_are_refused(shared_tmp: Path,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and str(folder) in done.stderr, done.stderr
     assert list(folder.iterdir()) == []
+
+
+def test_an_agents_log_file_is_opened_by_the_same_rule(shared_tmp: Path, victim: Path) -> None:
+    """An agent run by hand as root with --log at nobody's link: exit 2 before it starts,
+    the reason on stderr, the victim intact; our own log is appended to."""
+    link = shared_tmp / "agent.log"
+    assert as_nobody(f"ln -s {victim} {link}").returncode == 0
+    done = subprocess.run([sys.executable, "-m", "host_agent.agent", "--log", str(link),
+                           "--host", "0", "--socket", str(shared_tmp / "never.sock")],
+                          cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and "it is a symbolic link" in done.stderr, done.stderr
+    assert intact(victim) and link.is_symlink()
+    ours = shared_tmp / "ours.log"
+    ours.write_text("earlier\n")
+    from fabric.outfile import open_log_file
+    with open_log_file(ours) as f:
+        f.write("later\n")
+    assert ours.read_text() == "earlier\nlater\n"
