@@ -83,24 +83,10 @@ def open_output_file(path: Path | str) -> BinaryIO:
     A symbolic link as the last component, a FIFO, a socket, a device, a directory, a file
     of another uid or a hard-linked file raises UnsafeOutputError and is left as it was.
     The caller closes the file."""
+    fd, st = _open_checked(path, 0)
     try:
-        fd = os.open(path, _OPEN | os.O_CREAT | os.O_EXCL, OUTPUT_MODE)
-    except FileExistsError:
-        try:
-            fd = os.open(path, _OPEN)
-        except OSError as exc:
-            why = _OPEN_ERRORS.get(exc.errno or 0,
-                                   f"it cannot be opened without following a link "
-                                   f"({exc.strerror})")
-            raise refusal(path, why) from None
-    try:
-        st = os.fstat(fd)
-        problem = output_problem(st)
-        if problem is not None:
-            raise refusal(path, problem)
         os.ftruncate(fd, 0)
         os.fchmod(fd, stat.S_IMODE(st.st_mode) & OUTPUT_MODE)
-        os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
@@ -111,21 +97,32 @@ def open_log_file(path: Path | str) -> TextIO:
     """A log file the user named (an agent's --log), opened to append, by the same rule as
     open_output_file: created new (0644), or a plain file of ours with one link, never
     through a link or into a FIFO. Raises UnsafeOutputError and leaves the file as it was."""
+    fd, _ = _open_checked(path, os.O_APPEND)
+    return os.fdopen(fd, "a", buffering=1)
+
+
+def _open_checked(path: Path | str, extra: int) -> tuple[int, os.stat_result]:
+    """`path` opened for writing with `extra` flags, created new (O_EXCL, OUTPUT_MODE) or,
+    if something is there, reopened without following a link and kept only if fstat says
+    output_problem has nothing against it; blocking again once checked. The one rule of
+    open_output_file and open_log_file."""
     try:
-        fd = os.open(path, _OPEN | os.O_APPEND | os.O_CREAT | os.O_EXCL, OUTPUT_MODE)
+        fd = os.open(path, _OPEN | extra | os.O_CREAT | os.O_EXCL, OUTPUT_MODE)
     except FileExistsError:
         try:
-            fd = os.open(path, _OPEN | os.O_APPEND)
+            fd = os.open(path, _OPEN | extra)
         except OSError as exc:
-            why = _OPEN_ERRORS.get(exc.errno or 0, f"it cannot be opened without following "
-                                   f"a link ({exc.strerror})")
+            why = _OPEN_ERRORS.get(exc.errno or 0,
+                                   f"it cannot be opened without following a link "
+                                   f"({exc.strerror})")
             raise refusal(path, why) from None
     try:
-        problem = output_problem(os.fstat(fd))
+        st = os.fstat(fd)
+        problem = output_problem(st)
         if problem is not None:
             raise refusal(path, problem)
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
-    return os.fdopen(fd, "a", buffering=1)
+    return fd, st
