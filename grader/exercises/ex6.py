@@ -36,20 +36,6 @@ from grader.live import judge_transfer, observe_transfer
 from grader.report import Check, CheckSpec, not_run, raised
 
 MASK_ALL = (1 << PLANES) - 1
-
-
-@dataclass(frozen=True)
-class Lost:
-    """The plane A loses in the unit checks (drawn per grading run: dead_plane)."""
-    plane: int = DEAD
-
-    @property
-    def alive(self) -> list[int]:
-        return [p for p in range(PLANES) if p != self.plane]
-
-    @property
-    def mask_down(self) -> int:
-        return sum(1 << p for p in self.alive)
 NOTIFY_BOUND_RTTS = 5  # the reference: about 0.4 base RTTs
 
 SIM_IDS = (("ex6.sim.transfer", 2), ("ex6.sim.notified", 1), ("ex6.sim.quiet", 2),
@@ -75,6 +61,20 @@ CHECKS = (
     CheckSpec("live.transfer", LIVE_TITLE, 3),
 )
 SPEC = {s.id: s for s in CHECKS}
+
+
+@dataclass(frozen=True)
+class Lost:
+    """The plane A loses in the unit checks (drawn per grading run: dead_plane)."""
+    plane: int = DEAD
+
+    @property
+    def alive(self) -> list[int]:
+        return [p for p in range(PLANES) if p != self.plane]
+
+    @property
+    def mask_down(self) -> int:
+        return sum(1 << p for p in self.alive)
 
 
 def _planes(mask: int) -> str:
@@ -134,16 +134,16 @@ def _unit(check_id: str, obs: Any, hint: str, expected: str,
 
 
 def _local(d: Lost, o: dict[str, Any]) -> list[str]:
-    DEAD = d.plane  # noqa: N806 (the plane the messages name)
+    dead = d.plane
     problems = []
-    if not _has_event(o["events"], "PlaneStateChanged", plane=DEAD, up=False):
-        problems.append(f"no PlaneStateChanged({DEAD}, up=False) event")
+    if not _has_event(o["events"], "PlaneStateChanged", plane=dead, up=False):
+        problems.append(f"no PlaneStateChanged({dead}, up=False) event")
     used = _ints(o["down_planes"], "down_planes")
-    if DEAD in used or not used:
-        problems.append(f"with plane {DEAD} down, A's data went on planes {sorted(set(used))}")
+    if dead in used or not used:
+        problems.append(f"with plane {dead} down, A's data went on planes {sorted(set(used))}")
     used = _ints(o["up_planes"], "up_planes")
-    if DEAD not in used:
-        problems.append(f"with plane {DEAD} up again, A's data went on planes "
+    if dead not in used:
+        problems.append(f"with plane {dead} up again, A's data went on planes "
                         f"{sorted(set(used))} only")
     return problems
 
@@ -163,22 +163,22 @@ def _notify(d: Lost, o: dict[str, Any]) -> list[str]:
 
 
 def _peer_down(d: Lost, o: dict[str, Any]) -> list[str]:
-    DEAD = d.plane  # noqa: N806 (the plane the messages name)
+    dead = d.plane
     problems = []
     up = _ints(o["peer_up"], "peer_up")
     if set(up) != set(d.alive):
         problems.append(f"B believes A's ports {sorted(up)} are up")
-    if not _has_event(o["events"], "PeerPlaneChanged", plane=DEAD, up=False):
-        problems.append(f"B emitted no PeerPlaneChanged('A', {DEAD}, up=False)")
+    if not _has_event(o["events"], "PeerPlaneChanged", plane=dead, up=False):
+        problems.append(f"B emitted no PeerPlaneChanged('A', {dead}, up=False)")
     if not _records(o["ep_rsp"], "ep_rsp"):
         problems.append("B sent no EP_RSP")
     used = _ints(o["data_planes"], "data_planes")
-    if DEAD in used or not used:
+    if dead in used or not used:
         problems.append(f"B's data to A went on planes {sorted(set(used))}")
     return problems
 
 
-def _retry(_d: Lost, o: dict[str, Any]) -> list[str]:
+def _retry(o: dict[str, Any]) -> list[str]:
     problems = []
     timer = o["timer"]
     if timer is None or isinstance(timer, str) or _num(timer, "timer") > NOW + 1.5 * RETRY_S:
@@ -192,7 +192,7 @@ def _retry(_d: Lost, o: dict[str, Any]) -> list[str]:
 
 
 def _peer_up(d: Lost, o: dict[str, Any]) -> list[str]:
-    DEAD = d.plane  # noqa: N806 (the plane the messages name)
+    dead = d.plane
     problems = []
     masks = {_planes(mask) for peer, _, mask in _records(o["ep_req"], "ep_req") if peer == "B"}
     if masks != {_planes(MASK_ALL)}:
@@ -201,7 +201,7 @@ def _peer_up(d: Lost, o: dict[str, Any]) -> list[str]:
     if set(up) != set(range(PLANES)):
         problems.append(f"B believes A's ports {sorted(up)} are up")
     used = _ints(o["data_planes"], "data_planes")
-    if DEAD not in used:
+    if dead not in used:
         problems.append(f"B's data to A went on planes {sorted(set(used))} only")
     return problems
 
@@ -209,43 +209,43 @@ def _peer_up(d: Lost, o: dict[str, Any]) -> list[str]:
 def unit_checks(obs: Any, dead: int = DEAD) -> list[Check]:
     """The five unit checks from observe's "units" (ex6_observe.units(dead))."""
     d = Lost(dead)
-    DEAD, ALIVE, MASK_DOWN = d.plane, d.alive, d.mask_down  # noqa: N806 (the texts name them)
+    alive = d.alive
     return [
         _unit("ex6.local", obs["local"],
               "set_plane_up records the new state, emits PlaneStateChanged and tells every "
               "connection conn.set_plane_usable(plane, usable): usable only if our port is "
               "up *and* the peer's is (plane in self._peer_up[conn.peer]); then "
               "conn.drain_ev_changes()",
-              f"down: a PlaneStateChanged event and no data on plane {DEAD}; up: data on "
-              f"plane {DEAD} again", partial(_local, d)),
+              f"down: a PlaneStateChanged event and no data on plane {dead}; up: data on "
+              f"plane {dead} again", partial(_local, d)),
         _unit("ex6.notify", obs["notify"],
               "bump self._announce_seq (mod SEQ_MOD), build the mask of our live ports and "
               "send a PortStatusPacket (opcode OP_EP_REQ, dest QP QPN_ENDPOINT, seq in the "
               "BTH PSN and in the extension) to every peer, on each plane whose port is up "
               "(conn.entry_on_plane(p) names an EV there, conn.control_tx builds the "
               "packet): a notification sent on the dead plane itself never arrives",
-              f"to B and to C: one EP_REQ on each of planes {ALIVE}, none on plane {DEAD}, "
-              f"port mask {_planes(MASK_DOWN)}", partial(_notify, d)),
+              f"to B and to C: one EP_REQ on each of planes {alive}, none on plane {dead}, "
+              f"port mask {_planes(d.mask_down)}", partial(_notify, d)),
         _unit("ex6.peer-down", obs["peer_down"],
               "_apply_peer_mask stores the planes the mask says are up in "
               "self._peer_up[peer] and, for each plane whose state changed, emits "
               "PeerPlaneChanged and calls conn.set_plane_usable(plane, our port up and "
               "theirs up) then conn.drain_ev_changes() on every connection to that peer",
-              f"B: peer_planes_up('A') == {ALIVE}, a PeerPlaneChanged event, an EP_RSP, "
-              f"and no data on plane {DEAD}", partial(_peer_down, d)),
+              f"B: peer_planes_up('A') == {alive}, a PeerPlaneChanged event, an EP_RSP, "
+              f"and no data on plane {dead}", partial(_peer_down, d)),
         _unit("ex6.retry", obs["retry"],
               "after sending an EP_REQ, remember it until answered: "
               "self._pending_announce[peer] = (seq, mask, now + self.config.port_status_retry)"
               " (handle_timer repeats it, an EP_RSP with that seq clears it)",
               "A repeats its EP_REQ to C (whose copy was lost) after port_status_retry, and "
-              "not to B (which answered)", partial(_retry, d)),
+              "not to B (which answered)", _retry),
         _unit("ex6.peer-up", obs["peer_up"],
               "set_plane_up(plane, True) announces the new mask like a down does, and "
               "_apply_peer_mask must handle planes coming back (in the new mask, not in the "
               "old one) as well as planes going away: a plane never marked usable again "
               "costs 1/planes of the capacity for good",
               f"A announces {_planes(MASK_ALL)}; B then believes every port is up and sends "
-              f"data on plane {DEAD} again", partial(_peer_up, d)),
+              f"data on plane {dead} again", partial(_peer_up, d)),
     ]
 
 
