@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -194,7 +193,3 @@ def remove(tmp: Path) -> str:
     if not os.path.lexists(tmp):
         return ""
     return f"{tmp} was not removed completely: {proc.stderr.strip()[-300:]}"
-
-
-def make_tmp() -> Path:
-    return Path(tempfile.mkdtemp(prefix="mrc-grade-"))

@@ -20,6 +20,7 @@ import os
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -156,18 +157,18 @@ REPORT = "observations.json"
 
 
 @contextmanager
-def project_copy(files: FileSet, root: Path = ROOT) -> Iterator[Path]:
+def project_copy(files: FileSet) -> Iterator[Path]:
     """A temporary copy of the project's allow-listed sources (grader.gradingcopy) with
     `files` laid over; removed on exit without raising. Its folder is 0710 with the
     sandbox's group: the sandbox uid may enter it, no other user (a submission is the
     student's own work), and its copy/ and results/ (a size-capped tmpfs) sit side by side."""
-    tmp = gradingcopy.make_tmp()
+    tmp = Path(tempfile.mkdtemp(prefix="mrc-grade-"))
     try:
         if os.geteuid() == 0:
             os.chown(tmp, 0, sandbox.SANDBOX_GID)
             tmp.chmod(0o710)
         copy = tmp / "project"
-        skipped = gradingcopy.copy_sources(root, copy, root / EXERCISES.relative_to(ROOT))
+        skipped = gradingcopy.copy_sources(ROOT, copy, EXERCISES)
         if skipped:
             logging.getLogger("grader").warning("not copied into the grading copy: %s",
                                                 "; ".join(skipped[:10]))
