@@ -55,15 +55,8 @@ def ruleset(name: str, ports: Iterable[str]) -> str:
 def install(ports: Iterable[str], record: Callable[[str], None]) -> str:
     """Load a new port guard over `ports` (which exist); `record` hears its name before it
     is loaded (the run manifest). Returns the name, for `remove`."""
-    shield.require_nft("the switch ports would take IPv4 into the root namespace")
-    name = shield.new_name(TABLE_PREFIX)
-    script = ruleset(name, ports)
-    record(name)
-    done = shield.nft_run(["-f", "-"], script)
-    if done.returncode != 0:
-        raise shield.ShieldError(f"nft refused the switch-port guard: "
-                                 f"{done.stderr.strip()[:300]}")
-    return name
+    return shield.load(TABLE_PREFIX, lambda name: ruleset(name, ports), "the switch-port guard",
+                       "the switch ports would take IPv4 into the root namespace", record)
 
 
 def remove(name: str | None) -> bool:

@@ -24,6 +24,7 @@ import re
 import secrets
 import shutil
 import subprocess
+from collections.abc import Callable
 
 TABLE_PREFIX = "mrc_shield_"
 _NAME = re.compile(r"^mrc_shield_[0-9a-f]{8}$")
@@ -81,11 +82,24 @@ def ruleset(name: str, ports: list[int]) -> str:
 
 def install(ports: list[int]) -> str:
     """Load a new shield over `ports`; returns its table name (for `remove`, the manifest)."""
-    require_nft("BMv2's Thrift port would be open to every host")
-    name = new_name(TABLE_PREFIX)
-    done = nft_run(["-f", "-"], ruleset(name, ports))
+    return load(TABLE_PREFIX, lambda name: ruleset(name, ports), "the control-port shield",
+                "BMv2's Thrift port would be open to every host")
+
+
+def load(prefix: str, script: Callable[[str], str], title: str, unguarded: str,
+         record: Callable[[str], None] = lambda _name: None) -> str:
+    """Load a new guard table (GUARD_FAMILIES' `prefix`, a fresh name) from `script(name)`;
+    `record` hears the name before nft loads it (a run manifest), so a run killed meanwhile
+    is swept all the same. `title` names the guard and `unguarded` what would be left open,
+    in the errors. Returns the name, for `remove`. The one loader of the shield, the VXLAN
+    guard and the switch-port guard."""
+    require_nft(unguarded)
+    name = new_name(prefix)
+    text = script(name)
+    record(name)
+    done = nft_run(["-f", "-"], text)
     if done.returncode != 0:
-        raise ShieldError(f"nft refused the control-port shield: {done.stderr.strip()[:300]}")
+        raise ShieldError(f"nft refused {title}: {done.stderr.strip()[:300]}")
     return name
 
 

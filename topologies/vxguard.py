@@ -59,14 +59,9 @@ def install(servers: Iterable[str], vnis: Iterable[int],
             record: Callable[[str], None]) -> str:
     """Load a new VXLAN guard on this machine; `record` hears its name before it is loaded
     (the run manifest). Returns the name, for `remove`."""
-    shield.require_nft("anyone on the underlay could put frames into the run's tunnels")
-    name = shield.new_name(TABLE_PREFIX)
-    script = ruleset(name, servers, vnis)
-    record(name)
-    done = shield.nft_run(["-f", "-"], script)
-    if done.returncode != 0:
-        raise shield.ShieldError(f"nft refused the VXLAN guard: {done.stderr.strip()[:300]}")
-    return name
+    return shield.load(TABLE_PREFIX, lambda name: ruleset(name, servers, vnis),
+                       "the VXLAN guard",
+                       "anyone on the underlay could put frames into the run's tunnels", record)
 
 
 def remove(name: str) -> bool:
