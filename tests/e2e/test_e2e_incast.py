@@ -39,7 +39,31 @@ SENDERS = (0, 1, 2, 3)  # three from the other T0, one from the receiver's own T
 NBYTES = 1_000_000
 
 
-PAUSE_AT, PAUSE_S = 0.35, 0.3  # the pause starts at this fraction of the ideal incast time
+# The pause starts at PAUSE_AT of the ideal incast time and lasts at least PAUSE_S, and until
+# some sender has timed out (at most PAUSE_MAX_S). A fixed 0.3 s pause raced the senders' RTO,
+# which grows as the calibrated rate falls on a busy machine: no timeout, and nothing to test.
+PAUSE_AT, PAUSE_S, PAUSE_MAX_S = 0.35, 0.3, 10.0
+POLL_S = 0.02
+
+
+def timeouts_so_far(net: MrcNetwork) -> int:
+    return sum(net.stats(s)["endpoint"]["timeouts"] for s in SENDERS)
+
+
+def pause_until_a_timeout(net: MrcNetwork, pid: int) -> float:
+    """SIGSTOP the receiver's agent for PAUSE_S and until the senders' timeouts rose; the
+    seconds it was stopped (the SIGCONT is sent whatever happens)."""
+    before = timeouts_so_far(net)
+    began = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(PAUSE_S)
+        while (timeouts_so_far(net) <= before
+               and time.monotonic() - began < PAUSE_MAX_S):
+            time.sleep(POLL_S)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    return time.monotonic() - began
 
 
 def ideal_s(port_rate_pps: int) -> float:
@@ -50,9 +74,10 @@ def ideal_s(port_rate_pps: int) -> float:
 @pytest.mark.parametrize("target", ["soft", pytest.param("bmv2", marks=pytest.mark.bmv2)])
 @pytest.mark.parametrize("pause", [False, True], ids=["incast", "receiver-paused"])
 def test_incast_4_to_1_trims_without_timeouts(pause: bool, target: str):
-    """With `pause`, the receiver's agent is stopped for 0.3 s mid-incast (SIGSTOP), as a
-    busy CI host may do: the senders time out (about 46 in all when measured), but the
-    timed-out packets are answered later from the socket buffer: spurious, not losses."""
+    """With `pause`, the receiver's agent is stopped mid-incast (SIGSTOP) until a sender
+    times out, as a busy CI host may do: the senders time out (about 46 in all when measured
+    with a 0.3 s pause), but the timed-out packets are answered later from the socket
+    buffer: spurious, not losses."""
     if target == "bmv2":
         require_bmv2()
     before = snapshot()
@@ -66,11 +91,8 @@ def test_incast_4_to_1_trims_without_timeouts(pause: bool, target: str):
             time.sleep(PAUSE_AT * ideal_s(net.config.port_rate_pps))
             pid = net.agent_pid(RECEIVER)
             assert pid is not None
-            os.kill(pid, signal.SIGSTOP)
-            try:
-                time.sleep(PAUSE_S)
-            finally:
-                os.kill(pid, signal.SIGCONT)
+            paused_s = pause_until_a_timeout(net, pid)
+            print(f"receiver stopped {paused_s:.2f} s at {net.config.port_rate_pps} pps")
         results = [h.wait() for h in handles]
         end = net.stats(RECEIVER)["endpoint"]
         losses = loss_report(net, (*SENDERS, RECEIVER))
