@@ -6,7 +6,7 @@ believed?).
         [--seeds N] [--only NAME,...] [--json [FILE]]
 
 Each experiment is a bench scenario, MRC only, on the default fabric (4 planes x 2 T0 x 2 T1,
-4 hosts) at the bench's 500 packets/s a port, run `repeat` times on Mininet. The simulator
+4 hosts) at RATE_PPS packets/s a port, run `repeat` times on Mininet. The simulator
 then runs the matching scenarios with the emulated network's own parameters, read from the
 bench's result: the port rate as bits/s of a full data frame (a port of the emulation counts
 packets, so acknowledgements cost a slot there and only their length here), the link delay,
@@ -40,7 +40,11 @@ from sim.network import QueueConfig
 from sim.scenarios import run_scenario
 from wire.layout import FULL_DATA_FRAME_LEN
 
-RATE_PPS = 500  # the bench's default port rate
+# Below the bench's 500: the comparison holds only where the emulation is faithful, and at 500
+# the permutation (four hosts each sending and receiving on four planes) was CPU-bound on
+# 2-core machines: 0.55-0.66 of capacity in CI and here, against 0.81-0.89 at 300 (0.71
+# at 400, 0.88 at 330). The simulator runs the emulated network's own rate either way.
+RATE_PPS = 300
 LOSS_LINK_DELAY_S = 0.010  # the fidelity issue's link delay (tests/e2e/test_link_delay.py)
 # Flows long enough to reach a steady state: 1 s of the link-failure flow at its 2,000
 # packets/s, 0.5 s of each permutation flow; the loss flow is the bench's own rule (100 base
