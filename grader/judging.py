@@ -10,6 +10,9 @@ An exercise module (grader/exercises/exN.py) provides:
   CHECKS: tuple[CheckSpec, ...]            every check, in report order
   observe(ctx: inner.Context) -> dict     in the sandbox: raw, JSON-serialisable data
   judge(obs: dict, ctx: JudgeContext) -> Iterable[Check]   here: the verdicts
+and may provide
+  measure(obs: dict, ctx: JudgeContext) -> dict   here, before judge: what the grader measures
+                                                  itself from the report's data (ctx.measured)
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ class JudgeContext:
     exercise: Exercise
     challenge: str  # the grader's own copy (grader.challenge): never read from the report
     student: str = ""  # the submission's name (a lab's assignment derives from it)
+    # What the grader measured itself (the exercise's `measure`), never from the report: a
+    # stage it runs cannot be forged by the submission's process.
+    measured: dict[str, Any] | None = None
 
 
 def module(ex: Exercise) -> ModuleType:
@@ -63,9 +69,28 @@ def parse_report(data: bytes, challenge: str) -> dict[str, Any]:
     return report
 
 
+_MALFORMED = (MalformedReport, KeyError, IndexError, TypeError, ValueError, AttributeError,
+              OverflowError, RecursionError)
+
+
+def measure(ex: Exercise, report: dict[str, Any] | None, target: str, *,
+            challenge: str) -> dict[str, Any] | None:
+    """The exercise's own measurements on the report's data (None when it takes none, or
+    when the report holds no observations); a malformed report measures nothing."""
+    fn = getattr(module(ex), "measure", None)
+    if fn is None or report is None or "observations" not in report:
+        return None
+    try:
+        return fn(report["observations"], JudgeContext(target, ex, challenge))
+    except _MALFORMED:
+        return None  # judge() says what is malformed
+
+
 def judge(ex: Exercise, report: dict[str, Any] | None, target: str, problem: str = "", *,
-          challenge: str, student: str = "") -> tuple[Check, ...]:
-    """Every check of `ex`, judged from `report` (None: `problem` says why there is none)."""
+          challenge: str, student: str = "",
+          measured: dict[str, Any] | None = None) -> tuple[Check, ...]:
+    """Every check of `ex`, judged from `report` (None: `problem` says why there is none)
+    and from what the grader measured itself (`measure`)."""
     declared = specs(ex)
     if report is None:
         return tuple(failed(s, f"not graded: {problem}") for s in declared)
@@ -76,9 +101,8 @@ def judge(ex: Exercise, report: dict[str, Any] | None, target: str, problem: str
     try:
         got = {c.id: c for c in module(ex).judge(report["observations"],
                                                  JudgeContext(target, ex, challenge,
-                                                              student))}
-    except (MalformedReport, KeyError, IndexError, TypeError, ValueError, AttributeError,
-            OverflowError, RecursionError) as exc:
+                                                              student, measured))}
+    except _MALFORMED as exc:
         why = f"the sandbox's report is malformed ({type(exc).__name__}: {exc})"
         return tuple(failed(s, why) for s in declared)
     unknown = set(got) - {s.id for s in declared}

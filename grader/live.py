@@ -1,6 +1,8 @@
 """The live stage every code exercise ends with: a short verified transfer on a small Mininet
-fabric built from the grading copy, so it runs the student's P4 program (BMv2 compiles the
-copy's p4src/), controller and agents."""
+fabric. In the sandbox it is built from the grading copy, so it runs the student's P4 program
+(BMv2 compiles the copy's p4src/), controller and agents (observe_transfer). Where the
+student's answer is data, the grader runs it itself, from the instructor's project with the
+reported tables installed (measure_transfer): the submission's process never sees that run."""
 
 from __future__ import annotations
 
@@ -26,19 +28,38 @@ def _title(target: str, nbytes: int) -> str:
             f"fabric on {target} and arrives intact")
 
 
+def _not_here(is_root: bool) -> str:
+    """Why the live stage cannot run in this process ('' when it can)."""
+    if skipped():
+        return f"{SKIP_ENV} is set: the live stage is skipped"
+    return "" if is_root else "Mininet needs root: sudo ./testbed grade"
+
+
 def observe_transfer(ctx: Any, nbytes: int = LIVE_BYTES) -> dict[str, Any]:
     """In the sandbox: one MRC write across the spines, as the receiver reported it.
     {"skipped": why} when it cannot run here, else {"ok", "verified", "error"}."""
-    if skipped():
-        return {"skipped": f"{SKIP_ENV} is set: the live stage is skipped"}
-    if not ctx.is_root:
-        return {"skipped": "Mininet needs root: sudo ./testbed grade"}
+    why = _not_here(ctx.is_root)
+    return {"skipped": why} if why else run_transfer(ctx.target, nbytes=nbytes)
+
+
+def measure_transfer(target: str, tables: dict[str, Any],
+                     nbytes: int = LIVE_BYTES) -> dict[str, Any]:
+    """In the grader's own process: the same write on a fabric whose controller installs
+    `tables` (switch name -> controller.tables.SwitchTables, from a report) instead of the
+    ones it derives; observe_transfer's answer."""
+    why = _not_here(os.geteuid() == 0)
+    return {"skipped": why} if why else run_transfer(target, tables, nbytes)
+
+
+def run_transfer(target: str, tables: dict[str, Any] | None = None,
+                 nbytes: int = LIVE_BYTES) -> dict[str, Any]:
     from fabric.topology import Fabric  # the grading copy's modules, imported late on purpose
     from topologies.network import MrcNetwork, NetworkConfig, NetworkError
 
     fabric = Fabric(**LIVE_FABRIC)
-    net = MrcNetwork(NetworkConfig(fabric=fabric, target=ctx.target,
+    net = MrcNetwork(NetworkConfig(fabric=fabric, target=target,
                                    port_rate_pps=LIVE_RATE_PPS), log=lambda *_: None)
+    net.static_tables.update(tables or {})
     try:
         net.start()
         result = net.transfer(0, fabric.hosts - 1, nbytes, timeout=60.0)

@@ -228,8 +228,9 @@ def grade(ex: Exercise, files: FileSet, name: str, target: str,
             f"student's code; grade with --trust-submissions only code you trust"))
     token = challenges.new()
 
-    def judged(report: dict | None, problem: str = "") -> tuple:
-        return judging.judge(ex, report, target, problem, challenge=token, student=student)
+    def judged(report: dict | None, problem: str = "", measured: dict | None = None) -> tuple:
+        return judging.judge(ex, report, target, problem, challenge=token, student=student,
+                             measured=measured)
     with project_copy(files) as root:
         argv = [sys.executable, "-m", "grader.inner", str(ex.number), "--target", target,
                 "--out", str(root.parent / "results" / REPORT), "--challenge", token]
@@ -248,4 +249,5 @@ def grade(ex: Exercise, files: FileSet, name: str, target: str,
         except (OSError, sandbox.SandboxError, judging.MalformedReport) as exc:
             why = f"no usable report ({exc}; exit {code}): {stderr[-1500:]}"
             return Grade(ex.number, name, target, judged(None, why))
-        return Grade(ex.number, name, target, judged(report))
+        measured = judging.measure(ex, report, target, challenge=token)
+        return Grade(ex.number, name, target, judged(report, measured=measured))

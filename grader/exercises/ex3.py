@@ -10,8 +10,11 @@ frame for every host pair, plane and spine is pushed through it hop by hop along
 (3) the live Mininet transfer.
 
 The sandbox (observe, with ex3_observe) only reports the entities switch_tables returned, in a
-canonical JSON form, or what it raised; `judge` derives the expected entries and runs the walk
-itself, in the trusted process, on the reported tables (never on the student's module).
+canonical JSON form, or what it raised. Every stage runs in the trusted process on the
+reported tables, never on the student's module: `judge` derives the expected entries and runs
+the walk, and `measure` runs the live transfer on a fabric of the instructor's project whose
+controller installs the reported tables of the live fabric's shape. A report that claims
+anything else about the live stage is not read.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 from grader.challenge import rng
 from grader.exercises.ex3_observe import crash_text, entities_from_json, usid_fwd_rows
-from grader.live import judge_transfer
+from grader.live import LIVE_FABRIC, judge_transfer, measure_transfer
 from grader.report import Check, CheckSpec, not_run
 
 # Several shapes, so a solution cannot hard-code one: the live fabric, the default one, one
@@ -360,16 +363,42 @@ def reach_check(tables: Tables, asked: Shapes = FABRICS) -> Check:
 
 
 def observe(ctx: Any) -> dict[str, Any]:
-    """In the sandbox: the student's tables and, when they pass this module's own checks,
-    the live transfer (saves a Mininet run that the judge would report as not run anyway)."""
+    """In the sandbox: the student's tables for every shape this run asks."""
     from grader.exercises.ex3_observe import observe_tables
-    from grader.live import observe_transfer
 
-    asked = shapes(ctx.challenge)
-    obs: dict[str, Any] = {"tables": observe_tables(asked)}
-    if tables_pass(obs["tables"], asked) and reach_check(obs["tables"], asked).passed:
-        obs["live"] = observe_transfer(ctx)
-    return obs
+    return {"tables": observe_tables(shapes(ctx.challenge))}
+
+
+def live_tables(tables: Tables, asked: Shapes) -> dict[str, Any]:
+    """The reported tables of the live fabric's shape as the controller installs them
+    (switch name -> SwitchTables); ValueError when the report lacks one or holds what the
+    controller never writes."""
+    from controller.tables import SwitchTables
+    from fabric.topology import Fabric
+    from p4rt.entities import Group, Member, TableEntry
+
+    fabric = Fabric(**LIVE_FABRIC)
+    fabrics, _raised = _reported(tables, asked)  # tables_pass: nothing raised, all there
+    reported = fabrics[asked.index(LIVE_FABRIC)]
+    out = {}
+    for switch in fabric.switches:
+        entities = entities_from_json(reported.get(switch.name), switch.name)
+        kinds = (Member, Group, TableEntry)
+        if not all(isinstance(e, kinds) for e in entities):
+            raise ValueError(f"{switch.name}: the controller writes entries, members and "
+                             "groups only")
+        out[switch.name] = SwitchTables(
+            switch, *(tuple(e for e in entities if isinstance(e, k)) for k in kinds))
+    return out
+
+
+def measure(obs: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """Here, never in the sandbox: the live transfer with the reported tables, when the
+    stages before it pass ({} otherwise: judge says why it was not run)."""
+    tables, asked = obs["tables"], shapes(ctx.challenge)
+    if not (tables_pass(tables, asked) and reach_check(tables, asked).passed):
+        return {}
+    return {"live": measure_transfer(ctx.target, live_tables(tables, asked))}
 
 
 def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
@@ -387,6 +416,6 @@ def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
     if not reach.passed:
         yield not_run("live.transfer", LIVE_TITLE, 4, "fix the reachability check first")
         return
-    yield judge_transfer(obs.get("live"), ctx.target, "live.transfer", 4,
+    yield judge_transfer((ctx.measured or {}).get("live"), ctx.target, "live.transfer", 4,
                          hint="the tables pass the checks above, so look at the controller's "
                               "log in the report: did every switch accept its entries?")
