@@ -144,7 +144,13 @@ def json_dest(text: str) -> str:
     """--json's value, unchanged; a FILE that write_json would refuse (fabric.outfile: a link,
     a FIFO, another user's file, ...) is refused here already, so a planted file stops the
     command before its run rather than losing the run's results at the end."""
-    problem = None if text == JSON_STDOUT else existing_output_problem(text)
+    return text if text == JSON_STDOUT else output_path(text)
+
+
+def output_path(text: str) -> str:
+    """An output FILE option's value (--json FILE, --csv FILE), refused at parsing when
+    open_output_file would refuse what is there now."""
+    problem = existing_output_problem(text)
     if problem is not None:
         raise argparse.ArgumentTypeError(str(refusal(text, problem)))
     return text

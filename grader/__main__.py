@@ -4,7 +4,8 @@
     python -m grader exercise N [--force]        skeleton -> exercises/work/NN-slug/
     python -m grader solution N DIR              the reference solution's files -> DIR
     python -m grader grade N [--submission DIR | --skeleton | --solution | --wrong NAME]
-                             [--target auto|bmv2|soft] [--json [FILE]] [--trust-submissions]
+                             [--target auto|bmv2|soft] [--json [FILE]] [--csv FILE]
+                             [--trust-submissions]
     python -m grader assignment N (--student NAME ... | --roster FILE)   instructor: CSV
 
 Each submission runs in a sandbox (grader.sandbox: bubblewrap, an unprivileged uid, limits);
@@ -18,8 +19,8 @@ import os
 import sys
 from pathlib import Path
 
-from fabric.options import add_json_arg, add_target_arg, resolve_target, write_json
-from grader import catalog, course, judging, workspace
+from fabric.options import add_json_arg, add_target_arg, output_path, resolve_target, write_json
+from grader import catalog, course, gradebook, judging, workspace
 from grader.report import Grade, render, summary
 from topologies.privdir import UnsafePathError, check_workdir
 
@@ -117,6 +118,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
         grade = _grade_one(ex, name, student, files, target, args.trust_submissions)
         print(render(grade), flush=True)
         grades.append(grade)
+    if args.csv is not None:
+        gradebook.write_csv(args.csv, [(student or name, g) for (name, student, _), g
+                                       in zip(todo, grades, strict=True)], judging.specs(ex))
     if args.json is not None:
         data = summary(grades) if len(grades) > 1 or args.submission else grades[0].to_json()
         write_json(args.json, data)
@@ -179,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--wrong", metavar="NAME", help="grade a wrong-solution fixture")
     add_target_arg(g)
     add_json_arg(g)
+    g.add_argument("--csv", metavar="FILE", type=output_path, help="the gradebook: one row "
+                   "per student (status, score, points per check; grader/gradebook.py)")
     g.add_argument("--trust-submissions", action="store_true",
                    help="grade without the sandbox (where it cannot run): the submissions' "
                         "code then runs with this process's privileges")

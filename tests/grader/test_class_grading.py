@@ -4,6 +4,8 @@ its own error boundary, and root never follows a link or blocks on a submitted f
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import signal
@@ -101,9 +103,16 @@ def test_one_students_folder_never_stops_the_class(tmp_path, no_live, deadline, 
     evs = subs / "carol" / "host_agent" / "core" / "evs.py"
     evs.unlink()
     evs.symlink_to("/proc/kmsg")
-    out = tmp_path / "grades.json"
-    assert main(["grade", "4", "--submission", str(subs), "--json", str(out)]) == 1
+    out, book = tmp_path / "grades.json", tmp_path / "grades.csv"
+    assert main(["grade", "4", "--submission", str(subs), "--json", str(out),
+                 "--csv", str(book)]) == 1
     graded = {Path(g["submission"]).name: g for g in json.loads(out.read_text())["submissions"]}
+    rows = {r["student"]: r for r in csv.DictReader(io.StringIO(book.read_text()))}
+    assert sorted(rows) == ["alice", "bob", "carol"]  # one row each, in the gradebook too
+    assert [rows[s]["status"] for s in ("alice", "bob", "carol")] == [
+        "graded", "not graded", "not graded"]
+    assert rows["alice"]["score"] == str(graded["alice"]["score"])
+    assert rows["alice"]["max"] == rows["bob"]["max"] == str(graded["alice"]["total"])
     assert sorted(graded) == ["alice", "bob", "carol"]
     assert graded["alice"]["score"] == graded["alice"]["total"] - 4  # all but the live stage
     assert "missing host_agent/core/receiver.py" in graded["bob"]["error"]
