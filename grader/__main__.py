@@ -5,7 +5,9 @@
     python -m grader solution N DIR              the reference solution's files -> DIR
     python -m grader grade N [--submission DIR | --skeleton | --solution | --wrong NAME]
                              [--target auto|bmv2|soft] [--json [FILE]] [--csv FILE]
+                             [--gradescope DIR] [--feedback DIR [--after-due-date]]
                              [--trust-submissions]
+    python -m grader check N [--submission DIR] [--target ...]   the student's own loop
     python -m grader assignment N (--student NAME ... | --roster FILE)   instructor: CSV
 
 Each submission runs in a sandbox (grader.sandbox: bubblewrap, an unprivileged uid, limits);
@@ -20,7 +22,7 @@ import sys
 from pathlib import Path
 
 from fabric.options import add_json_arg, add_target_arg, output_path, resolve_target, write_json
-from grader import catalog, course, gradebook, judging, workspace
+from grader import catalog, course, feedback, gradebook, judging, workspace
 from grader.report import Grade, render, summary
 from topologies.privdir import UnsafePathError, check_workdir
 
@@ -83,7 +85,7 @@ def _to_grade(ex: catalog.Exercise, args: argparse.Namespace) -> list[Submission
                                         f"./testbed exercise {ex.number}")
     out: list[Submission] = []
     for sub in workspace.submissions(ex, folder):
-        student = sub.name if args.submission else ""
+        student = sub.name if args.submission and args.run is cmd_grade else ""
         try:
             out.append((str(sub), student, workspace.read(ex, sub)))
         except workspace.SubmissionError as exc:
@@ -116,15 +118,30 @@ def cmd_grade(args: argparse.Namespace) -> int:
             f"{ex.number} --roster FILE), then grade")
     for name, student, files in todo:
         grade = _grade_one(ex, name, student, files, target, args.trust_submissions)
-        print(render(grade), flush=True)
+        print(render(grade) if args.run is cmd_grade else feedback.student_text(grade),
+              flush=True)
         grades.append(grade)
+    if args.run is cmd_check:
+        return 0 if grades and not any(g.error for g in grades) and all(
+            c.passed for g in grades for c in g.checks if feedback.shown(c, False)) else 1
     if args.csv is not None:
         gradebook.write_csv(args.csv, [(student or name, g) for (name, student, _), g
                                        in zip(todo, grades, strict=True)], judging.specs(ex))
+    for dest, gradescope in ((args.gradescope, True), (args.feedback, False)):
+        if dest is not None:
+            feedback.write_all(Path(dest), [(student, g) for (_, student, _), g in
+                                            zip(todo, grades, strict=True)],
+                               gradescope=gradescope, after_due=args.after_due_date)
     if args.json is not None:
         data = summary(grades) if len(grades) > 1 or args.submission else grades[0].to_json()
         write_json(args.json, data)
     return 0 if grades and all(g.full_marks for g in grades) else 1
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """The student's loop: their work graded, shown as they may see it (grader.feedback):
+    exit 0 when every check shown passes."""
+    return cmd_grade(args)
 
 
 def _assigns(ex: catalog.Exercise) -> bool:
@@ -185,11 +202,28 @@ def build_parser() -> argparse.ArgumentParser:
     add_json_arg(g)
     g.add_argument("--csv", metavar="FILE", type=output_path, help="the gradebook: one row "
                    "per student (status, score, points per check; grader/gradebook.py)")
-    g.add_argument("--trust-submissions", action="store_true",
+    g.add_argument("--gradescope", metavar="DIR", help="Gradescope's results.json per "
+                   "submission, into DIR/STUDENT/ (DIR itself for one submission)")
+    g.add_argument("--feedback", metavar="DIR", help="what each student may see, as "
+                   "DIR/STUDENT/feedback.md")
+    g.add_argument("--after-due-date", action="store_true", help="--feedback shows the "
+                   "checks held back until the due date too")
+    _trust_arg(g)
+    g.set_defaults(run=cmd_grade)
+    c = sub.add_parser("check", help="check your work on exercise N, as a student sees it "
+                       "(no expected values; some checks are shown after the due date)")
+    c.add_argument("number", type=int)
+    c.add_argument("--submission", help="your work's folder (default: exercises/work/...)")
+    add_target_arg(c)
+    _trust_arg(c)
+    c.set_defaults(run=cmd_check, skeleton=False, solution=False, wrong=None, json=None)
+    return p
+
+
+def _trust_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trust-submissions", action="store_true",
                    help="grade without the sandbox (where it cannot run): the submissions' "
                         "code then runs with this process's privileges")
-    g.set_defaults(run=cmd_grade)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

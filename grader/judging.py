@@ -113,6 +113,6 @@ def judge(ex: Exercise, report: dict[str, Any] | None, target: str, problem: str
 
 def _trusted(spec: CheckSpec, check: Check | None) -> Check:
     if check is None:
-        return failed(spec, "not reported: the sandbox's report did not reach this check")
+        check = failed(spec, "not reported: the sandbox's report did not reach this check")
     return Check(spec.id, check.title or spec.title, spec.points, check.passed, check.expected,
-                 check.observed, check.hint)
+                 check.observed, check.hint, spec.visibility)

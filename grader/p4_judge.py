@@ -106,7 +106,7 @@ def _no_compiler() -> list[Check]:
            f"or use the Vagrant VM")
     return [Check(COMPILE.id, COMPILE.title, COMPILE.points, False, expected="compiled",
                   observed=f"not run: {why}", hint="install p4c, then grade again"),
-            not_run(*INTERFACE, "the program was not compiled")]
+            not_run(*INTERFACE[:3], "the program was not compiled")]
 
 
 def judge_compile(obs: Any) -> tuple[list[Check], bool]:
@@ -123,7 +123,7 @@ def judge_compile(obs: Any) -> tuple[list[Check], bool]:
                       observed=messages or "p4c failed without a message",
                       hint=f"fix the first error first: {first.strip()} (the line numbers "
                            f"are those of your file)"),
-                not_run(*INTERFACE, "the program does not compile")], False
+                not_run(*INTERFACE[:3], "the program does not compile")], False
     seconds = obs["seconds"]
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
         raise TypeError("seconds is not a number")
@@ -132,7 +132,7 @@ def judge_compile(obs: Any) -> tuple[list[Check], bool]:
     mine = {_text(n, 500) for n in _list(obs["p4info_names"], MAX_NAMES, "P4Info names")}
     committed = committed_names()
     if mine == committed:
-        return [*checks, Check(*INTERFACE, True)], True
+        return [*checks, Check(*INTERFACE[:3], True)], True
     gone, new = sorted(committed - mine), sorted(mine - committed)
     removed = [line.strip() for line in messages.splitlines()
                if "removing" in line or "unused instance" in line]
@@ -141,7 +141,7 @@ def judge_compile(obs: Any) -> tuple[list[Check], bool]:
         f"not in the committed P4Info: {', '.join(new)}" if new else "",
         f"p4c said: {' | '.join(removed)}" if removed else ""]))
     checks.append(Check(
-        *INTERFACE, False, expected=f"the P4Info of {COMMITTED_P4INFO}", observed=observed,
+        *INTERFACE[:3], False, expected=f"the P4Info of {COMMITTED_P4INFO}", observed=observed,
         hint="keep the names, keys and parameters of tables, actions and counters as they are "
              "(the controller and the corpus use them); p4c drops a table or counter your "
              "program never applies or counts"))

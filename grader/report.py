@@ -7,6 +7,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
+# Who may see a check's result, in Gradescope's words: the student at once, after the due
+# date, or never (the instructor's report has every check). A check whose pass or fail alone
+# would let a student search for the answer by repeated tries (a lab's numbers) is not
+# VISIBLE: grader.feedback never shows it before the due date.
+VISIBLE, AFTER_DUE_DATE, HIDDEN = "visible", "after_due_date", "hidden"
+VISIBILITIES = (VISIBLE, AFTER_DUE_DATE, HIDDEN)
+
 
 class CheckSpec(NamedTuple):
     """A check as the trusted grader declares it, before anything ran: the judge reports
@@ -14,6 +21,7 @@ class CheckSpec(NamedTuple):
     id: str
     title: str
     points: int
+    visibility: str = VISIBLE
 
 
 @dataclass(frozen=True)
@@ -25,6 +33,7 @@ class Check:
     expected: str = ""
     observed: str = ""
     hint: str = ""  # what to look at when it failed
+    visibility: str = VISIBLE  # its CheckSpec's (judging sets it; a judge's own is ignored)
 
     @property
     def score(self) -> int:
@@ -34,12 +43,14 @@ class Check:
     def from_dict(cls, data: dict[str, Any]) -> Check:
         return cls(id=str(data["id"]), title=str(data["title"]), points=int(data["points"]),
                    passed=bool(data["passed"]), expected=str(data.get("expected", "")),
-                   observed=str(data.get("observed", "")), hint=str(data.get("hint", "")))
+                   observed=str(data.get("observed", "")), hint=str(data.get("hint", "")),
+                   visibility=str(data.get("visibility", VISIBLE)))
 
 
 def failed(spec: CheckSpec, observed: str, hint: str = "") -> Check:
     """`spec` failed for a reason that is not the student's answer (no report, a crash)."""
-    return Check(spec.id, spec.title, spec.points, False, observed=observed, hint=hint)
+    return Check(spec.id, spec.title, spec.points, False, observed=observed, hint=hint,
+                 visibility=spec.visibility)
 
 
 def not_run(id: str, title: str, points: int, reason: str) -> Check:

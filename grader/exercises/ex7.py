@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from grader.report import Check, CheckSpec, not_run
+from grader.report import AFTER_DUE_DATE, Check, CheckSpec, not_run
 
 ANSWERS = "answers.json"
 MAX_ANSWERS_BYTES = 64 << 10  # the template is ~0.5 KiB: far more is not an answers file
@@ -365,8 +365,10 @@ def _parse(text: str) -> tuple[dict[str, Any] | None, Setup | None, str]:
 
 
 FORM_TITLE = f"{ANSWERS} names the fabric and holds a usable answer to every question"
+# The form (a fabric named, every answer a number in its unit and range) is the student's to
+# see; whether a figure is right is not before the due date, or repeated tries would find it.
 CHECKS = (CheckSpec("measure.form", FORM_TITLE, 1),
-          *(CheckSpec(q.check_id, q.title, q.points) for q in QUESTIONS))
+          *(CheckSpec(q.check_id, q.title, q.points, AFTER_DUE_DATE) for q in QUESTIONS))
 
 
 def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from grader import catalog, challenge, course, judging, workspace
+from grader import catalog, challenge, course, feedback, judging, workspace
 from grader.__main__ import main
 from grader.exercises import ex7
 
@@ -59,6 +59,21 @@ def test_wrong_answers_fail_their_named_check_only(wrong: Path) -> None:
     assert failed == [expect["fails"]], g.checks
     check = next(c for c in g.checks if c.id == expect["fails"])
     assert check.expected and check.observed and check.hint
+
+
+@pytest.mark.parametrize("wrong", EX.wrong_solutions(), ids=lambda p: p.name)
+def test_before_the_due_date_a_student_sees_the_form_only(wrong: Path) -> None:
+    """Whether a figure is right, and its hint, would let repeated tries find it: before the
+    due date the student's view (check, feedback.md) shows the form check and says how many
+    more are held back; after it, each figure's result and hint, never what was expected."""
+    g = _grade(workspace.fixture(EX, wrong), f"wrong/{wrong.name}")
+    before, after = feedback.student_text(g), feedback.student_text(g, after_due=True)
+    assert "measure.form" in before
+    assert f"{len(ex7.QUESTIONS)} more check(s)" in before
+    for c in g.checks:
+        if c.id != "measure.form":
+            assert c.id not in before and (c.hint or c.id) not in before
+            assert c.id in after and c.expected not in after
 
 
 def test_answers_are_bound_to_their_delay() -> None:

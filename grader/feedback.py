@@ -1,0 +1,116 @@
+"""What a student may see of a grade: `./testbed check N`, the per-student feedback.md and
+Gradescope's results.json. The instructor's report (grade --json, the text `grade` prints)
+has everything; these show a check by its visibility (grader.report) and never its
+`expected` text, which the grader derives from the reference or its own measurement.
+
+What a student sees of a check: its title, pass or fail, the points, what their own code did
+(`observed`) and the hint. A check not yet visible (after the due date, hidden) is counted,
+not shown. The student sees their own code's output; the judges are written so that
+`observed` holds nothing derived from the reference (tests/grader/test_feedback.py holds
+every wrong fixture to it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from fabric.outfile import open_output_file
+from grader.report import AFTER_DUE_DATE, VISIBLE, Check, Grade
+from topologies.privdir import check_workdir
+
+
+def shown(check: Check, after_due: bool) -> bool:
+    """Whether the student may see `check` now."""
+    return check.visibility == VISIBLE or (after_due and check.visibility == AFTER_DUE_DATE)
+
+
+def _held_back(grade: Grade, after_due: bool) -> tuple[int, int]:
+    """(checks, points) not shown now."""
+    held = [c for c in grade.checks if not shown(c, after_due)]
+    return len(held), sum(c.points for c in held)
+
+
+def student_text(grade: Grade, after_due: bool = False) -> str:
+    """The student's view as text, in the layout of grader.report.render."""
+    lines = [f"exercise {grade.exercise}: {grade.submission}"]
+    if grade.error:
+        lines.append(f"  cannot grade: {grade.error}")
+    for c in grade.checks:
+        if not shown(c, after_due):
+            continue
+        lines.append(f"  [{'PASS' if c.passed else 'FAIL'}] {c.id} ({c.score}/{c.points}) "
+                     f"{c.title}")
+        if not c.passed:
+            lines += [f"         {label}: {text}" for label, text in
+                      (("observed", c.observed), ("hint", c.hint)) if text]
+    visible = [c for c in grade.checks if shown(c, after_due)]
+    lines.append(f"  score {sum(c.score for c in visible)}/{sum(c.points for c in visible)} "
+                 "on the checks shown")
+    count, points = _held_back(grade, after_due)
+    if count:
+        lines.append(f"  {count} more check(s), {points} point(s), are graded but shown "
+                     "after the due date or not at all")
+    return "\n".join(lines)
+
+
+def student_markdown(grade: Grade, after_due: bool = False) -> str:
+    """feedback.md: the same view, for a file handed back to the student."""
+    out = [f"# Exercise {grade.exercise}", ""]
+    if grade.error:
+        out += [f"**Not graded:** {grade.error}", ""]
+    out += ["| check | result | points |", "|---|---|---|"]
+    details: list[str] = []
+    for c in grade.checks:
+        if not shown(c, after_due):
+            continue
+        out.append(f"| {c.title} (`{c.id}`) | {'pass' if c.passed else 'FAIL'} | "
+                   f"{c.score}/{c.points} |")
+        if not c.passed:
+            details += [f"## {c.id}", "", f"- observed: {c.observed}"]
+            details += [f"- hint: {c.hint}"] if c.hint else []
+            details.append("")
+    count, points = _held_back(grade, after_due)
+    if count:
+        out += ["", f"{count} more check(s) ({points} point(s)) are shown after the due date "
+                "or not at all."]
+    return "\n".join(out + [""] + details).rstrip() + "\n"
+
+
+def gradescope_results(grade: Grade) -> dict[str, Any]:
+    """Gradescope autograder results.json: every check as a test carrying its own visibility
+    (Gradescope holds a test back as it says), and an output without `expected`."""
+    tests = []
+    for number, c in enumerate(grade.checks, start=1):
+        text = "" if c.passed else "\n".join(f"{label}: {v}" for label, v in
+                                              (("observed", c.observed), ("hint", c.hint)) if v)
+        tests.append({"name": f"{c.id}: {c.title}", "number": str(number),
+                      "score": c.score, "max_score": c.points, "output": text,
+                      "visibility": c.visibility})
+    out: dict[str, Any] = {"score": grade.score, "tests": tests, "visibility": "visible",
+                           "stdout_visibility": "hidden"}
+    if grade.error:
+        out["output"] = f"Not graded: {grade.error}"
+    return out
+
+
+def write_all(dest: Path, rows: list[tuple[str, Grade]], *, gradescope: bool,
+              after_due: bool) -> list[Path]:
+    """Each student's results.json (`gradescope`) or feedback.md into dest/STUDENT/ (dest/
+    itself for a single submission, as Gradescope's /autograder/results wants). `dest` is
+    made private first (root writes there: topologies.privdir.check_workdir), so no folder
+    in it is another user's; each file is opened as fabric.outfile does for any output."""
+    check_workdir(dest)
+    written = []
+    for student, grade in rows:
+        folder = dest / student if student else dest
+        folder.mkdir(mode=0o755, exist_ok=True)
+        if gradescope:
+            path, data = folder / "results.json", json.dumps(gradescope_results(grade), indent=1)
+        else:
+            path, data = folder / "feedback.md", student_markdown(grade, after_due)
+        with open_output_file(path) as out:
+            out.write(data.encode())
+        written.append(path)
+    return written
