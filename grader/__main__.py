@@ -10,6 +10,10 @@
     python -m grader check N [--submission DIR] [--target ...]   the student's own loop
     python -m grader assignment N (--student NAME ... | --roster FILE)   instructor: CSV
 
+Exit status of grade: 0 every submission got full marks; 1 all were graded (or could not
+be read: the student's error) and some got less; 2 the command was wrong; 3 the grader itself
+failed on some submission (no sandbox here, a crash of ours): those grades say nothing.
+
 Each submission runs in a sandbox (grader.sandbox: bubblewrap, an unprivileged uid, limits);
 where none can be had, grading refuses unless --trust-submissions says the code is trusted.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 from fabric.options import add_json_arg, add_target_arg, output_path, resolve_target, write_json
@@ -62,6 +67,7 @@ def cmd_solution(args: argparse.Namespace) -> int:
 
 
 Submission = tuple[str, str, "workspace.FileSet | workspace.SubmissionError"]
+EXIT_BELOW_FULL, EXIT_GRADER_FAILED = 1, 3
 
 
 def _to_grade(ex: catalog.Exercise, args: argparse.Namespace) -> list[Submission]:
@@ -116,11 +122,16 @@ def cmd_grade(args: argparse.Namespace) -> int:
             f"exercise {ex.number} assigns each student a fabric, and there is no course key "
             f"({course.key_path()}): hand out assignments first (./testbed assignment "
             f"{ex.number} --roster FILE), then grade")
-    for name, student, files in todo:
+    began, grader_failed = time.monotonic(), False
+    for done, (name, student, files) in enumerate(todo, start=1):
         grade = _grade_one(ex, name, student, files, target, args.trust_submissions)
         print(render(grade) if args.run is cmd_grade else feedback.student_text(grade),
               flush=True)
         grades.append(grade)
+        grader_failed |= bool(grade.error) and not isinstance(files, Exception)
+        if len(todo) > 1:
+            print(_progress(done, len(todo), student or name, grade, began), file=sys.stderr,
+                  flush=True)
     if args.run is cmd_check:
         return 0 if grades and not any(g.error for g in grades) and all(
             c.passed for g in grades for c in g.checks if feedback.shown(c, False)) else 1
@@ -135,7 +146,18 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if args.json is not None:
         data = summary(grades) if len(grades) > 1 or args.submission else grades[0].to_json()
         write_json(args.json, data)
-    return 0 if grades and all(g.full_marks for g in grades) else 1
+    if grader_failed:
+        return EXIT_GRADER_FAILED
+    return 0 if grades and all(g.full_marks for g in grades) else EXIT_BELOW_FULL
+
+
+def _progress(done: int, total: int, who: str, grade: Grade, began: float) -> str:
+    """One line per graded submission of a class: done/total, score, time, ETA."""
+    spent = time.monotonic() - began
+    left = spent / done * (total - done)
+    score = f"{grade.score}/{grade.total}" if not grade.error else "not graded"
+    return (f"[{done}/{total}] {who}: {score}, {spent:.0f} s so far, about {left:.0f} s "
+            "to go")
 
 
 def cmd_check(args: argparse.Namespace) -> int:

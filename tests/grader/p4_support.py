@@ -10,6 +10,7 @@ from typing import Any
 from grader import catalog, p4_judge, workspace
 from grader.report import Grade
 from tests.e2e.support import skip_reason
+from tests.grader.support import assert_nothing_leaks
 from tests.support import require_bmv2, require_root
 
 NOT_RUN = "not run:"
@@ -51,6 +52,7 @@ def assert_useful_failures(grade: Grade) -> None:
         if c.observed.startswith(NOT_RUN):
             continue
         assert c.expected and c.observed and c.hint, c
+    assert_nothing_leaks(grade)
 
 
 def first_failure(grade: Grade) -> str:

