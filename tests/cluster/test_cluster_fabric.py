@@ -201,8 +201,14 @@ def test_bench_failures_over_three_servers(servers: EmulatedServers) -> None:
                            "--contenders", "mrc,roce", "--no-progress", "--out", str(out),
                            "--cluster", str(cluster_file(servers))],
                        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=str(REPO))
-    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
-    scenarios = json.loads((out / "results.json").read_text())["scenarios"]
+    results = out / "results.json"
+    scenarios = json.loads(results.read_text())["scenarios"] if results.exists() else {}
+    # which scenario and contender run was not ok (a CI run once exited 1 with no more said)
+    verdicts = {name: (sc.get("ok"), sc.get("error"), {
+        c: {k: (run.get("summary") or {}).get("ok") for k, run in runs.items()
+            if isinstance(run, dict)} if isinstance(runs, dict) else runs
+        for c, runs in sc.get("contenders", {}).items()}) for name, sc in scenarios.items()}
+    assert done.returncode == 0, (verdicts, done.stdout[-1500:], done.stderr[-3000:])
     for name in ("link-failure", "plane-failure"):
         print(name, json.dumps(scenarios[name]["figures"]))
     figures = scenarios["link-failure"]["figures"]
