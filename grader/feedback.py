@@ -26,68 +26,64 @@ def shown(check: Check, after_due: bool) -> bool:
     return check.visibility == VISIBLE or (after_due and check.visibility == AFTER_DUE_DATE)
 
 
-def _held_back(grade: Grade, after_due: bool) -> tuple[int, int]:
-    """(checks, points) not shown now."""
+def _split(grade: Grade, after_due: bool) -> tuple[list[Check], str]:
+    """The checks the student may see now, and a sentence on those held back ('' if none)."""
+    seen = [c for c in grade.checks if shown(c, after_due)]
     held = [c for c in grade.checks if not shown(c, after_due)]
-    return len(held), sum(c.points for c in held)
+    note = (f"{len(held)} more check(s), {sum(c.points for c in held)} point(s), are graded "
+            "but shown after the due date or not at all") if held else ""
+    return seen, note
+
+
+def _to_fix(check: Check) -> list[tuple[str, str]]:
+    """What a student reads of a failed check: their own output and the hint, never what
+    was expected."""
+    if check.passed:
+        return []
+    return [(label, text) for label, text in (("observed", check.observed),
+                                              ("hint", check.hint)) if text]
 
 
 def student_text(grade: Grade, after_due: bool = False) -> str:
     """The student's view as text, in the layout of grader.report.render."""
+    seen, held = _split(grade, after_due)
     lines = [f"exercise {grade.exercise}: {grade.submission}"]
     if grade.error:
         lines.append(f"  cannot grade: {grade.error}")
-    for c in grade.checks:
-        if not shown(c, after_due):
-            continue
+    for c in seen:
         lines.append(f"  [{'PASS' if c.passed else 'FAIL'}] {c.id} ({c.score}/{c.points}) "
                      f"{c.title}")
-        if not c.passed:
-            lines += [f"         {label}: {text}" for label, text in
-                      (("observed", c.observed), ("hint", c.hint)) if text]
-    visible = [c for c in grade.checks if shown(c, after_due)]
-    lines.append(f"  score {sum(c.score for c in visible)}/{sum(c.points for c in visible)} "
+        lines += [f"         {label}: {text}" for label, text in _to_fix(c)]
+    lines.append(f"  score {sum(c.score for c in seen)}/{sum(c.points for c in seen)} "
                  "on the checks shown")
-    count, points = _held_back(grade, after_due)
-    if count:
-        lines.append(f"  {count} more check(s), {points} point(s), are graded but shown "
-                     "after the due date or not at all")
-    return "\n".join(lines)
+    return "\n".join(lines + ([f"  {held}"] if held else []))
 
 
 def student_markdown(grade: Grade, after_due: bool = False) -> str:
     """feedback.md: the same view, for a file handed back to the student."""
+    seen, held = _split(grade, after_due)
     out = [f"# Exercise {grade.exercise}", ""]
     if grade.error:
         out += [f"**Not graded:** {grade.error}", ""]
     out += ["| check | result | points |", "|---|---|---|"]
     details: list[str] = []
-    for c in grade.checks:
-        if not shown(c, after_due):
-            continue
+    for c in seen:
         out.append(f"| {c.title} (`{c.id}`) | {'pass' if c.passed else 'FAIL'} | "
                    f"{c.score}/{c.points} |")
         if not c.passed:
-            details += [f"## {c.id}", "", f"- observed: {c.observed}"]
-            details += [f"- hint: {c.hint}"] if c.hint else []
-            details.append("")
-    count, points = _held_back(grade, after_due)
-    if count:
-        out += ["", f"{count} more check(s) ({points} point(s)) are shown after the due date "
-                "or not at all."]
+            details += [f"## {c.id}", "", *(f"- {label}: {text}" for label, text in _to_fix(c)),
+                        ""]
+    out += ["", f"{held}."] if held else []
     return "\n".join(out + [""] + details).rstrip() + "\n"
 
 
 def gradescope_results(grade: Grade) -> dict[str, Any]:
     """Gradescope autograder results.json: every check as a test carrying its own visibility
     (Gradescope holds a test back as it says), and an output without `expected`."""
-    tests = []
-    for number, c in enumerate(grade.checks, start=1):
-        text = "" if c.passed else "\n".join(f"{label}: {v}" for label, v in
-                                              (("observed", c.observed), ("hint", c.hint)) if v)
-        tests.append({"name": f"{c.id}: {c.title}", "number": str(number),
-                      "score": c.score, "max_score": c.points, "output": text,
-                      "visibility": c.visibility})
+    tests = [{"name": f"{c.id}: {c.title}", "number": str(number), "score": c.score,
+              "max_score": c.points, "visibility": c.visibility,
+              "output": "\n".join(f"{label}: {text}" for label, text in _to_fix(c))}
+             for number, c in enumerate(grade.checks, start=1)]
     out: dict[str, Any] = {"score": grade.score, "tests": tests, "visibility": "visible",
                            "stdout_visibility": "hidden"}
     if grade.error:

@@ -12,7 +12,6 @@ from typing import Any, NamedTuple
 # would let a student search for the answer by repeated tries (a lab's numbers) is not
 # VISIBLE: grader.feedback never shows it before the due date.
 VISIBLE, AFTER_DUE_DATE, HIDDEN = "visible", "after_due_date", "hidden"
-VISIBILITIES = (VISIBLE, AFTER_DUE_DATE, HIDDEN)
 
 
 class CheckSpec(NamedTuple):
