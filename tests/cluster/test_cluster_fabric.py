@@ -188,6 +188,17 @@ def test_cli_failures_across_servers(servers: EmulatedServers, target: str) -> N
     assert [leftovers(servers, i) for i in range(3)] == [[], [], []]
 
 
+def verdicts(scenarios: dict) -> dict:
+    """Which scenario and contender run was not ok, from the bench's results (a CI run once
+    exited 1 with no more said): {scenario: (ok, error, {contender: {run: summary ok}})}."""
+    def runs(contender: dict) -> dict:
+        return {name: (run.get("summary") or {}).get("ok") for name, run in contender.items()
+                if isinstance(run, dict)}
+    return {name: (sc.get("ok"), sc.get("error"),
+                   {c: runs(v) for c, v in sc.get("contenders", {}).items()})
+            for name, sc in scenarios.items()}
+
+
 def test_bench_failures_over_three_servers(servers: EmulatedServers) -> None:
     """`python -m bench link-failure,plane-failure --cluster FILE`: the bench's link failure
     (the busiest plane-0 uplink, found from the T0's counters through its node) and its
@@ -203,12 +214,8 @@ def test_bench_failures_over_three_servers(servers: EmulatedServers) -> None:
                        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=str(REPO))
     results = out / "results.json"
     scenarios = json.loads(results.read_text())["scenarios"] if results.exists() else {}
-    # which scenario and contender run was not ok (a CI run once exited 1 with no more said)
-    verdicts = {name: (sc.get("ok"), sc.get("error"), {
-        c: {k: (run.get("summary") or {}).get("ok") for k, run in runs.items()
-            if isinstance(run, dict)} if isinstance(runs, dict) else runs
-        for c, runs in sc.get("contenders", {}).items()}) for name, sc in scenarios.items()}
-    assert done.returncode == 0, (verdicts, done.stdout[-1500:], done.stderr[-3000:])
+    assert done.returncode == 0, (verdicts(scenarios), done.stdout[-1500:],
+                                  done.stderr[-3000:])
     for name in ("link-failure", "plane-failure"):
         print(name, json.dumps(scenarios[name]["figures"]))
     figures = scenarios["link-failure"]["figures"]
