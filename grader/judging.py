@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -42,6 +44,11 @@ class JudgeContext:
     # What the grader measured itself (the exercise's `measure`), never from the report: a
     # stage it runs cannot be forged by the submission's process.
     measured: dict[str, Any] | None = None
+    # The grading copy, for a stage the grader runs itself around the student's code served
+    # from the sandbox (grader.remote_core), and whether to contain it (not with
+    # --trust-submissions); only `measure` gets them.
+    copy: Path | None = None
+    contained: bool = True
 
 
 def module(ex: Exercise) -> ModuleType:
@@ -74,16 +81,20 @@ _MALFORMED = (MalformedReport, KeyError, IndexError, TypeError, ValueError, Attr
 
 
 def measure(ex: Exercise, report: dict[str, Any] | None, target: str, *,
-            challenge: str) -> dict[str, Any] | None:
+            challenge: str, copy: Path | None = None,
+            contained: bool = True) -> dict[str, Any] | None:
     """The exercise's own measurements on the report's data (None when it takes none, or
     when the report holds no observations); a malformed report measures nothing."""
     fn = getattr(module(ex), "measure", None)
     if fn is None or report is None or "observations" not in report:
         return None
     try:
-        return fn(report["observations"], JudgeContext(target, ex, challenge))
-    except _MALFORMED:
-        return None  # judge() says what is malformed
+        return fn(report["observations"], JudgeContext(target, ex, challenge, copy=copy,
+                                                         contained=contained))
+    except _MALFORMED as exc:  # judge() says what is malformed; the log says where it raised
+        logging.getLogger("grader").warning("exercise %d's measure: %s: %s", ex.number,
+                                            type(exc).__name__, exc)
+        return None
 
 
 def judge(ex: Exercise, report: dict[str, Any] | None, target: str, problem: str = "", *,

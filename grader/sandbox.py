@@ -39,12 +39,11 @@ no_new_privs) -> bwrap -> [live: _LIVE_PRELUDE] -> argv`:
   command never blocks on a full pipe). Not bounded: the sum of memory over processes (each
   may map RLIMIT_AS) and, in live mode, tmpfs the command mounts itself: that needs a cgroup.
 
-bwrap resolves the bound folders as the sandbox uid, so each folder above the copy and
-`results` must be searchable by others (a mkdtemp folder holding both: chmod it 0711, which
-lets no one list it); the copy's own files are made world-readable (o+rX) in place, and
-`results` is chowned to SANDBOX_UID with mode 0700.
+Folders above the copy and `results` must be searchable by the sandbox uid (_check_reachable);
+`_prepare` makes the copy world-readable and `results` the sandbox uid's own.
 PR_SET_PDEATHSIG (--die-with-parent) fires when the *thread* that started bwrap ends: call
-run() from a thread that outlives it.
+run() from a thread that outlives it. grader.sandbox_pipe serves a command that runs beside
+the grader (launch()).
 """
 
 from __future__ import annotations
@@ -61,6 +60,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 BWRAP, SETPRIV, PRLIMIT = "/usr/bin/bwrap", "/usr/bin/setpriv", "/usr/bin/prlimit"
 SANDBOX_UID = SANDBOX_GID = 64_321  # dedicated: see the module docstring
@@ -268,10 +268,27 @@ def _check_reachable(path: Path) -> None:
 def run(argv: Sequence[str], *, copy: Path, results: Path, venv: Path, env: dict[str, str],
         limits: Limits = DEFAULT_LIMITS, live: bool = False,
         scratch: Sequence[str] = SCRATCH) -> SandboxResult:
-    """Run argv in the sandbox, in `copy` (its cwd), and wait for it (at most limits.wall_s).
-    The environment is DEFAULT_ENV updated with `env` and nothing else of this process's; it
-    is handed to bwrap as arguments (--setenv), so the helpers that run as root never see it
-    (LD_PRELOAD and the like), and ps shows it: it is no place for a secret."""
+    """Run argv in the sandbox, in `copy` (its cwd); wait for it (at most limits.wall_s). Its
+    environment is DEFAULT_ENV and `env`, given to bwrap as --setenv arguments: the root
+    helpers never see it (LD_PRELOAD), and ps shows it (no place for a secret)."""
+    proc, info_r, start = launch(argv, copy=copy, results=results, venv=venv, env=env,
+                                 limits=limits, live=live, scratch=scratch,
+                                 stdio=(subprocess.DEVNULL, subprocess.PIPE, subprocess.PIPE))
+    try:
+        return _supervise(proc, info_r, limits, start)
+    finally:
+        os.close(info_r)
+        if proc.poll() is None:  # only on an error in _supervise itself: leave nothing behind
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def launch(argv: Sequence[str], *, copy: Path, results: Path, venv: Path, env: dict[str, str],
+           limits: Limits, live: bool, scratch: Sequence[str],
+           stdio: tuple[Any, Any, Any]) -> tuple[subprocess.Popen, int, float]:
+    """Start argv as run() describes, with `stdio` as its stdin, stdout and stderr: the
+    process, the read end of bwrap's --info-fd (for init_of) and the start time. The caller
+    ends the sandbox and closes the fd (run(); grader.sandbox_pipe for a served command)."""
     copy, results, venv = (Path(os.path.realpath(p)) for p in (copy, results, venv))
     for path in (copy, results, venv):
         if not path.is_dir():
@@ -288,21 +305,15 @@ def run(argv: Sequence[str], *, copy: Path, results: Path, venv: Path, env: dict
     try:
         cmd = _chain(limits, live, info_w, mounts, argv)
         start = time.monotonic()
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=_CHAIN_ENV,
-                                pass_fds=(info_w,), start_new_session=True, cwd="/")
+        proc = subprocess.Popen(cmd, stdin=stdio[0], stdout=stdio[1], stderr=stdio[2],
+                                env=_CHAIN_ENV, pass_fds=(info_w,), start_new_session=True,
+                                cwd="/")
     except BaseException:
         os.close(info_r)
         raise
     finally:
         os.close(info_w)
-    try:
-        return _supervise(proc, info_r, limits, start)
-    finally:
-        os.close(info_r)
-        if proc.poll() is None:  # only on an error in _supervise itself: leave nothing behind
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    return proc, info_r, start
 
 
 class _Tail:
@@ -316,9 +327,6 @@ class _Tail:
         if len(self.data) > self.cap:
             del self.data[:len(self.data) - self.cap]
             self.dropped = True
-
-    def text(self) -> str:
-        return self.data.decode("utf-8", "replace")
 
 
 def _supervise(proc: subprocess.Popen, info_r: int, limits: Limits,
@@ -342,14 +350,14 @@ def _supervise(proc: subprocess.Popen, info_r: int, limits: Limits,
                         os.killpg(proc.pid, signal.SIGKILL)
                     break
                 timed_out, deadline = True, now + _KILL_GRACE_S
-                _kill(proc, init)
+                kill(proc, init)
             for key, _ in sel.select(timeout=max(0.0, min(1.0, deadline - now))):
                 chunk = os.read(key.fd, 1 << 16)
                 if not chunk:
                     sel.unregister(key.fd)
                 elif key.fd == info_r:
                     info += chunk
-                    init = init or _init_of(info)
+                    init = init or init_of(info)
                 else:
                     tails[key.fd].add(chunk)
     finally:
@@ -362,11 +370,11 @@ def _supervise(proc: subprocess.Popen, info_r: int, limits: Limits,
         os.killpg(proc.pid, signal.SIGKILL)
         rc = proc.wait()
     if init is not None:
-        _wait_gone(*init)
+        wait_gone(*init)
     out, err = tails.values()
-    stderr = err.text()
+    stdout, stderr = (t.data.decode("utf-8", "replace") for t in (out, err))
     return SandboxResult(returncode=rc, timed_out=timed_out,
-                         limit=_which_limit(rc, timed_out, stderr), stdout=out.text(),
+                         limit=_which_limit(rc, timed_out, stderr), stdout=stdout,
                          stderr=stderr, output_truncated=out.dropped or err.dropped,
                          seconds=time.monotonic() - start)
 
@@ -380,7 +388,7 @@ def _start_time(pid: int) -> int | None:
     return None if fields[0] == "Z" else int(fields[19])
 
 
-def _init_of(info: bytearray) -> tuple[int, int] | None:
+def init_of(info: bytearray) -> tuple[int, int] | None:
     """(host PID, start time) of the PID namespace's init, from bwrap's --info-fd JSON."""
     try:
         pid = int(json.loads(info.decode())["child-pid"])
@@ -390,7 +398,7 @@ def _init_of(info: bytearray) -> tuple[int, int] | None:
     return (pid, started) if started is not None else None
 
 
-def _kill(proc: subprocess.Popen, init: tuple[int, int] | None) -> None:
+def kill(proc: subprocess.Popen, init: tuple[int, int] | None) -> None:
     """SIGKILL the namespace's init: the kernel kills every process in the namespace, and
     bwrap reaps the init and exits. bwrap's own process group is killed only when the init
     is not known yet (bwrap has not reported it): the init then dies of --die-with-parent,
@@ -402,7 +410,7 @@ def _kill(proc: subprocess.Popen, init: tuple[int, int] | None) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _wait_gone(pid: int, started: int, timeout: float = _KILL_GRACE_S) -> None:
+def wait_gone(pid: int, started: int, timeout: float = _KILL_GRACE_S) -> None:
     """Until the init has ended: its exit waits for every other process of its namespace."""
     end = time.monotonic() + timeout
     while _start_time(pid) == started:
@@ -428,8 +436,8 @@ def _which_limit(rc: int, timed_out: bool, stderr: str) -> str:
 
 
 def read_result(results: Path, name: str, max_bytes: int) -> bytes:
-    """A file the sandbox wrote into `results`, read safely by the (privileged) grader: a
-    plain name, not a symlink (O_NOFOLLOW), a regular file, at most max_bytes."""
+    """A file the sandbox wrote into `results`, read safely by the (privileged) grader: a plain
+    name, no symlink (O_NOFOLLOW), a regular file, at most max_bytes."""
     if "/" in name or name in ("", ".", ".."):
         raise SandboxError(f"{name!r} is not a plain file name")
     fd = os.open(results / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)

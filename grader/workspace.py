@@ -249,5 +249,6 @@ def grade(ex: Exercise, files: FileSet, name: str, target: str,
         except (OSError, sandbox.SandboxError, judging.MalformedReport) as exc:
             why = f"no usable report ({exc}; exit {code}): {stderr[-1500:]}"
             return Grade(ex.number, name, target, judged(None, why))
-        measured = judging.measure(ex, report, target, challenge=token)
+        measured = judging.measure(ex, report, target, challenge=token, copy=root,
+                                   contained=not trust)
         return Grade(ex.number, name, target, judged(report, measured=measured))

@@ -43,6 +43,16 @@ from sim.network import Network, QueueConfig
 from wire import BTH_LEN, CC_STATE_LEN, DATA_HEADERS_LEN, FRAME_HEADERS_LEN, SACK_LEN
 
 
+def endpoint_config(mode: AgentMode, planes: int, rate_bps: float, rtt: float) -> EndpointConfig:
+    """Timers scaled to the fabric's RTT; NSCC window sized to the host's summed NIC rate
+    (a RoCE-like QP: one NIC's rate, and the agent's RoCE-like configuration)."""
+    if not mode.is_mrc:
+        return roce_endpoint_config(rtt, rate_bps)
+    line_rate = planes * rate_bps
+    nscc = NsccConfig.for_link(line_rate, rtt, mtu=DEFAULT_MTU)
+    return EndpointConfig.for_base_rtt(rtt, line_rate, cc_factory=functools.partial(Nscc, nscc))
+
+
 @dataclass(frozen=True)
 class SimSettings:
     rate_bps: float = 10e9
@@ -106,25 +116,26 @@ class Harness:
         self.planned_bytes = 0  # bytes the whole run moves, when more than the transfers hold
         self.starting: list[Transfer] | None = None  # what start() posts; None: every transfer
         self._rtt_table: metrics.RttTable | None = None
+        # builds each host's endpoint instead of Endpoint(...): grader.remote_core's, whose
+        # endpoints live in a sandbox (set before the first transfer)
+        self.endpoints: Callable[[Harness, int], Any] | None = None
 
     # --- setup ------------------------------------------------------------------------------
     def adapter(self, host: int) -> HostAdapter:
         if host not in self.adapters:
-            config = self.config or self.fabric_config(host)
-            ep = Endpoint(config, planes=self.fabric.planes, name=self.fabric.host_name(host),
-                          seed=self.settings.seed * 1_000_003 + host)
+            ep = self.endpoints(self, host) if self.endpoints is not None else Endpoint(
+                self.config or self.fabric_config(host), planes=self.fabric.planes,
+                name=self.fabric.host_name(host), seed=self.endpoint_seed(host))
             self.adapters[host] = HostAdapter(self.net, host, ep, self._on_event, mode=self.mode)
         return self.adapters[host]
 
     def fabric_config(self, host: int) -> EndpointConfig:
-        """Timers scaled to this fabric's RTT; NSCC window sized to the host's summed NIC rate
-        (a RoCE-like QP: one NIC's rate, and the agent's RoCE-like configuration)."""
-        rtt = self.base_rtt_for(host)
-        if not self.mode.is_mrc:
-            return roce_endpoint_config(rtt, self.settings.rate_bps)
-        line_rate = self.fabric.planes * self.settings.rate_bps
-        nscc = NsccConfig.for_link(line_rate, rtt, mtu=DEFAULT_MTU)
-        return EndpointConfig.for_base_rtt(rtt, line_rate, cc_factory=functools.partial(Nscc, nscc))
+        """endpoint_config for `host` on this fabric, at its RTT."""
+        return endpoint_config(self.mode, self.fabric.planes, self.settings.rate_bps,
+                               self.base_rtt_for(host))
+
+    def endpoint_seed(self, host: int) -> int:
+        return self.settings.seed * 1_000_003 + host
 
     def base_rtt_for(self, host: int) -> float:
         """The longest unloaded RTT from `host` to any other host (the endpoint's RTT hint)."""

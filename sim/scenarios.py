@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from functools import partial
 from typing import Any
@@ -250,9 +251,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
 
 def run_scenario(name: str, *, size: int = 32 * 1024 * 1024, settings: SimSettings | None = None,
                  config: EndpointConfig | None = None,
-                 fabric: Fabric | None = None) -> dict[str, Any]:
+                 fabric: Fabric | None = None,
+                 endpoints: Callable[[Harness, int], Any] | None = None) -> dict[str, Any]:
     """Run one scenario to completion (or its time limit) and return its JSON-able result;
-    `fabric` replaces the scenario's own (fabric.options: --fabric)."""
+    `fabric` replaces the scenario's own (fabric.options: --fabric); `endpoints` builds the
+    hosts' endpoints (Harness.endpoints: the grader's, in a sandbox)."""
     scenario = SCENARIOS.get(name)
     if scenario is None:
         raise ScenarioError(f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}")
@@ -265,6 +268,7 @@ def run_scenario(name: str, *, size: int = 32 * 1024 * 1024, settings: SimSettin
         raise ScenarioError(refusal)
     wall = [time.perf_counter()]
     h = Harness(f, settings, config)
+    h.endpoints = endpoints
     wall.append(time.perf_counter())
     finish = scenario.setup(h, size)
     h.base_rtt = h.path_rtt(h.transfers[0].sender, h.transfers[0].receiver)

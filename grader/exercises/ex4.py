@@ -26,6 +26,7 @@ from grader.exercises.ex4_observe import (
     DEAD_PLANE,
     PLANES,
     ROUNDS,
+    SIM_SIZE,
     Row,
     Scenario,
     scenario,
@@ -33,7 +34,8 @@ from grader.exercises.ex4_observe import (
 )
 from grader.exercises.ex4_sack import Verdict, sack_checks
 from grader.live import judge_transfer, observe_transfer
-from grader.report import Check, CheckSpec, not_run
+from grader.remote_core import served_run
+from grader.report import Check, CheckSpec, failed, not_run
 
 TOLERANCE = 0.35  # an EV's (or plane's) share may be off its fair share by this fraction (a
 # random choice over ROUNDS per EV stays within it with a margin of about 5 standard deviations)
@@ -60,19 +62,38 @@ SPEC = {s.id: s for s in CHECKS}
 
 
 def observe(ctx: Any) -> dict[str, Any]:
-    """In the sandbox: the unit stages' records, then the simulator's and the live transfer's
-    while this module's own judgement of the earlier stages lets them run."""
-    from grader.exercises.ex4_observe import observe_sack, observe_sim, observe_spray
+    """In the sandbox: the unit stages' records, then the live transfer's while this module's
+    own judgement of the units lets it run. The simulator is not run here: `measure` runs it
+    in the grader's process around the student's endpoints."""
+    from grader.exercises.ex4_observe import observe_sack, observe_spray
 
     sc = scenario(ctx.challenge)
     obs: dict[str, Any] = {"spray": observe_spray(sc), "sack": observe_sack(sc)}
     if not all(c.passed for c in _units(obs, sc)):
         return obs
-    obs["sim"] = observe_sim()
-    if not all(c.passed for c in _judge_sim(obs["sim"])):
-        return obs
     obs["live"] = observe_transfer(ctx)
     return obs
+
+
+def measure(obs: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """Here, once the units pass: the lossy transfer on the grader's own simulator, the
+    student's endpoints served from the sandbox (grader.remote_core): its completion, its
+    verification and its packets per plane are the grader's observations."""
+    if not all(c.passed for c in _units(obs, scenario(ctx.challenge))):
+        return {}
+    return {"sim": served_run(ctx, lossy_transfer)}
+
+
+def lossy_transfer(endpoints: Any = None) -> Row:
+    """The simulator's "loss" scenario (1 % loss on every link) with `endpoints` (None: this
+    process's own, for tests), as the judge reads it."""
+    from sim.scenarios import run_scenario
+
+    result = run_scenario("loss", size=SIM_SIZE, endpoints=endpoints)
+    return {"ok": bool(result.get("ok")), "completed": result.get("completed"),
+            "duration_s": result.get("duration_s", 0),
+            "retransmits": result.get("retransmits"), "timeouts": result.get("timeouts"),
+            "data_tx_per_plane": list(result.get("data_tx_per_plane", {}).get("h0", []))}
 
 
 def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
@@ -89,7 +110,7 @@ def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
         yield not_run("live.transfer", "a write crosses a Mininet fabric with your agents", 4,
                       "fix the unit checks above first")
         return
-    sims = _judge_sim(obs["sim"])
+    sims = _judge_sim((ctx.measured or {}).get("sim"))
     yield from sims
     if not all(c.passed for c in sims):
         yield not_run("live.transfer", "a write crosses a Mininet fabric with your agents", 4,
@@ -263,9 +284,12 @@ def _comes_back(obs: Row) -> Verdict:
 
 
 # ---- the simulator ----------------------------------------------------------------------------
-def _judge_sim(obs: Row) -> list[Check]:
-    """sim.lossy-transfer and sim.every-plane from ex4_observe.observe_sim's record."""
+def _judge_sim(obs: Row | None) -> list[Check]:
+    """sim.lossy-transfer and sim.every-plane from measure's record."""
     lossy, every = SPEC["sim.lossy-transfer"], SPEC["sim.every-plane"]
+    if obs is None:
+        return [failed(lossy, "not measured: the grader did not run the simulator"),
+                failed(every, "not measured: the grader did not run the simulator")]
     if "raised" in obs:
         return [Check(lossy.id, lossy.title, 3, False, expected="the simulation runs",
                       observed=str(obs["raised"]),

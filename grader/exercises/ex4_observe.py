@@ -1,5 +1,5 @@
-"""Exercise 4's sandboxed half: runs the student's EvSet.choose, Receiver._sack and the fabric
-simulator on the grader's scenarios and writes down what they did, as plain JSON data.
+"""Exercise 4's sandboxed half: runs the student's EvSet.choose and Receiver._sack on the
+grader's scenarios and writes down what they did, as plain JSON data.
 
 Nothing here says whether an answer is right: grader.exercises.ex4.judge decides that from
 these records, in the grader's own process. The student's modules (host_agent.core.evs and
@@ -14,8 +14,8 @@ Records:
   spray ("ev" None: choose() returned None "n" times).
 - the SACK script: {"sacks": [SACK row per SCRIPT step], "probe": SACK row} or {"raised"}; a
   SACK row is {"type": the decoded packet's class name} plus, for a SackPacket, its fields.
-- the simulator: {"ok", "completed", "duration_s", "retransmits", "timeouts",
-  "data_tx_per_plane"} as sim.scenarios.run_scenario reported them, or {"raised"}.
+The simulator's stage is not here: grader.exercises.ex4.measure runs it in the grader's own
+process, around the student's endpoints served from the sandbox (grader.remote_core).
 """
 
 from __future__ import annotations
@@ -251,17 +251,3 @@ def _sack_script(sc: Scenario) -> Row:
 def observe_sack(sc: Scenario) -> Row:
     """What the student's receiver answered to each arrival of the script, then to a probe."""
     return _guarded(_sack_script, sc)
-
-
-# ---- the simulator ----------------------------------------------------------------------------
-def observe_sim() -> Row:
-    """The lossy transfer as the simulator reported it (the student's agents inside)."""
-    try:
-        from sim.scenarios import run_scenario
-        result = run_scenario("loss", size=SIM_SIZE)
-    except Exception as exc:  # the student's code may raise anything: the judge reports it
-        return {"raised": crash(exc)}
-    return {"ok": bool(result.get("ok")), "completed": result.get("completed"),
-            "duration_s": result.get("duration_s", 0),
-            "retransmits": result.get("retransmits"), "timeouts": result.get("timeouts"),
-            "data_tx_per_plane": list(result.get("data_tx_per_plane", {}).get("h0", []))}

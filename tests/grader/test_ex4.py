@@ -50,7 +50,7 @@ def test_solution_live(target):
 def test_simulator_stage_sees_a_plane_left_out(monkeypatch):
     """The simulator stage itself (every fixture fails a unit check first): an agent that
     sprays on plane 0 only still completes, but sim.every-plane fails."""
-    from grader.exercises import ex4, ex4_observe
+    from grader.exercises import ex4
     from host_agent.core.evs import EvSet
 
     real = EvSet.choose
@@ -63,7 +63,7 @@ def test_simulator_stage_sees_a_plane_left_out(monkeypatch):
         return entry
 
     monkeypatch.setattr(EvSet, "choose", plane_zero_only)
-    lossy, planes = ex4._judge_sim(ex4_observe.observe_sim())
+    lossy, planes = ex4._judge_sim(ex4.lossy_transfer())
     assert lossy.passed, lossy
     assert not planes.passed and planes.expected and planes.hint
     assert planes.observed.startswith("data packets per plane [")
