@@ -22,8 +22,8 @@ import json
 import math
 from typing import Any
 
-from host_agent.core import events as core_events
-from host_agent.core.types import EvState
+from host_agent import core as core_events
+from host_agent.core import EvState
 
 OPS = ("new", "connect", "disconnect", "register", "post_write", "receive", "timer", "plane",
        "pump", "stats", "ev_states")

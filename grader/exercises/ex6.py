@@ -9,9 +9,11 @@ peer gets, the peer's sending after it, the repeat of an unanswered notification
 plane's return; (2) the simulator: the receiver's NIC port on plane 0 dies mid-transfer and
 comes back; (3) the live Mininet transfer.
 
-`observe` runs those scenarios in the sandbox (grader.exercises.ex6_observe) and reports what
-the student's code did; `judge` decides every check here from that data alone, so it never
-imports the student's endpoint and believes no verdict from the sandbox.
+`observe` runs the unit scenarios and the live transfer in the sandbox
+(grader.exercises.ex6_observe) and reports what the student's code did; `measure` runs the
+simulator here, around the student's endpoints served from the sandbox (grader.remote_core),
+and reads its figures off the simulated fabric; `judge` decides every check from those data
+alone, so it never imports the student's endpoint and believes no verdict from the sandbox.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from grader.exercises.ex6_observe import (
 )
 from grader.exercises.ex6_observe import simulate as simulate
 from grader.live import judge_transfer, observe_transfer
-from grader.report import Check, CheckSpec, not_run, raised
+from grader.remote_core import served_run
+from grader.report import Check, CheckSpec, failed, not_run
 
 MASK_ALL = (1 << PLANES) - 1
 NOTIFY_BOUND_RTTS = 5  # the reference: about 0.4 base RTTs
@@ -251,12 +254,12 @@ def unit_checks(obs: Any, dead: int = DEAD) -> list[Check]:
 
 # ----- stage 2: the simulator -----------------------------------------------------------------
 
-def observe_sim() -> dict[str, Any]:
-    """simulate()'s figures, or {"raised": text} if the student's code raised in it."""
-    try:
-        return simulate()
-    except Exception as exc:  # the student's code may raise anything: the judge reports it
-        return {"raised": raised(exc)}
+def measure(obs: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """Here, once the units pass: the simulation on the grader's own simulator around the
+    student's endpoints, served from the sandbox (grader.remote_core)."""
+    if not _passed(unit_checks(obs["units"], dead_plane(ctx.challenge)), 5):
+        return {}
+    return {"sim": served_run(ctx, simulate)}
 
 
 def _marks(sim: dict[str, Any]) -> dict[str, float | int]:
@@ -269,8 +272,10 @@ def _marks(sim: dict[str, Any]) -> dict[str, float | int]:
 
 
 def sim_checks(sim: Any) -> list[Check]:
-    """The simulator checks from observe_sim's data; only the transfer one if it raised."""
+    """The simulator checks from measure's data; only the transfer one if it raised."""
     spec = SPEC["ex6.sim.transfer"]
+    if sim is None:
+        return [failed(spec, "not measured: the grader did not run the simulator")]
     if not isinstance(sim, dict):
         raise TypeError("the simulator's observations are not an object")
     if "raised" in sim:
@@ -326,14 +331,11 @@ def _passed(checks: list[Check], count: int) -> bool:
 
 def observe(ctx: Any) -> dict[str, Any]:
     """In the sandbox: the unit scenarios, then (if they pass by the judge's own rules) the
-    simulation, then (if that passes too) the live transfer; later stages are left out when an
-    earlier one fails, since the judge would not run them anyway."""
+    live transfer. The simulation is not run here: `measure` runs it in the grader's process
+    around the student's endpoints."""
     dead = dead_plane(ctx.challenge)
     obs: dict[str, Any] = {"units": units(dead)}
     if not _passed(unit_checks(obs["units"], dead), 5):
-        return obs
-    obs["sim"] = observe_sim()
-    if not _passed(sim_checks(obs["sim"]), len(SIM_IDS)):
         return obs
     obs["live"] = observe_transfer(ctx)
     return obs
@@ -348,7 +350,7 @@ def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
             yield not_run(check_id, SIM_TITLE, points, "fix the unit checks above first")
         yield not_run("live.transfer", LIVE_TITLE, 3, "fix the unit checks above first")
         return
-    sims = sim_checks(obs["sim"])
+    sims = sim_checks((ctx.measured or {}).get("sim"))
     yield from sims
     done = {c.id for c in sims}
     for check_id, points in SIM_IDS:

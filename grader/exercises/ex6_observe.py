@@ -192,15 +192,20 @@ def units(dead: int = DEAD) -> dict[str, dict[str, Any]]:
     return {name: attempt(scenario, dead) for name, scenario in SCENARIOS.items()}
 
 
-def simulate() -> dict[str, Any]:
+def simulate(endpoints: Any = None) -> dict[str, Any]:
     """The receiver's NIC port on plane 0 dies mid-transfer and comes back; figures of the
-    sender's reaction (times in s, counts of the sender's data packets on plane 0)."""
+    sender's reaction (times in s, counts of the sender's data packets on plane 0). Run by
+    the grader (grader.exercises.ex6.measure) with `endpoints` served from the sandbox (None:
+    this process's own, for tests): every figure is what the simulated fabric carried, never
+    an endpoint's word. The sender counts as told when the receiver's PORT_STATUS request
+    saying so reaches its NIC."""
+    import wire
     from fabric.topology import Fabric
-    from host_agent.core import PeerPlaneChanged
     from sim.harness import Harness, SimSettings
 
     fabric = Fabric(**SIM_FABRIC)
     h = Harness(fabric, SimSettings())
+    h.endpoints = endpoints
     src, dst, plane = 0, fabric.hosts - 1, 0
     h.add_transfer(src, dst, SIM_BYTES)
     rtt = h.base_rtt = h.path_rtt(src, dst)
@@ -215,20 +220,30 @@ def simulate() -> dict[str, Any]:
     def data() -> int:
         return sender.data_tx_per_plane[plane]
 
-    def listen(now: float, adapter: Any, event: Any) -> None:
-        if adapter is sender and isinstance(event, PeerPlaneChanged) and event.peer == dst \
-                and event.plane == plane:
-            key = "up_at" if event.up else "down_at"
-            if key not in marks:
-                marks[key] = now
-                if not event.up:
-                    h.loop.at(now + QUIET_AFTER_RTTS * rtt,
-                              lambda: marks.setdefault("quiet_from", data()))
+    def told(up: bool) -> None:
+        key = "up_at" if up else "down_at"
+        if key in marks or h.loop.now < (t_heal if up else t_fail):
+            return
+        marks[key] = h.loop.now
+        if not up:
+            h.loop.at(h.loop.now + QUIET_AFTER_RTTS * rtt,
+                      lambda: marks.setdefault("quiet_from", data()))
+
+    honest_on_frame = sender.on_frame
+
+    def on_frame(nic: int, frame: bytes) -> None:
+        try:
+            pkt = wire.decode_packet(wire.decode_frame_fields(frame)[4])
+        except wire.WireError:
+            pkt = None
+        if isinstance(pkt, wire.PortStatusPacket) and pkt.bth.opcode == wire.OP_EP_REQ:
+            told(bool(pkt.status.port_mask >> plane & 1))
+        honest_on_frame(nic, frame)
+    sender.on_frame = on_frame  # type: ignore[method-assign]
 
     def heal() -> None:
         marks["at_heal"] = data()
         h.net.set_link_up(link, True)
-    h.listeners.append(listen)
     h.at(t_fail, lambda: h.net.set_link_up(link, False))
     h.at(t_heal, heal)
     h.start()

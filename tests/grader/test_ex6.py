@@ -50,9 +50,12 @@ def test_simulator_figures_of_the_reference():
 
 
 def _judged(obs: dict, plane: int = 1) -> dict:
-    """The judge's verdicts under a challenge that takes `plane` from A (units() loses 1)."""
-    judged = judging.judge(EX, {"observations": obs}, "soft",
-                           challenge=_challenge_losing(plane))
+    """The judge's verdicts under a challenge that takes `plane` from A (units() loses 1);
+    obs["sim"], if any, is what the grader's own simulator measured."""
+    report = {k: v for k, v in obs.items() if k != "sim"}
+    judged = judging.judge(EX, {"observations": report}, "soft",
+                           challenge=_challenge_losing(plane),
+                           measured={"sim": obs["sim"]} if "sim" in obs else None)
     return {c.id: c for c in judged}
 
 
