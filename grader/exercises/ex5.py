@@ -10,9 +10,11 @@ later; the sender's EVs on that route must retire within a bound, the others kee
 state, and the retired ones come back after the heal, by probes, not sooner than the rule
 allows; (3) the live Mininet transfer.
 
-`observe` (in the sandbox) runs the scenarios of ex5_observe and reports what the student's
-code did; `judge` (in the grader's process) holds that against the rules here, and a report
-has to show the states, answers and times a correct machine produces to pass.
+`observe` (in the sandbox) runs the unit scenarios of ex5_observe and reports what the
+student's code did; `measure` runs the simulator in the grader's process around the student's
+endpoints served from the sandbox (grader.remote_core) and records what the sender's NIC put
+on the fabric; `judge` holds both against the rules here. The simulator checks read an EV's
+state off the wire (a retired EV carries probes and no data), never off the endpoint's word.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from typing import Any
 from grader.exercises import ex5_observe as scen
 from grader.exercises.ex5_observe import STATES, B
 from grader.live import judge_transfer, observe_transfer
-from grader.report import Check, CheckSpec, not_run
+from grader.remote_core import served_run
+from grader.report import Check, CheckSpec, failed, not_run
 
 G, S, D = "GOOD", "SKIP", "DENIED"
 # The reference machine, by trigger (EvTrigger values): state -> next state, None = illegal.
@@ -90,9 +93,9 @@ _SPEC = {spec.id: spec for spec in CHECKS}
 
 
 def observe(ctx: Any) -> dict[str, Any]:
-    """In the sandbox: every scenario's raw outcome. The simulator and the live transfer
-    only run when the judge's own verdicts on the stage before pass (they would be reported
-    as not run anyway, and the simulation takes a while)."""
+    """In the sandbox: every unit scenario's raw outcome, and the live transfer once the
+    judge's own verdicts on the units pass. The simulator is not run here: `measure` runs it
+    in the grader's process around the student's endpoints."""
     ks = scen.reinstate_ks(ctx.challenge)
     obs: dict[str, Any] = {
         "table": {t: scen.guarded(lambda t=t: scen.table_row(t)) for t in EXPECTED},
@@ -101,16 +104,18 @@ def observe(ctx: Any) -> dict[str, Any]:
         "timeout": scen.guarded(scen.timeout_run),
         "stray": scen.guarded(scen.stray_run),
     }
-    if not all(c.passed for c in _unit_checks(obs, ks)):
-        return obs
-    obs["sim"] = scen.guarded(scen.simulate)
-    try:
-        sim_ok = _sim_passed(list(_sim_checks(obs["sim"])))
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
-        sim_ok = False  # the judge says what is wrong with the simulator's figures
-    if sim_ok:
+    if all(c.passed for c in _unit_checks(obs, ks)):
         obs["live"] = observe_transfer(ctx)
     return obs
+
+
+def measure(obs: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """Here, once the units pass: the simulation on the grader's own simulator around the
+    student's endpoints, served from the sandbox (grader.remote_core)."""
+    if not all(c.passed for c in _unit_checks(obs, scen.reinstate_ks(ctx.challenge))):
+        return {}
+    sim = served_run(ctx, scen.simulate)
+    return {"sim": {"error": sim["raised"]} if "raised" in sim else {"data": sim}}
 
 
 def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
@@ -122,7 +127,7 @@ def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
             yield not_run(check_id, SIM_TITLE, points, "fix the unit checks above first")
         yield not_run("live.transfer", LIVE_TITLE, 3, "fix the unit checks above first")
         return
-    sims = list(_sim_checks(obs["sim"]))
+    sims = list(_sim_checks((ctx.measured or {}).get("sim")))
     yield from sims
     done = {c.id for c in sims}
     for check_id, points in SIM_IDS:
@@ -324,52 +329,47 @@ def _number(value: Any, what: str, positive: bool = False) -> float:
     return float(value)
 
 
-def _by_ev(pairs: Any, what: str, evs: set[int]) -> dict[int, Any]:
-    """A [[ev, value], ...] list of the report as a dict, which must cover the EVs `evs`."""
-    out = dict(_as_list(pairs, what, len(evs)))
-    if set(out) != evs:
-        raise ValueError(f"sim: {what} does not list the sender's EVs")
-    return out
+def _times(value: Any, what: str) -> list[float]:
+    return [_number(t, what) for t in _as_list(value, what, 1 << 20)]
 
 
 def sim_figures(sim: dict[str, Any]) -> dict[str, Any]:
-    """The figures the simulator checks judge, from ex5_observe.simulate()'s raw report: the
-    EVs on the failed route (found by the project's fabric model), when each last retired
-    after the failure and last came back, and how long data kept using the route."""
+    """The figures the simulator checks judge, from ex5_observe.simulate()'s record of what
+    the sender's NIC sent: the EVs seen on the failed route (the project's fabric model says
+    which routes cross the link), when each was first probed after the failure, and each one's
+    data and probes after the heal."""
     rtt = _number(sim["rtt"], "rtt", positive=True)
     t_fail, t_heal = _number(sim["t_fail"], "t_fail"), _number(sim["t_heal"], "t_heal")
-    routes = dict(_as_list(sim["routes"], "routes", 1 << 16))
     dead_routes = scen.dead_routes()
-    dead = {ev for ev, route in routes.items() if route in dead_routes}
-    retired: dict[int, float] = {}
-    back: dict[int, float] = {}
-    for now, ev, old, new in sim["changes"]:
-        if ev not in dead:
-            continue
-        now = _number(now, "a change's time")
-        if new == B and old != B and now >= t_fail:
-            retired[ev] = now
-        if old == B and new == G:
-            back[ev] = now
-    last = max((_number(sim["last_data_tx"].get(r, -1.0), "last_data_tx")
-                for r in dead_routes), default=-1.0)
+    rows = {int(ev): row for ev, row in dict(sim["evs"]).items()}
+    dead = {ev for ev, row in rows.items() if row["route"] in dead_routes}
+    data = {ev: _times(row["data"], "data times") for ev, row in rows.items()}
+    probes = {ev: _times(row["probes"], "probe times") for ev, row in rows.items()}
+    last = max((t for ev in dead for t in data[ev] if t_fail <= t < t_heal), default=-1.0)
     finished = sim["finished"] is True
     return {
         "ok": finished and sim["verified"] is True, "rtt": rtt, "t_fail": t_fail,
         "t_heal": t_heal, "k": _number(sim["k"], "k", positive=True),
         "interval": _number(sim["interval"], "interval"),
         "timeout": _number(sim["timeout"], "timeout"), "dead": dead,
-        "data_after_rtts": max(0.0, last - t_fail) / rtt if last > t_fail else 0.0,
-        "retired": retired, "back": back,
-        "at_heal": _by_ev(sim["at_heal"], "at_heal", set(routes)),
-        "final": _by_ev(sim["final"], "final", set(routes)),
+        "data_after_rtts": (last - t_fail) / rtt if last > t_fail else 0.0,
+        "first_probe": {ev: min((t for t in probes[ev] if t >= t_fail), default=None)
+                        for ev in dead},
+        "hurt": sorted(ev for ev in rows if ev not in dead
+                       and any(t_fail <= t < t_heal for t in probes[ev])),
+        "healed_probes": {ev: [t for t in probes[ev] if t >= t_heal] for ev in dead},
+        "healed_data": {ev: [t for t in data[ev] if t >= t_heal] for ev in dead},
         "error": "" if finished else
         f"not finished after {_number(sim['now'], 'now') * 1e3:.2f} ms",
     }
 
 
-def _sim_checks(entry: dict[str, Any]) -> Iterator[Check]:
+def _sim_checks(entry: dict[str, Any] | None) -> Iterator[Check]:
     title = SIM_TITLES["ex5.sim.transfer"]
+    if entry is None:
+        yield failed(_SPEC["ex5.sim.transfer"], "not measured: the grader did not run the "
+                                                "simulator")
+        return
     sim, crash = _data(entry)
     if crash:
         yield Check("ex5.sim.transfer", title, 2, False, expected="completed and verified",
@@ -382,25 +382,28 @@ def _sim_checks(entry: dict[str, Any]) -> Iterator[Check]:
                 hint="every unit check passed, so look for an EV that never comes back or a "
                      "retired EV still chosen")
     rtt, dead = r["rtt"], r["dead"]
-    late = [ev for ev in dead if ev not in r["retired"]
-            or (r["retired"][ev] - r["t_fail"]) / rtt > RETIRE_BOUND_RTTS]
-    slowest = max(((now - r["t_fail"]) / rtt for now in r["retired"].values()), default=None)
+    bound = RETIRE_BOUND_RTTS + r["interval"] / rtt  # retired, then one probe interval
+    waits = {ev: None if t is None else (t - r["t_fail"]) / rtt
+             for ev, t in r["first_probe"].items()}
+    late = [ev for ev, w in waits.items() if w is None or w > bound]
+    slowest = max((w for w in waits.values() if w is not None), default=None)
     yield Check(
         "ex5.sim.retire", SIM_TITLES["ex5.sim.retire"], 2,
         bool(dead) and not late and r["data_after_rtts"] <= RETIRE_BOUND_RTTS,
-        expected=f"all {len(dead)} EVs ASSUMED_BAD within {RETIRE_BOUND_RTTS} base RTTs; "
-                 f"before the heal, the last data packet on the route within "
-                 f"{RETIRE_BOUND_RTTS} base RTTs of the failure",
-        observed=f"{len(dead) - len(late)}/{len(dead)} retired in time (slowest "
+        expected=f"each of the {len(dead)} EVs seen on the route probed within {bound:.0f} base "
+                 f"RTTs of the failure ({RETIRE_BOUND_RTTS} to retire it, one probe interval "
+                 f"to its first probe); before the heal, the last data packet on the route "
+                 f"within {RETIRE_BOUND_RTTS} base RTTs of the failure",
+        observed=f"{len(dead) - len(late)}/{len(dead)} probed in time (slowest "
                  f"{'never' if slowest is None else f'{slowest:.1f} RTTs'}); last data on the "
                  f"route {r['data_after_rtts']:.1f} RTTs after the failure",
         hint="a loss must move GOOD and SKIP EVs to ASSUMED_BAD at once (table check "
              "ex5.table.loss): an EV left GOOD keeps being sprayed on the dead route")
-    hurt = sorted(ev for ev, state in r["at_heal"].items() if ev not in dead and state == B)
+    hurt = r["hurt"]
     yield Check(
         "ex5.sim.healthy", SIM_TITLES["ex5.sim.healthy"], 2, not hurt,
-        expected="no EV outside the dead route ASSUMED_BAD when the link heals",
-        observed=f"{len(hurt)} EVs on healthy routes ASSUMED_BAD: "
+        expected="no EV outside the dead route probed (retired) before the link heals",
+        observed=f"{len(hurt)} EVs on healthy routes probed: "
                  + ", ".join(f"{ev:#x}" for ev in hurt[:6]) if hurt else "none",
         hint="only the EV that lost a packet (or every EV of a path found dark) retires: "
              "congestion signals must not retire anything")
@@ -408,23 +411,36 @@ def _sim_checks(entry: dict[str, Any]) -> Iterator[Check]:
 
 
 def _sim_reinstate_check(r: dict[str, Any]) -> Check:
-    rtt, dead = r["rtt"], r["dead"]
+    """Back by probes, not too soon: after the heal each EV of the route is probed at least k
+    times, probing ends by the latest time the rule allows (an ASSUMED_BAD EV is probed until
+    reinstated), and no data goes on it before the k-th reply could have come; and the route
+    carries data again. Not every EV of it does: one reinstated while its plane's active
+    pool is full is a backup, as it should be."""
+    rtt, dead, k = r["rtt"], r["dead"], int(r["k"])
     earliest = r["t_heal"] + (r["k"] - 1) * r["interval"]
     latest = r["t_heal"] + (r["k"] + 1) * r["interval"] + r["timeout"]
-    missing = [ev for ev in dead if r["final"][ev] != G]
-    early = [ev for ev, now in r["back"].items() if now < earliest - 1e-9]
-    first = min(r["back"].values(), default=None)
+    few = [ev for ev in dead if len(r["healed_probes"][ev]) < k]
+    endless = [ev for ev in dead if any(t > latest for t in r["healed_probes"][ev])]
+    early = [ev for ev in dead if any(t < earliest - 1e-9 for t in r["healed_data"][ev])]
+    back = [ev for ev in dead if r["healed_data"][ev]]
+    first = min((min(r["healed_data"][ev]) for ev in dead if r["healed_data"][ev]),
+                default=None)
     span = f"{(r['k'] - 1) * r['interval'] / rtt:.0f} and " \
            f"{((r['k'] + 1) * r['interval'] + r['timeout']) / rtt:.0f} base RTTs after the heal"
+    problems = [f"{len(x)} {what}" for x, what in (
+        (few, f"probed fewer than {k} times after the heal"), (endless, "still probed after "
+         "that"), (early, "carried data too soon")) if x]
+    if not back:
+        problems.append("no data on the route again")
     return Check(
-        "ex5.sim.reinstate", SIM_TITLES["ex5.sim.reinstate"], 3,
-        not missing and not early and all(now <= latest for now in r["back"].values()),
-        expected=f"all {len(dead)} EVs GOOD again, each between {span} "
-                 f"({r['k']:.0f} probe replies, one per probe interval)",
-        observed=f"{len(dead) - len(missing)}/{len(dead)} GOOD at the end; first back "
-                 + ("never" if first is None else
-                    f"{(first - r['t_heal']) / rtt:.1f} RTTs after the heal")
-                 + (f"; {len(early)} came back too soon" if early else ""),
+        "ex5.sim.reinstate", SIM_TITLES["ex5.sim.reinstate"], 3, bool(dead) and not problems,
+        expected=f"each of the {len(dead)} EVs back between {span} ({k} probe replies, one "
+                 f"per probe interval): probed {k} times, then no more; data on the route "
+                 f"again",
+        observed=("; ".join(problems) if problems else "all back in time")
+                 + "; first data after the heal "
+                 + ("never" if first is None else f"{(first - r['t_heal']) / rtt:.1f} RTTs "
+                                                  f"after it"),
         hint="probe replies must be counted per EV and reset by a timeout; an EV that never "
              "comes back is missing PROBE_SUCCESS_ENOUGH, one that comes back too soon "
              "reinstates before probe_successes_to_reinstate replies")

@@ -1,5 +1,6 @@
-"""Exercise 5's sandbox half: the scripted scenarios that drive the student's EV state machine
-and probe rule, and the simulator run, reported as raw data (grader.exercises.ex5 judges them).
+"""Exercise 5's scenarios: the scripted ones that drive the student's EV state machine and
+probe rule in the sandbox, reported as raw data (grader.exercises.ex5 judges them), and the
+simulator run, which the grader runs itself around the student's endpoints (simulate).
 
 Everything here runs inside the grading copy and imports the student's modules late, inside
 the functions, so that the trusted judge can import this module for its scenario constants
@@ -22,7 +23,7 @@ REINSTATE_KS = (3, 1, 5)  # probe_successes_to_reinstate values a run uses witho
 TIMEOUT_RUN = (True, True, False, True, True, True)  # probe answered? k = 3
 
 SIM_FABRIC = {"planes": 4, "t0_per_plane": 2, "t1_per_plane": 2, "hosts_per_t0": 2}
-SIM_BYTES = 4 * 1024 * 1024
+SIM_BYTES = 8 * 1024 * 1024  # the transfer outlives the reinstatement: data comes back
 FAIL_AT = 0.3  # of the ideal transfer time
 HEAL_AFTER_RTTS = 30
 SIM_TIMEOUT_IDEALS = 50  # the transfer is given this many ideal transfer times
@@ -192,56 +193,56 @@ def stray_run() -> dict[str, Any]:
 
 # ----- stage 2: the simulator ----------------------------------------------------------------
 
-def simulate() -> dict[str, Any]:
+def simulate(endpoints: Any = None) -> dict[str, Any]:
     """Spine link 0 of plane 0 on the sender's T0 dies mid-transfer and heals
     HEAL_AFTER_RTTS base RTTs later; the loop runs until every retired EV could have been
-    reinstated. Returns what happened: the state changes of the sender's EVs on the failed
-    route (only those: a long run of SKIP flaps elsewhere must not bloat the report), its
-    EVs' routes and states at the heal and at the end, and when each route last carried data
-    before the heal."""
+    reinstated. Run by the grader (grader.exercises.ex5.measure) with `endpoints` served from
+    the sandbox (None: this process's own, for tests), so every figure is what the sender's
+    NIC put on the simulated fabric, never an endpoint's word: per EV, its route and when it
+    carried data and probes. An EV's state shows there: a retired EV carries probes and no
+    data, a reinstated one data again. The probe rule (k, interval, timeout) is the grader's
+    own EndpointConfig at the sender's RTT, not the submission's."""
+    import wire
     from fabric.topology import Fabric
-    from host_agent.core import EvStateChanged
     from sim.harness import Harness, SimSettings
 
     fabric = Fabric(**SIM_FABRIC)
     h = Harness(fabric, SimSettings())
+    h.endpoints = endpoints
     src, dst = 0, fabric.hosts - 1
-    t = h.add_transfer(src, dst, SIM_BYTES)
+    h.add_transfer(src, dst, SIM_BYTES)
     rtt = h.base_rtt = h.path_rtt(src, dst)
     h.capacity_log.clear()
     h.note_capacity()
     ideal = SIM_BYTES * 8 / h.capacity_log[-1][1]
     link = h.net.link(fabric.t0(0, fabric.nic(src, 0).t0).name, fabric.t1(0, 0).name)
-    evs = h.adapters[src].endpoint.connection(t.send_qpn).evs
-    cfg = evs.config
+    cfg = h.fabric_config(src).ev
     t_fail = FAIL_AT * ideal
     t_heal = t_fail + HEAL_AFTER_RTTS * rtt
     t_end = t_heal + (cfg.probe_successes_to_reinstate + 1) * cfg.probe_interval \
         + cfg.probe_timeout + 5 * rtt
-    out: dict[str, Any] = {
-        "rtt": rtt, "t_fail": t_fail, "t_heal": t_heal, "k": cfg.probe_successes_to_reinstate,
-        "interval": cfg.probe_interval, "timeout": cfg.probe_timeout,
-        "routes": [[e.ev, str(e.path.route)] for e in evs.entries()], "changes": []}
-    dead = dead_routes()
-    watched = {e.ev for e in evs.entries() if str(e.path.route) in dead}
+    evs: dict[int, dict[str, Any]] = {}
+    sender = h.adapters[src]
+    honest_send = sender._send_frame
 
-    def listen(now: float, adapter: Any, event: Any) -> None:
-        if adapter.host == src and isinstance(event, EvStateChanged) and event.ev in watched:
-            out["changes"].append([now, event.ev, event.old.name, event.new.name])
-    h.listeners.append(listen)
-
-    def heal() -> None:
-        out["at_heal"] = [[e.ev, e.state.name] for e in evs.entries()]
-        out["last_data_tx"] = {str(r): now for r, now
-                               in h.adapters[src].last_data_tx_route.items()}
-        h.net.set_link_up(link, True)
+    def send(plane: int, frame: bytes) -> None:
+        envelope, payload = wire.decode_frame(frame)
+        pkt = wire.decode_packet(payload)
+        kind = "data" if isinstance(pkt, wire.DataPacket) else \
+            "probes" if isinstance(pkt, wire.ProbePacket) else None
+        if kind is not None:
+            row = evs.setdefault(envelope.ev, {"route": str(envelope.outer_dst), "data": [],
+                                               "probes": []})
+            row[kind].append(h.loop.now)
+        honest_send(plane, frame)
+    sender._send_frame = send
     h.at(t_fail, lambda: h.net.set_link_up(link, False))
-    h.at(t_heal, heal)
+    h.at(t_heal, lambda: h.net.set_link_up(link, True))
     h.start()
-    out["finished"] = h.run(SIM_TIMEOUT_IDEALS * ideal + 0.05)
+    finished = h.run(SIM_TIMEOUT_IDEALS * ideal + 0.05)
     if h.loop.now < t_end:
         h.loop.run(until=t_end)
-    out["verified"] = h.verified()
-    out["now"] = h.loop.now
-    out["final"] = [[e.ev, e.state.name] for e in evs.entries()]
-    return out
+    return {"rtt": rtt, "t_fail": t_fail, "t_heal": t_heal,
+            "k": cfg.probe_successes_to_reinstate, "interval": cfg.probe_interval,
+            "timeout": cfg.probe_timeout, "finished": finished, "verified": h.verified(),
+            "now": h.loop.now, "evs": evs}
