@@ -1,8 +1,10 @@
 """The live stage every code exercise ends with: a short verified transfer on a small Mininet
 fabric. In the sandbox it is built from the grading copy, so it runs the student's P4 program
-(BMv2 compiles the copy's p4src/), controller and agents (observe_transfer). Where the
-student's answer is data, the grader runs it itself, from the instructor's project with the
-reported tables installed (measure_transfer): the submission's process never sees that run."""
+(BMv2 compiles the copy's p4src/) and controller (observe_transfer). Where the student's
+answer is data, the grader runs it itself, from the instructor's project with the reported
+tables installed (measure_transfer); where it is an endpoint's code, the grader runs the
+fabric and the agents and serves each agent's core from the sandbox
+(measure_served_transfer). The submission's process never sees either run."""
 
 from __future__ import annotations
 
@@ -51,14 +53,35 @@ def measure_transfer(target: str, tables: dict[str, Any],
     return {"skipped": why} if why else run_transfer(target, tables, nbytes)
 
 
+def measure_served_transfer(ctx: Any, nbytes: int = LIVE_BYTES) -> dict[str, Any]:
+    """In the grader's own process: the same write on the instructor's fabric and agents,
+    each agent's core served from the sandbox on the grading copy (the student's endpoint,
+    grader.remote_core.served_cores); observe_transfer's answer. The agents' I/O, the frames
+    and the receiver's memory (its shadow of what its NICs received) are the grader's."""
+    from fabric.topology import Fabric
+    from grader.remote_core import served_cores
+
+    why = _not_here(os.geteuid() == 0)
+    if why:
+        return {"skipped": why}
+    if ctx.copy is None:
+        return {"ok": False, "verified": False, "started": False,
+                "error": "the grader has no grading copy to serve your endpoints from"}
+    hosts = list(range(Fabric(**LIVE_FABRIC).hosts))
+    with served_cores(ctx.copy, hosts, contained=ctx.contained) as paths:
+        return run_transfer(ctx.target, nbytes=nbytes,
+                            served=tuple((h, str(path)) for h, path in paths.items()))
+
+
 def run_transfer(target: str, tables: dict[str, Any] | None = None,
-                 nbytes: int = LIVE_BYTES) -> dict[str, Any]:
+                 nbytes: int = LIVE_BYTES,
+                 served: tuple[tuple[int, str], ...] = ()) -> dict[str, Any]:
     from fabric.topology import Fabric  # the grading copy's modules, imported late on purpose
     from topologies.network import MrcNetwork, NetworkConfig, NetworkError
 
     fabric = Fabric(**LIVE_FABRIC)
-    net = MrcNetwork(NetworkConfig(fabric=fabric, target=target,
-                                   port_rate_pps=LIVE_RATE_PPS), log=lambda *_: None)
+    net = MrcNetwork(NetworkConfig(fabric=fabric, target=target, port_rate_pps=LIVE_RATE_PPS,
+                                   served_cores=served), log=lambda *_: None)
     net.static_tables.update(tables or {})
     try:
         net.start()

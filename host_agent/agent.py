@@ -44,6 +44,7 @@ from host_agent.driver import Driver
 from host_agent.hostconfig import HostConfig, HostConfigError
 from host_agent.modes import MODE_HELP, MRC_MODE, AgentMode, roce_endpoint_config
 from host_agent.nic import NicError, kernel_setup
+from host_agent.served import RemoteCoreError, RemoteEndpoint, SocketLink
 from wire.layout import FULL_DATA_FRAME_LEN
 
 log = logging.getLogger("host_agent")
@@ -59,12 +60,15 @@ class Agent:
 
     def __init__(self, config: HostConfig, endpoint_config: EndpointConfig, socket_path: str,
                  seed: int | None, mode: AgentMode = MRC_MODE, exchange: bool = False,
-                 rx_hold: float = 0.0) -> None:
+                 rx_hold: float = 0.0, served: tuple | None = None) -> None:
+        """`served`: (socket path, line rate, base RTT, write timeout) of a core served over
+        a socket (--served-core) instead of one in this process."""
         self.config = config
         self.exchange = exchange
         self.mode = mode
         self.endpoint = Endpoint(endpoint_config, planes=config.planes,
-                                 name=f"h{config.host}", seed=seed)
+                                 name=f"h{config.host}", seed=seed) if served is None else \
+            _served_endpoint(config, endpoint_config, mode, seed, *served)
         self.commands = Commands(self)
         self.driver = Driver(self.endpoint, config, on_event=self.commands.on_event, mode=mode,
                              rx_hold=rx_hold)
@@ -122,6 +126,18 @@ class Agent:
             return
 
 
+def _served_endpoint(config: HostConfig, endpoint_config: EndpointConfig, mode: AgentMode,
+                     seed: int | None, path: str, line_rate: float | None, base_rtt: float,
+                     write_timeout: float) -> RemoteEndpoint:
+    """The endpoint behind --served-core, built there as agent_endpoint_config says."""
+    name = f"h{config.host}"
+    link = SocketLink(path)
+    link.call({"op": "new", "h": config.host, "kind": "agent", "mode": mode.name,
+               "planes": config.planes, "base_rtt": base_rtt, "line_rate_bps": line_rate,
+               "write_timeout": write_timeout, "name": name, "seed": seed})
+    return RemoteEndpoint(link, config.host, config.planes, name, endpoint_config)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m host_agent.agent", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -159,6 +175,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="interrupt moderation: after a wake-up with frames, read the NICs "
                    "again only this many ms later unless a timer is due (default 0: off; "
                    "host_agent.loop)")
+    p.add_argument("--served-core", metavar="SOCKET",
+                   help="the endpoint lives in another process, reached over this Unix socket "
+                        "(host_agent.served): the grader's live stage, whose student core "
+                        "runs in a sandbox")
     return p.parse_args(argv)
 
 
@@ -184,6 +204,18 @@ def line_rate_bps(nic_rate_pps: float | None, planes: int, sprays: bool) -> floa
     return nic_rate_pps * FULL_DATA_FRAME_LEN * 8 * (planes if sprays else 1)
 
 
+def agent_endpoint_config(mode: AgentMode, base_rtt: float, line_rate: float | None,
+                          write_timeout: float) -> EndpointConfig:
+    """The agent's core configuration: timers from the base RTT, the window from the line
+    rate (roce modes: the RoCE-like configuration). One definition: a core the grader
+    serves from a sandbox (grader.core_server) is built by it too."""
+    if not mode.is_mrc:
+        return roce_endpoint_config(base_rtt, line_rate_bps=line_rate,
+                                    write_timeout=write_timeout)
+    return EndpointConfig.for_base_rtt(base_rtt, line_rate_bps=line_rate,
+                                       write_timeout=write_timeout)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:  # root may run an agent by hand: the file is opened as fabric.outfile says
@@ -198,21 +230,19 @@ def main(argv: list[str] | None = None) -> int:
         config = load_host_config(args)
         mode = AgentMode.parse(args.mode, config.planes)
         line = line_rate_bps(args.nic_rate, config.planes, mode.is_mrc)
-        if not mode.is_mrc:
-            endpoint_config = roce_endpoint_config(args.base_rtt, line_rate_bps=line,
-                                                   write_timeout=args.write_timeout)
-        else:
-            endpoint_config = EndpointConfig.for_base_rtt(args.base_rtt, line_rate_bps=line,
-                                                          write_timeout=args.write_timeout)
+        endpoint_config = agent_endpoint_config(mode, args.base_rtt, line, args.write_timeout)
         if not args.no_kernel_setup:
             for nic in config.nics:
                 kernel_setup(nic.ifname, args.keep_ipv6)
         if args.seed is not None:
             log.warning("--seed %d: keys and EV tags are predictable (reproducible run, "
                         "insecure)", args.seed)
+        served = None if args.served_core is None else \
+            (args.served_core, line, args.base_rtt, args.write_timeout)
         Agent(config, endpoint_config, args.socket, args.seed, mode,
-              args.exchange_qps, rx_hold=args.rx_hold_ms / 1000).run(args.connect_all)
-    except (NicError, TopologyError, ValueError, OSError) as exc:
+              args.exchange_qps, rx_hold=args.rx_hold_ms / 1000,
+              served=served).run(args.connect_all)
+    except (NicError, TopologyError, ValueError, OSError, RemoteCoreError) as exc:
         log.error("%s", exc)
         print(f"host agent: {exc}", file=sys.stderr)
         return 2

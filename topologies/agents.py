@@ -56,7 +56,8 @@ class AgentProcess:
     def __init__(self, node, host: int, fabric: Fabric, workdir: Path, *, base_rtt: float,
                  keep_ipv6: bool, mode: AgentMode, rx_hold_ms: float = 0.0,
                  nic_rate_pps: int | None = None, server_dir: Path | None = None,
-                 record: Callable[[str, int], None] | None = None) -> None:
+                 record: Callable[[str, int], None] | None = None,
+                 served_core: str | None = None) -> None:
         """`server_dir`: the run's directory on the node's server when that is another one
         (topologies.clusternet): the agent's socket and log live there, and `socket_path`
         here is the forwarded end; `record` hears of the agent's PID there."""
@@ -69,6 +70,7 @@ class AgentProcess:
         self.base_rtt, self.keep_ipv6, self.mode = base_rtt, keep_ipv6, mode
         self.rx_hold_ms = rx_hold_ms
         self.nic_rate_pps = nic_rate_pps  # the window starts at the path's BDP (agent --nic-rate)
+        self.served_core = served_core  # agent --served-core
         self.proc: subprocess.Popen | None = None
         self.proxy = AgentProxy(host, self.socket_path)
         self.repo = REPO  # the tree whose agent code start() runs (bench.agent_speed: another)
@@ -88,6 +90,8 @@ class AgentProcess:
             cmd += ["--rx-hold-ms", f"{self.rx_hold_ms:g}"]
         if self.nic_rate_pps:  # likewise; None: an unlimited rate has no BDP to size from
             cmd += ["--nic-rate", str(self.nic_rate_pps)]
+        if self.served_core:
+            cmd += ["--served-core", str(self.served_core)]
         return cmd
 
     def start(self) -> None:

@@ -98,6 +98,9 @@ class NetworkConfig:
     pace_nics: bool = True  # host NICs send at port_rate_pps (topologies.nicpacing)
     lock_timeout: float = 600.0  # seconds to wait for another fabric on this machine to stop
     rx_hold_ms: float = DEFAULT_RX_HOLD_MS  # agents' interrupt moderation (host_agent.loop)
+    # host -> Unix socket of a core served from elsewhere (agent --served-core): the grader's
+    # live stage, whose student cores run in its sandbox (grader.remote_core.served_cores)
+    served_cores: tuple[tuple[int, str], ...] = ()
     # software switches: how many processes serve them (planes split among them); None: one
     # per CPU. BMv2 always runs one process per switch.
     switch_processes: int | None = None

@@ -252,15 +252,15 @@ class MrcNetwork(FaultInjection):
 
     def _start_agent(self, host: int, mode: AgentMode, wait: bool = True) -> None:
         node = self._host_node(host)
-        remote = {}
+        extra: dict = {"served_core": dict(self.config.served_cores).get(host)}
         if self.cluster_run is not None and getattr(node, "isRemote", False):
-            remote = {"server_dir": self.cluster_run.dir_on(node.server),
-                      "record": self.cluster_run.record}
+            extra.update(server_dir=self.cluster_run.dir_on(node.server),
+                         record=self.cluster_run.record)
         agent = AgentProcess(node, host, self.fabric, self.workdir,
                              base_rtt=self.config.effective_base_rtt,
                              keep_ipv6=self.config.keep_ipv6, mode=mode,
                              rx_hold_ms=self.config.rx_hold_ms,
-                             nic_rate_pps=self.config.port_rate_pps, **remote)
+                             nic_rate_pps=self.config.port_rate_pps, **extra)
         self.agents[host] = agent
         agent.start()
         self.record_pids()

@@ -33,7 +33,7 @@ from grader.exercises.ex4_observe import (
     usable,
 )
 from grader.exercises.ex4_sack import Verdict, sack_checks
-from grader.live import judge_transfer, observe_transfer
+from grader.live import judge_transfer, measure_served_transfer
 from grader.remote_core import served_run
 from grader.report import Check, CheckSpec, failed, not_run
 
@@ -62,26 +62,25 @@ SPEC = {s.id: s for s in CHECKS}
 
 
 def observe(ctx: Any) -> dict[str, Any]:
-    """In the sandbox: the unit stages' records, then the live transfer's while this module's
-    own judgement of the units lets it run. The simulator is not run here: `measure` runs it
-    in the grader's process around the student's endpoints."""
+    """In the sandbox: the unit stages' records. The simulator and the live transfer are not
+    run here: `measure` runs them in the grader's process around the student's endpoints."""
     from grader.exercises.ex4_observe import observe_sack, observe_spray
 
     sc = scenario(ctx.challenge)
-    obs: dict[str, Any] = {"spray": observe_spray(sc), "sack": observe_sack(sc)}
-    if not all(c.passed for c in _units(obs, sc)):
-        return obs
-    obs["live"] = observe_transfer(ctx)
-    return obs
+    return {"spray": observe_spray(sc), "sack": observe_sack(sc)}
 
 
 def measure(obs: dict[str, Any], ctx: Any) -> dict[str, Any]:
-    """Here, once the units pass: the lossy transfer on the grader's own simulator, the
-    student's endpoints served from the sandbox (grader.remote_core): its completion, its
-    verification and its packets per plane are the grader's observations."""
+    """Here, once the units pass: the lossy transfer on the grader's own simulator, then (if
+    that passes) the live transfer on the grader's own fabric and agents, the student's
+    endpoints served from the sandbox (grader.remote_core) in both: completion, verification
+    and packets per plane are the grader's observations."""
     if not all(c.passed for c in _units(obs, scenario(ctx.challenge))):
         return {}
-    return {"sim": served_run(ctx, lossy_transfer)}
+    measured: dict[str, Any] = {"sim": served_run(ctx, lossy_transfer)}
+    if all(c.passed for c in _judge_sim(measured["sim"])):
+        measured["live"] = measure_served_transfer(ctx)
+    return measured
 
 
 def lossy_transfer(endpoints: Any = None) -> Row:
@@ -116,7 +115,7 @@ def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
         yield not_run("live.transfer", "a write crosses a Mininet fabric with your agents", 4,
                       "fix the simulator checks first")
         return
-    yield judge_transfer(obs.get("live"), ctx.target, "live.transfer", 4,
+    yield judge_transfer((ctx.measured or {}).get("live"), ctx.target, "live.transfer", 4,
                          hint="the unit and simulator checks passed: look at the agents' "
                               "logs in the report for a crash on real traffic")
 

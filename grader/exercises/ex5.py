@@ -25,7 +25,7 @@ from typing import Any
 
 from grader.exercises import ex5_observe as scen
 from grader.exercises.ex5_observe import STATES, B
-from grader.live import judge_transfer, observe_transfer
+from grader.live import judge_transfer, measure_served_transfer
 from grader.remote_core import served_run
 from grader.report import Check, CheckSpec, failed, not_run
 
@@ -93,9 +93,9 @@ _SPEC = {spec.id: spec for spec in CHECKS}
 
 
 def observe(ctx: Any) -> dict[str, Any]:
-    """In the sandbox: every unit scenario's raw outcome, and the live transfer once the
-    judge's own verdicts on the units pass. The simulator is not run here: `measure` runs it
-    in the grader's process around the student's endpoints."""
+    """In the sandbox: every unit scenario's raw outcome. The simulator and the live transfer
+    are not run here: `measure` runs them in the grader's process around the student's
+    endpoints."""
     ks = scen.reinstate_ks(ctx.challenge)
     obs: dict[str, Any] = {
         "table": {t: scen.guarded(lambda t=t: scen.table_row(t)) for t in EXPECTED},
@@ -104,8 +104,6 @@ def observe(ctx: Any) -> dict[str, Any]:
         "timeout": scen.guarded(scen.timeout_run),
         "stray": scen.guarded(scen.stray_run),
     }
-    if all(c.passed for c in _unit_checks(obs, ks)):
-        obs["live"] = observe_transfer(ctx)
     return obs
 
 
@@ -115,7 +113,15 @@ def measure(obs: dict[str, Any], ctx: Any) -> dict[str, Any]:
     if not all(c.passed for c in _unit_checks(obs, scen.reinstate_ks(ctx.challenge))):
         return {}
     sim = served_run(ctx, scen.simulate)
-    return {"sim": {"error": sim["raised"]} if "raised" in sim else {"data": sim}}
+    measured: dict[str, Any] = {"sim": {"error": sim["raised"]} if "raised" in sim
+                                else {"data": sim}}
+    try:
+        sim_ok = _sim_passed(list(_sim_checks(measured["sim"])))
+    except (KeyError, IndexError, TypeError, ValueError):
+        sim_ok = False  # the judge says what is wrong with the simulator's figures
+    if sim_ok:
+        measured["live"] = measure_served_transfer(ctx)
+    return measured
 
 
 def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
@@ -136,7 +142,7 @@ def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
     if not _sim_passed(sims):
         yield not_run("live.transfer", LIVE_TITLE, 3, "fix the simulator checks above first")
         return
-    yield judge_transfer(obs["live"], ctx.target, "live.transfer", 3,
+    yield judge_transfer((ctx.measured or {}).get("live"), ctx.target, "live.transfer", 3,
                          hint="the unit and simulator checks pass, so look at the agents' "
                               "logs: did the agents start with your modules?")
 

@@ -34,7 +34,7 @@ from grader.exercises.ex6_observe import (
     units,
 )
 from grader.exercises.ex6_observe import simulate as simulate
-from grader.live import judge_transfer, observe_transfer
+from grader.live import judge_transfer, measure_served_transfer
 from grader.remote_core import served_run
 from grader.report import Check, CheckSpec, failed, not_run
 
@@ -255,11 +255,15 @@ def unit_checks(obs: Any, dead: int = DEAD) -> list[Check]:
 # ----- stage 2: the simulator -----------------------------------------------------------------
 
 def measure(obs: dict[str, Any], ctx: Any) -> dict[str, Any]:
-    """Here, once the units pass: the simulation on the grader's own simulator around the
-    student's endpoints, served from the sandbox (grader.remote_core)."""
+    """Here, once the units pass: the simulation on the grader's own simulator, then (if it
+    passes) the live transfer on the grader's own fabric and agents, the student's endpoints
+    served from the sandbox (grader.remote_core) in both."""
     if not _passed(unit_checks(obs["units"], dead_plane(ctx.challenge)), 5):
         return {}
-    return {"sim": served_run(ctx, simulate)}
+    measured: dict[str, Any] = {"sim": served_run(ctx, simulate)}
+    if _passed(sim_checks(measured["sim"]), len(SIM_IDS)):
+        measured["live"] = measure_served_transfer(ctx)
+    return measured
 
 
 def _marks(sim: dict[str, Any]) -> dict[str, float | int]:
@@ -330,15 +334,9 @@ def _passed(checks: list[Check], count: int) -> bool:
 
 
 def observe(ctx: Any) -> dict[str, Any]:
-    """In the sandbox: the unit scenarios, then (if they pass by the judge's own rules) the
-    live transfer. The simulation is not run here: `measure` runs it in the grader's process
-    around the student's endpoints."""
-    dead = dead_plane(ctx.challenge)
-    obs: dict[str, Any] = {"units": units(dead)}
-    if not _passed(unit_checks(obs["units"], dead), 5):
-        return obs
-    obs["live"] = observe_transfer(ctx)
-    return obs
+    """In the sandbox: the unit scenarios. The simulation and the live transfer are not run
+    here: `measure` runs them in the grader's process around the student's endpoints."""
+    return {"units": units(dead_plane(ctx.challenge))}
 
 
 def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
@@ -359,4 +357,5 @@ def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
     if not _passed(sims, len(SIM_IDS)):
         yield not_run("live.transfer", LIVE_TITLE, 3, "fix the simulator checks above first")
         return
-    yield judge_transfer(obs["live"], ctx.target, "live.transfer", 3, hint=LIVE_HINT)
+    yield judge_transfer((ctx.measured or {}).get("live"), ctx.target, "live.transfer", 3,
+                         hint=LIVE_HINT)

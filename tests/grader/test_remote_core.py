@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 
 import wire
-from grader import catalog, core_pipe, sandbox, workspace
-from grader.remote_core import CoreLink, RemoteCoreError, RemoteEndpoint
+from grader import catalog, sandbox, workspace
 from grader.sandbox_pipe import PipeError, PipeSession
+from host_agent import served_codec as core_pipe
 from host_agent.core import PathInfo, RxMeta
+from host_agent.served import RemoteCoreError, RemoteEndpoint
 
 EX = catalog.load(4)
 SIM_IDS = ("sim.lossy-transfer", "sim.every-plane")
@@ -98,12 +99,58 @@ def test_a_forged_simulator_result_earns_nothing(trust, no_live):
     assert all({c.id: c for c in honest.checks}[i].passed for i in SIM_IDS), honest.checks
 
 
+# Appended to the reference evs.py: honest on the simulator's clock (which starts at 0), the
+# sender's choose() raises on a real clock (the live agents' time.monotonic(), the machine's
+# uptime), and grader.live.run_transfer reports a success in the submission's own process.
+LIVE_FORGER = """
+
+import sys as _sys
+
+_honest_choose = EvSet.choose
+
+
+def _choose(self, now):
+    if now > 10.0:
+        raise RuntimeError("no data on a real network")
+    return _honest_choose(self, now)
+
+
+EvSet.choose = _choose
+_live = _sys.modules.get("grader.live")
+if _live is not None:
+    _live.run_transfer = lambda *args, **kwargs: {"ok": True, "verified": True, "error": "",
+                                                  "started": True}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.root
+@ROOT_SANDBOX
+def test_a_forged_live_result_earns_nothing():
+    """Every stage before the live one passes honestly; the live transfer runs on the
+    grader's fabric and agents with the student's cores served from the sandbox, so the
+    forged run_transfer is never asked and the core that raises fails the transfer. On
+    a0c90f2 this submission got 28/28 (the live stage ran in its process)."""
+    from tests.e2e.support import skip_reason
+
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    files = dict(workspace.solution(EX))
+    files["host_agent/core/evs.py"] += LIVE_FORGER
+    g = workspace.grade(EX, files, "live-forger", "soft")
+    assert not g.error, g.error
+    failed = [c for c in g.checks if not c.passed]
+    assert [c.id for c in failed] == ["live.transfer"], g.checks
+    assert failed[0].observed != "completed and verified", failed[0]
+
+
 # ---- the proxy: what it believes ---------------------------------------------------------
-class ScriptedLink(CoreLink):
+class ScriptedLink:
     """A served process that answers from a script instead of a pipe."""
 
     def __init__(self, replies: dict[str, dict]) -> None:
-        self.replies, self.calls, self.sent = replies, 0, []
+        self.replies, self.sent = replies, []
 
     def call(self, request: dict) -> dict:
         self.sent.append(request)

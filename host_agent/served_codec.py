@@ -1,5 +1,6 @@
-"""The protocol between a trusted stage and the student's endpoints in the sandbox, declared
-once for both sides: grader.core_server (in the sandbox) and grader.remote_core (the grader).
+"""The protocol between an endpoint's user and the process that serves it, declared once for
+both sides: host_agent.served (the user: the grader's simulator, an agent) and
+grader.core_server (the student's endpoints, in the sandbox).
 
 One JSON object per line. A request names an operation ("op"), the endpoint ("h") and its
 arguments; the reply holds the endpoint's timer ("timer") and, for "pump", the packets to send
@@ -25,8 +26,8 @@ from typing import Any
 from host_agent import core as core_events
 from host_agent.core import EvState
 
-OPS = ("new", "connect", "disconnect", "register", "post_write", "receive", "timer", "plane",
-       "pump", "stats", "ev_states")
+OPS = ("new", "connect", "disconnect", "register", "deregister", "post_write", "receive", "timer",
+       "plane", "pump", "counters", "stats", "ev_states", "deny", "peer_planes")
 _E = core_events
 EVENT_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     _E.WriteCompleted, _E.WriteFailed, _E.MessageReceived, _E.EvStateChanged,
@@ -90,12 +91,16 @@ def encode_event(event: Any) -> dict[str, Any]:
     return row
 
 
+def ev_state(value: Any, what: str = "state") -> EvState:
+    if not isinstance(value, str) or value not in EvState.__members__:
+        raise ProtocolViolation(f"{what} {value!r:.40} is not an EV state")
+    return EvState[value]
+
+
 def _field(cls: type, name: str, annotation: str, value: Any) -> Any:
     what = f"{cls.__name__}.{name}"
     if annotation == "EvState":
-        if not isinstance(value, str) or value not in EvState.__members__:
-            raise ProtocolViolation(f"{what} {value!r:.40} is not an EV state")
-        return EvState[value]
+        return ev_state(value, what)
     if annotation == "bool":
         if type(value) is not bool:
             raise ProtocolViolation(f"{what} {value!r:.40} is not true or false")
