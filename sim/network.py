@@ -64,10 +64,17 @@ class QueueConfig:
     ecn_threshold: int = DEFAULT_ECN_THRESHOLD
     trim_threshold: int = DEFAULT_TRIM_THRESHOLD
     priority_capacity: int = 512
+    # None: one serializer per port, the high-priority queue served first at the port's rate
+    # (a real link). A number: the high-priority queue has a serializer of its own at that
+    # many times the port's rate and takes no time from data, as the emulation's ports and
+    # NICs are shaped (topologies.nicpacing.CONTROL_RATE_FACTOR); bench.agreement sets it.
+    control_rate_factor: float | None = None
 
     def __post_init__(self) -> None:
         if self.capacity < 1 or self.priority_capacity < 1:
             raise NetworkConfigError("queue capacities must be at least 1 packet")
+        if self.control_rate_factor is not None and not self.control_rate_factor > 0:
+            raise NetworkConfigError("control_rate_factor must be None or > 0")
         if not 1 <= self.trim_threshold <= self.capacity:
             raise NetworkConfigError(f"trim_threshold must be 1..capacity ({self.capacity})")
         if not 1 <= self.ecn_threshold <= self.trim_threshold:
@@ -123,6 +130,8 @@ class Port:
         self.fifos: tuple[deque, deque] = (deque(), deque())  # indexed by priority
         self.busy_until = 0.0
         self.wake_pending = False
+        self.high_busy_until = 0.0  # the high queue's own serializer (control_rate_factor)
+        self.high_wake_pending = False
         self.tx_packets = 0
         self.tx_bytes = 0
         self.data_enqueued = 0  # trimmable (MRC data) frames accepted into the data queue
@@ -153,30 +162,56 @@ class Port:
                 return
         fifo.append((frame, depth))
         loop = net.loop
+        if priority == N.PRIORITY_HIGH and net.queues.control_rate_factor is not None:
+            if not self.high_wake_pending:
+                self.high_wake_pending = True
+                loop.at(max(loop.now, self.high_busy_until), self._wake_high)
+            return
         if loop.now >= self.busy_until and not self.wake_pending:
             self._wake()
         elif not self.wake_pending:
             self.wake_pending = True
             loop.at(self.busy_until, self._wake)
 
+    def _wake_high(self) -> None:
+        """The high queue's own serializer (QueueConfig.control_rate_factor)."""
+        self.high_wake_pending = False
+        fifo = self.fifos[N.PRIORITY_HIGH]
+        if not fifo:
+            return
+        factor = self.net.queues.control_rate_factor
+        assert factor is not None
+        self.high_busy_until = self._start(N.PRIORITY_HIGH, fifo, self.rate_bps * factor)
+        if fifo:
+            self.high_wake_pending = True
+            self.net.loop.at(self.high_busy_until, self._wake_high)
+
     def _wake(self) -> None:
         """Start the next frame (priority first); re-arm for when the wire frees up."""
         self.wake_pending = False
         high, data = self.fifos[N.PRIORITY_HIGH], self.fifos[N.PRIORITY_DATA]
+        if self.net.queues.control_rate_factor is not None:
+            high = deque()  # served by _wake_high
         if high:
             priority, fifo = N.PRIORITY_HIGH, high
         elif data:
             priority, fifo = N.PRIORITY_DATA, data
         else:
             return
+        end = self.busy_until = self._start(priority, fifo, self.rate_bps)
+        if high or data:
+            self.wake_pending = True
+            self.net.loop.at(end, self._wake)
+
+    def _start(self, priority: int, fifo: deque, rate_bps: float) -> float:
+        """Put fifo's next frame on the wire at rate_bps; returns when it is out."""
         frame, enq_qdepth = fifo.popleft()
         if self.switch_port:
             self.node.pipeline.egress(  # type: ignore[attr-defined]
                 self.number, priority, enq_qdepth, len(fifo))
         net = self.net
         loop = net.loop
-        end = loop.now + len(frame) * 8 / self.rate_bps
-        self.busy_until = end
+        end = loop.now + len(frame) * 8 / rate_bps
         self.tx_packets += 1
         self.tx_bytes += len(frame)
         link = self.link
@@ -184,9 +219,7 @@ class Port:
             net.sim_drops["random_loss"] += 1
         else:
             loop.at(end + self.delay_s, self.peer._arrive, frame, link.epoch)  # type: ignore[union-attr]
-        if high or data:
-            self.wake_pending = True
-            loop.at(end, self._wake)
+        return end
 
     def _arrive(self, frame: bytes, epoch: int) -> None:
         link = self.link

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import agreement
+from topologies.nicpacing import CONTROL_RATE_FACTOR
 from wire.layout import DEFAULT_MTU, FULL_DATA_FRAME_LEN
 
 RECORD = Path(__file__).resolve().parents[2] / "docs" / "agreement" / "agreement.json"
@@ -24,6 +25,7 @@ def test_the_simulator_gets_the_emulated_networks_parameters() -> None:
     assert s.rate_bps == 500 * FULL_DATA_FRAME_LEN * 8  # a full data frame every 2 ms
     assert s.delay_s > 0 and s.seed == 3
     assert (s.queues.capacity, s.queues.ecn_threshold, s.queues.trim_threshold) == (128, 16, 32)
+    assert s.queues.control_rate_factor == CONTROL_RATE_FACTOR  # the emulation's shaping
     assert agreement.sim_settings({**NETWORK, "link_delay_s": 0.01}, 1).delay_s == 0.01
 
 

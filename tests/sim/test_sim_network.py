@@ -223,6 +223,30 @@ def test_control_overtakes_data_and_non_trimmable_tail_drops() -> None:
     assert net.drops["tail_drop"] == 2 and net.trims == 0
 
 
+@pytest.mark.parametrize("factor", [None, 8.0])
+def test_control_frames_take_data_time_unless_they_have_a_class_of_their_own(factor) -> None:
+    """QueueConfig.control_rate_factor (the emulation's shaping): interleaved probes cost
+    the data frames behind them their serialization time on a shared serializer, none on a
+    class of their own, where each probe takes 1/factor of its time."""
+    loop, net, sinks = make(QueueConfig(control_rate_factor=factor))
+    data = [data_frame(0, 2, 0, 0, psn=i) for i in range(4)]
+    probe = control_frame(0, 2, 0, 0)
+    for f in data:
+        net.hosts[0].send(0, bytearray(f))
+        net.hosts[0].send(0, bytearray(probe))
+    loop.run(until=1.0)
+    got = [(t, decode_frame(f)[0].dscp) for t, _, f in sinks[2].frames]
+    last_data = max(t for t, dscp in got if dscp == DSCP_TRIMMABLE)
+    alone = 4 * (len(data[0]) * 8 / RATE + DELAY) + 3 * len(data[0]) * 8 / RATE
+    assert len(got) == 8
+    if factor is None:
+        assert last_data > alone + 3 * len(probe) * 8 / RATE * 0.99
+    else:
+        assert last_data == pytest.approx(alone)
+        first_probe = min(t for t, dscp in got if dscp == DSCP_CONTROL)
+        assert first_probe == pytest.approx(4 * (len(probe) * 8 / (RATE * factor) + DELAY))
+
+
 def test_link_down_drops_queued_and_in_flight_and_tells_the_host() -> None:
     loop, net, sinks = make()
     link = net.link("p0l0", "p0s0")
