@@ -15,17 +15,10 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from typing import Any
 
+from grader.report import raised
 from host_agent import served_codec as codec
-
-
-def _crash(exc: BaseException) -> str:
-    tb = traceback.extract_tb(exc.__traceback__)
-    where = f" at {tb[-1].filename.rsplit('/', 3)[-1]}:{tb[-1].lineno}" if tb else ""
-    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    return f"{text}{where}"
 
 
 class Served:
@@ -144,7 +137,7 @@ def main() -> int:
         try:
             reply = codec.line(served.handle(codec.parse(raw)))
         except Exception as exc:  # the student's code may raise anything: the grader says so
-            reply = codec.line({"raised": _crash(exc)})
+            reply = codec.line({"raised": raised(exc)})
         out.write(reply)
     return 0
 

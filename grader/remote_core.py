@@ -103,10 +103,11 @@ def served_run(ctx: Any, body: Callable[[RemoteEndpoints], T]) -> T | dict[str, 
 # ---- the live fabric: one relay per agent ------------------------------------------------
 class _Relay:
     """A Unix socket whose one connection (the agent's) is relayed, line by line, to a
-    sandboxed core_server; what went wrong, if anything, is kept for the student."""
+    sandboxed core_server. When the core stops answering, the agent gets the reason as the
+    student's error (a "raised" reply) and the relay ends."""
 
     def __init__(self, path: Path, session: PipeSession) -> None:
-        self.path, self.session, self.error = path, session, ""
+        self.path, self.session = path, session
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(str(path))
         self.listener.listen(1)
@@ -153,16 +154,16 @@ class _Relay:
                     continue
                 line = bytes(buf[:end + 1])
                 del buf[:end + 1]
+                failed = False
                 try:
                     reply = self.session.request(line, CALL_TIMEOUT_S) + b"\n"
                 except PipeError as exc:
-                    self.error = str(exc)
-                    reply = codec.line({"raised": f"(the sandboxed core) {exc}"})
+                    failed, reply = True, codec.line({"raised": f"(the sandboxed core) {exc}"})
                 try:
                     conn.sendall(reply)
                 except OSError:
                     return
-                if self.error:
+                if failed:
                     return
 
     def close(self) -> None:

@@ -189,9 +189,9 @@ class Port:
     def _wake(self) -> None:
         """Start the next frame (priority first); re-arm for when the wire frees up."""
         self.wake_pending = False
-        high, data = self.fifos[N.PRIORITY_HIGH], self.fifos[N.PRIORITY_DATA]
-        if self.net.queues.control_rate_factor is not None:
-            high = deque()  # served by _wake_high
+        data = self.fifos[N.PRIORITY_DATA]
+        # with a control class of its own the high queue is _wake_high's, not this serializer's
+        high = self.fifos[N.PRIORITY_HIGH] if self.net.queues.control_rate_factor is None else ()
         if high:
             priority, fifo = N.PRIORITY_HIGH, high
         elif data:
