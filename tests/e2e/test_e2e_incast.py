@@ -86,6 +86,7 @@ def test_incast_4_to_1_trims_without_timeouts(pause: bool, target: str):
     try:
         net.start()
         start = net.stats(RECEIVER)["endpoint"]
+        losses_before = loss_report(net, (*SENDERS, RECEIVER))
         handles = [net.start_transfer(s, RECEIVER, NBYTES) for s in SENDERS]
         if pause:
             time.sleep(PAUSE_AT * ideal_s(net.config.port_rate_pps))
@@ -108,13 +109,18 @@ def test_incast_4_to_1_trims_without_timeouts(pause: bool, target: str):
     # late the agents' timers ran). Those are reported, not failed.
     # The detector cannot name every late answer (an EV reused by a retransmission, a NACK
     # for an older transmission taken for the newest): in the core harness it named 44-48 of
-    # 48 late ones. So a few unnamed ones pass only when the fabric lost nothing at all.
+    # 48 late ones. So a few unnamed ones pass when the fabric lost nothing during the
+    # transfer. A frame the fabric lost is recovered by a timeout, correctly: on a busy
+    # machine BMv2's switch in front of the receiver loses frames to it (docs/decisions.md,
+    # "Incast on a busy machine"), and a timeout the detector did not name may then be one of
+    # those, up to as many as the switches' kernel counters lost since the transfers began.
     flows = [{k: r[k] for k in ("src", "duration_s", "retransmits", "nacks", "timeouts",
                                 "spurious_timeouts")} for r in results]
     timeouts = sum(r["timeouts"] for r in results)
     unnamed = timeouts - sum(r["spurious_timeouts"] for r in results)
-    dropped = fabric_drops(losses)
-    assert unnamed == 0 or (unnamed <= timeouts // 10 and dropped == 0), (flows, losses)
+    dropped = fabric_drops(losses, before=losses_before)
+    allowed = max(timeouts // 10, dropped)
+    assert unnamed <= allowed, (unnamed, dropped, flows, losses)
     if pause:
         assert timeouts > 0, (flows, losses)
     elif timeouts:
