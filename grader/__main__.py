@@ -6,9 +6,10 @@
     python -m grader grade N [--submission DIR | --skeleton | --solution | --wrong NAME]
                              [--target auto|bmv2|soft] [--json [FILE]] [--csv FILE]
                              [--gradescope DIR] [--feedback DIR [--after-due-date]]
-                             [--trust-submissions]
+                             [--jobs N] [--resume] [--timeout S] [--trust-submissions]
     python -m grader check N [--submission DIR] [--target ...]   the student's own loop
     python -m grader assignment N (--student NAME ... | --roster FILE)   instructor: CSV
+    python -m grader classroom student-edition DIR [--exercises 1,4,5] | collect SRC DEST
 
 Exit status of grade: 0 every submission got full marks; 1 all were graded (or could not
 be read: the student's error) and some got less; 2 the command was wrong; 3 the grader itself
@@ -27,7 +28,20 @@ import time
 from pathlib import Path
 
 from fabric.options import add_json_arg, add_target_arg, output_path, resolve_target, write_json
-from grader import catalog, course, feedback, gradebook, judging, workspace
+from grader import (
+    batch,
+    catalog,
+    classroom,
+    course,
+    edition,
+    feedback,
+    gradebook,
+    judging,
+    livelogs,
+    regions,
+    sandbox,
+    workspace,
+)
 from grader.report import Grade, render, summary
 from topologies.privdir import UnsafePathError, check_workdir
 
@@ -57,6 +71,7 @@ def cmd_exercise(args: argparse.Namespace) -> int:
 
 
 def cmd_solution(args: argparse.Namespace) -> int:
+    edition.refuse_in_edition("./testbed solution")
     ex = catalog.load(args.number)
     dest = Path(args.dest)
     if os.geteuid() == 0:  # root writes there: DEST must be root's own (made 0700 if missing),
@@ -66,7 +81,7 @@ def cmd_solution(args: argparse.Namespace) -> int:
     return 0
 
 
-Submission = tuple[str, str, "workspace.FileSet | workspace.SubmissionError"]
+Submission = batch.Submission
 EXIT_BELOW_FULL, EXIT_GRADER_FAILED = 1, 3
 
 
@@ -76,6 +91,8 @@ def _to_grade(ex: catalog.Exercise, args: argparse.Namespace) -> list[Submission
     its error), so one student's folder never stops the others' grading."""
     if args.skeleton:
         return [("skeleton", "", workspace.skeleton(ex))]
+    if args.solution or args.wrong:
+        edition.refuse_in_edition("grading the reference (--solution, --wrong)")
     if args.solution:
         return [("solution", "", workspace.solution(ex))]
     if args.wrong:
@@ -93,46 +110,44 @@ def _to_grade(ex: catalog.Exercise, args: argparse.Namespace) -> list[Submission
     for sub in workspace.submissions(ex, folder):
         student = sub.name if args.submission and args.run is cmd_grade else ""
         try:
-            out.append((str(sub), student, workspace.read(ex, sub)))
-        except workspace.SubmissionError as exc:
+            out.append((str(sub), student, edition.graft(ex, workspace.read(ex, sub))))
+        except (workspace.SubmissionError, regions.RegionError) as exc:
             out.append((str(sub), student, exc))
     return out
-
-
-def _grade_one(ex: catalog.Exercise, name: str, student: str,
-               files: workspace.FileSet | Exception, target: str, trust: bool) -> Grade:
-    """One student's grade inside its own error boundary: whatever goes wrong is this
-    student's Grade.error (0 points, the reason), and the class goes on."""
-    if isinstance(files, Exception):
-        return Grade(ex.number, name, target, (), error=f"not graded: {files}")
-    try:
-        return workspace.grade(ex, files, name, target, trust=trust, student=student)
-    except (OSError, ValueError, RuntimeError) as exc:
-        return Grade(ex.number, name, target, (), error=f"not graded: the grader failed on "
-                     f"this submission ({type(exc).__name__}: {exc})")
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
     ex = catalog.load(args.number)
     target = "soft" if ex.kind == "lab" else resolve_target(args.target)  # a lab runs none
-    grades: list[Grade] = []
     todo = _to_grade(ex, args)
     if any(student for _, student, _ in todo) and _assigns(ex) and course.load_key() is None:
         raise course.CourseKeyError(
             f"exercise {ex.number} assigns each student a fabric, and there is no course key "
             f"({course.key_path()}): hand out assignments first (./testbed assignment "
             f"{ex.number} --roster FILE), then grade")
-    began, grader_failed = time.monotonic(), False
-    for done, (name, student, files) in enumerate(todo, start=1):
-        grade = _grade_one(ex, name, student, files, target, args.trust_submissions)
+    began, count = time.monotonic(), 0
+
+    def done(i: int, grade: Grade, cached: bool) -> None:
+        nonlocal count
+        count += 1
         print(render(grade) if args.run is cmd_grade else feedback.student_text(grade),
               flush=True)
-        grades.append(grade)
-        grader_failed |= bool(grade.error) and not isinstance(files, Exception)
         if len(todo) > 1:
-            print(_progress(done, len(todo), student or name, grade, began), file=sys.stderr,
-                  flush=True)
+            print(batch.progress(count, len(todo), todo[i][1] or todo[i][0], grade, began,
+                                 cached), file=sys.stderr, flush=True)
+    timeout_s = getattr(args, "timeout", None)
+    cache = batch.GradeCache(ex, target, timeout_s) if getattr(args, "resume", False) else None
+    grades = batch.grade_all(ex, todo, target, args.trust_submissions,
+                             jobs=getattr(args, "jobs", 1), cache=cache, done=done,
+                             timeout_s=timeout_s)
+    grader_failed = any(g.error and not isinstance(files, Exception)
+                        for g, (_, _, files) in zip(grades, todo, strict=True))
+    if not (args.skeleton or args.solution or args.wrong):
+        _keep_live_logs(todo, grades)
     if args.run is cmd_check:
+        note = edition.waiting_note(ex)
+        if note:
+            print(f"note: {note}")
         return 0 if grades and not any(g.error for g in grades) and all(
             c.passed for g in grades for c in g.checks if feedback.shown(c, False)) else 1
     if args.csv is not None:
@@ -151,13 +166,17 @@ def cmd_grade(args: argparse.Namespace) -> int:
     return 0 if grades and all(g.full_marks for g in grades) else EXIT_BELOW_FULL
 
 
-def _progress(done: int, total: int, who: str, grade: Grade, began: float) -> str:
-    """One line per graded submission of a class: done/total, score, time, ETA."""
-    spent = time.monotonic() - began
-    left = spent / done * (total - done)
-    score = f"{grade.score}/{grade.total}" if not grade.error else "not graded"
-    return (f"[{done}/{total}] {who}: {score}, {spent:.0f} s so far, about {left:.0f} s "
-            "to go")
+def _keep_live_logs(todo: list[Submission], grades: list[Grade]) -> None:
+    """A failed live stage's logs into each submission folder's results/live/ (livelogs); a
+    folder that refuses them is said on stderr and costs nobody their grade."""
+    for (name, _, _), grade in zip(todo, grades, strict=True):
+        logs = [kv for c in grade.checks if not c.passed for kv in c.logs]
+        if logs:
+            try:
+                livelogs.write_into(Path(name), dict(logs))
+            except OSError as exc:
+                print(f"testbed: {name}: the live stage's logs were not kept: {exc}",
+                      file=sys.stderr)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -230,6 +249,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "DIR/STUDENT/feedback.md")
     g.add_argument("--after-due-date", action="store_true", help="--feedback shows the "
                    "checks held back until the due date too")
+    g.add_argument("--jobs", type=_jobs, default=1, metavar="N", help="grade N submissions at "
+                   "once, each in its own process and sandbox uid (at most the machine's "
+                   "cores; default 1)")
+    g.add_argument("--timeout", type=float, metavar="S", help="stop one submission's checks "
+                   f"after S seconds (default {workspace.CHECKS_TIMEOUT_S})")
+    g.add_argument("--resume", action="store_true", help="reuse the grade of a submission "
+                   "already graded, unchanged, by this same grader (an interrupted class "
+                   "goes on where it stopped)")
     _trust_arg(g)
     g.set_defaults(run=cmd_grade)
     c = sub.add_parser("check", help="check your work on exercise N, as a student sees it "
@@ -239,7 +266,20 @@ def build_parser() -> argparse.ArgumentParser:
     add_target_arg(c)
     _trust_arg(c)
     c.set_defaults(run=cmd_check, skeleton=False, solution=False, wrong=None, json=None)
+    classroom.add_parser(sub)
     return p
+
+
+def _jobs(text: str) -> int:
+    cores = os.cpu_count() or 1
+    try:
+        jobs = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of jobs") from None
+    if not 1 <= jobs <= min(cores, sandbox.MAX_SLOTS):
+        raise argparse.ArgumentTypeError(f"--jobs {jobs}: give 1 to {cores} (this machine's "
+                                         f"cores)")
+    return jobs
 
 
 def _trust_arg(p: argparse.ArgumentParser) -> None:
@@ -253,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except (catalog.CatalogError, workspace.SubmissionError, UnsafePathError,
-            course.CourseKeyError) as exc:
+            course.CourseKeyError, edition.EditionError) as exc:
         print(f"testbed: {exc}", file=sys.stderr)
         return 2
 

@@ -17,8 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from fabric.outfile import open_output_file
+from grader.livelogs import LIVE, RESULTS
 from grader.report import AFTER_DUE_DATE, VISIBLE, Check, Grade
 from topologies.privdir import check_workdir
+
+GRADESCOPE_LOG_BYTES = 1024  # of each live-stage log, inline: results.json holds no files
 
 
 def shown(check: Check, after_due: bool) -> bool:
@@ -35,13 +38,15 @@ def _split(grade: Grade, after_due: bool) -> tuple[list[Check], str]:
     return seen, note
 
 
-def _to_fix(check: Check) -> list[tuple[str, str]]:
+def _to_fix(check: Check, logs_at: str) -> list[tuple[str, str]]:
     """What a student reads of a failed check: their own output and the hint, never what
-    was expected."""
+    was expected; where a failed live stage left its logs (grader.livelogs)."""
     if check.passed:
         return []
+    logs = f"the live stage's log tails and packet counts are in {logs_at}" if \
+        check.logs and logs_at else ""
     return [(label, text) for label, text in (("observed", check.observed),
-                                              ("hint", check.hint)) if text]
+                                              ("hint", check.hint), ("logs", logs)) if text]
 
 
 def student_text(grade: Grade, after_due: bool = False) -> str:
@@ -53,7 +58,8 @@ def student_text(grade: Grade, after_due: bool = False) -> str:
     for c in seen:
         lines.append(f"  [{'PASS' if c.passed else 'FAIL'}] {c.id} ({c.score}/{c.points}) "
                      f"{c.title}")
-        lines += [f"         {label}: {text}" for label, text in _to_fix(c)]
+        lines += [f"         {label}: {text}" for label, text in
+                  _to_fix(c, f"{RESULTS}/{LIVE}/ in the submission folder")]
     lines.append(f"  score {sum(c.score for c in seen)}/{sum(c.points for c in seen)} "
                  "on the checks shown")
     return "\n".join(lines + ([f"  {held}"] if held else []))
@@ -71,8 +77,8 @@ def student_markdown(grade: Grade, after_due: bool = False) -> str:
         out.append(f"| {c.title} (`{c.id}`) | {'pass' if c.passed else 'FAIL'} | "
                    f"{c.score}/{c.points} |")
         if not c.passed:
-            details += [f"## {c.id}", "", *(f"- {label}: {text}" for label, text in _to_fix(c)),
-                        ""]
+            details += [f"## {c.id}", "", *(f"- {label}: {text}" for label, text in
+                                             _to_fix(c, f"`{LIVE}/` beside this file")), ""]
     out += ["", f"{held}."] if held else []
     return "\n".join(out + [""] + details).rstrip() + "\n"
 
@@ -82,7 +88,9 @@ def gradescope_results(grade: Grade) -> dict[str, Any]:
     (Gradescope holds a test back as it says), and an output without `expected`."""
     tests = [{"name": f"{c.id}: {c.title}", "number": str(number), "score": c.score,
               "max_score": c.points, "visibility": c.visibility,
-              "output": "\n".join(f"{label}: {text}" for label, text in _to_fix(c))}
+              "output": "\n".join([f"{label}: {text}" for label, text in _to_fix(c, "")]
+                                  + [f"--- {name} (end) ---\n{text[-GRADESCOPE_LOG_BYTES:]}"
+                                     for name, text in (() if c.passed else c.logs)])}
              for number, c in enumerate(grade.checks, start=1)]
     out: dict[str, Any] = {"score": grade.score, "tests": tests, "visibility": "visible",
                            "stdout_visibility": "hidden"}
@@ -109,4 +117,20 @@ def write_all(dest: Path, rows: list[tuple[str, Grade]], *, gradescope: bool,
         with open_output_file(path) as out:
             out.write(data.encode())
         written.append(path)
+        if not gradescope:
+            written += _write_logs(folder / LIVE, grade, after_due)
     return written
+
+
+def _write_logs(folder: Path, grade: Grade, after_due: bool) -> list[Path]:
+    """The failed live stages' logs beside feedback.md (the folder is the grader's own)."""
+    logs = [kv for c in grade.checks if not c.passed and shown(c, after_due) for kv in c.logs]
+    if not logs:
+        return []
+    folder.mkdir(mode=0o755, exist_ok=True)
+    paths = []
+    for name, text in logs:
+        with open_output_file(folder / name) as out:
+            out.write(text.encode())
+        paths.append(folder / name)
+    return paths

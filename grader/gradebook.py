@@ -3,10 +3,11 @@ student, with the points of every check the exercise declares, so a spreadsheet 
 import sees the same columns for every student, graded or not.
 
 Columns: student, status ("graded", or "not graded" with the reason in `error`), score,
-max, one column per check id (the points earned), error. A cell a student controls (a
-folder's name, an error quoting it) that a spreadsheet would take for a formula (=, +, -, @,
-tab, carriage return first) is written with a leading apostrophe, as OWASP advises for CSV
-exports.
+max, one column per check id (the points earned), error (also why a graded student got
+nothing at all: the first check's observation, e.g. the checks' time limit or a crash). A
+cell a student controls (a folder's name, an error quoting it) that a spreadsheet would take
+for a formula (=, +, -, @, tab, carriage return first) is written with a leading apostrophe,
+as OWASP advises for CSV exports.
 """
 
 from __future__ import annotations
@@ -38,7 +39,15 @@ def row(student: str, grade: Grade, specs: tuple[CheckSpec, ...]) -> list[str]:
     status = NOT_GRADED if grade.error else GRADED
     total = sum(s.points for s in specs)
     return [_cell(student), status, str(grade.score), str(total),
-            *(str(earned.get(s.id, 0)) for s in specs), _cell(grade.error)]
+            *(str(earned.get(s.id, 0)) for s in specs), _cell(reason(grade))]
+
+
+def reason(grade: Grade) -> str:
+    """Why a student got nothing: the grade's error, or what the first check observed when
+    no check earned a point (a time limit, a crash, a full disk, an unsolved TODO)."""
+    if grade.error or not grade.checks or grade.score:
+        return grade.error
+    return grade.checks[0].observed
 
 
 def to_csv(rows: Iterable[tuple[str, Grade]], specs: tuple[CheckSpec, ...]) -> str:

@@ -126,4 +126,4 @@ def _trusted(spec: CheckSpec, check: Check | None) -> Check:
     if check is None:
         check = failed(spec, "not reported: the sandbox's report did not reach this check")
     return Check(spec.id, check.title or spec.title, spec.points, check.passed, check.expected,
-                 check.observed, check.hint, spec.visibility)
+                 check.observed, check.hint, spec.visibility, check.logs)

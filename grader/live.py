@@ -9,13 +9,16 @@ fabric and the agents and serves each agent's core from the sandbox
 from __future__ import annotations
 
 import os
+from collections import deque
 from typing import Any
 
+from grader import livelogs
 from grader.report import Check, not_run
 
 LIVE_FABRIC = {"planes": 2, "t0_per_plane": 2, "t1_per_plane": 2, "hosts_per_t0": 1}
 LIVE_BYTES = 256 * 1024  # about a quarter of a second at the live fabric's port rate
 LIVE_RATE_PPS = 500
+TRANSFER_TIMEOUT_S = 60.0  # the write normally takes about a second
 # Set (to anything but "" or "0") to stop before the live stage: the fast tests of the unit and
 # simulator stages use it, so the default test suite needs neither root nor Mininet.
 SKIP_ENV = "MRC_GRADE_SKIP_LIVE"
@@ -75,24 +78,32 @@ def measure_served_transfer(ctx: Any, nbytes: int = LIVE_BYTES) -> dict[str, Any
 
 def run_transfer(target: str, tables: dict[str, Any] | None = None,
                  nbytes: int = LIVE_BYTES,
-                 served: tuple[tuple[int, str], ...] = ()) -> dict[str, Any]:
+                 served: tuple[tuple[int, str], ...] = (),
+                 timeout_s: float = TRANSFER_TIMEOUT_S) -> dict[str, Any]:
     from fabric.topology import Fabric  # the grading copy's modules, imported late on purpose
     from topologies.network import MrcNetwork, NetworkConfig, NetworkError
 
     fabric = Fabric(**LIVE_FABRIC)
+    said: deque[str] = deque(maxlen=200)  # the network's and controller's messages
     net = MrcNetwork(NetworkConfig(fabric=fabric, target=target, port_rate_pps=LIVE_RATE_PPS,
-                                   served_cores=served), log=lambda *_: None)
+                                   served_cores=served), log=lambda *a: said.append(
+                                       " ".join(str(x) for x in a)))
     net.static_tables.update(tables or {})
+    out: dict[str, Any] = {"started": False}
     try:
         net.start()
-        result = net.transfer(0, fabric.hosts - 1, nbytes, timeout=60.0)
+        out["started"] = True
+        result = net.transfer(0, fabric.hosts - 1, nbytes, timeout=timeout_s)
+        out.update(ok=result.get("ok") is True, verified=result.get("verified") is True,
+                   error=str(result.get("error") or ""))
     except (NetworkError, OSError, RuntimeError) as exc:
-        return {"ok": False, "verified": False, "error": f"{type(exc).__name__}: {exc}",
-                "started": False}
+        out.update(ok=False, verified=False, error=f"{type(exc).__name__}: {exc}",
+                   started=False)
     finally:
+        if not (out.get("ok") and out.get("verified")):  # before stop() deletes the workdir
+            out["logs"] = livelogs.collect(net.workdir, list(said), net)
         net.stop()
-    return {"ok": result.get("ok") is True, "verified": result.get("verified") is True,
-            "error": str(result.get("error") or ""), "started": True}
+    return out
 
 
 def judge_transfer(obs: Any, target: str, check_id: str, points: int, *, hint: str,
@@ -105,9 +116,14 @@ def judge_transfer(obs: Any, target: str, check_id: str, points: int, *, hint: s
         return not_run(check_id, title, points, str(obs["skipped"]))
     if obs.get("started") is False:
         return Check(check_id, title, points, False, expected="the fabric starts and the "
-                     "write completes", observed=str(obs.get("error", "")), hint=hint)
+                     "write completes", observed=str(obs.get("error", "")), hint=hint,
+                     logs=_logs(obs))
     ok = obs.get("ok") is True and obs.get("verified") is True
     observed = "completed and verified" if ok else \
         f"ok={obs.get('ok')} verified={obs.get('verified')} error={obs.get('error')}"
     return Check(check_id, title, points, ok, expected="completed and verified",
-                 observed=observed, hint=hint)
+                 observed=observed, hint=hint, logs=_logs(obs))
+
+
+def _logs(obs: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(livelogs.bounded(obs.get("logs")).items())

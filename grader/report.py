@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
+from grader.livelogs import bounded as bounded_logs
+
 # Who may see a check's result, in Gradescope's words: the student at once, after the due
 # date, or never (the instructor's report has every check). A check whose pass or fail alone
 # would let a student search for the answer by repeated tries (a lab's numbers) is not
@@ -33,6 +35,7 @@ class Check:
     observed: str = ""
     hint: str = ""  # what to look at when it failed
     visibility: str = VISIBLE  # its CheckSpec's (judging sets it; a judge's own is ignored)
+    logs: tuple[tuple[str, str], ...] = ()  # a failed live stage's (file name, tail): livelogs
 
     @property
     def score(self) -> int:
@@ -43,7 +46,8 @@ class Check:
         return cls(id=str(data["id"]), title=str(data["title"]), points=int(data["points"]),
                    passed=bool(data["passed"]), expected=str(data.get("expected", "")),
                    observed=str(data.get("observed", "")), hint=str(data.get("hint", "")),
-                   visibility=str(data.get("visibility", VISIBLE)))
+                   visibility=str(data.get("visibility", VISIBLE)),
+                   logs=tuple(bounded_logs(dict(data.get("logs") or ())).items()))
 
 
 def failed(spec: CheckSpec, observed: str, hint: str = "") -> Check:

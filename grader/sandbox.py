@@ -11,7 +11,7 @@ no_new_privs) -> bwrap -> [live: _LIVE_PRELUDE] -> argv`:
   capability in the initial user namespace. The uid is dedicated (no passwd entry, no files)
   rather than nobody's 65534, because RLIMIT_NPROC counts every process of a real uid: a
   shared uid would let other daemons eat the budget (and the fork bomb would eat theirs).
-  Grading runs are sequential; two concurrent runs would share one process budget.
+  Hence also one uid per concurrent grading job (use_slot).
 - Namespaces: user, network (only a loopback), mount, PID, IPC, UTS, cgroup; nested user
   namespaces are disabled unless live (--disable-userns would leave a live command in a child
   user namespace without power over its network namespace). `live=True` maps uid 0 inside
@@ -19,18 +19,16 @@ no_new_privs) -> bwrap -> [live: _LIVE_PRELUDE] -> argv`:
   namespaces, qdiscs and nftables in its own network namespace (Mininet, the testbed's
   fabric), nothing outside.
   That root can remount its binds read-write, so what keeps /usr, /etc, /opt, the venv and
-  the copy intact in live mode is their host ownership: root's files, and host root is
-  unmapped inside (no DAC override on them). Hence nothing in the copy may be o+w (run()
-  clears it). Live mode also binds the host's /sys read-only under a sysfs of its own (the
-  kernel allows a new sysfs only where one is visible): the host's device and interface
+  the copy intact in live mode is their host ownership (host root is unmapped inside), hence
+  nothing in the copy may be o+w (run() clears it). Live mode binds the host's /sys read-only
+  under a sysfs of its own (a new sysfs is allowed only where one is visible): host interface
   names and counters are readable to a live command that unmounts its own.
 - File system: /usr, /etc, /opt and the venv read-only (the venv at its real path: its
   bin/python and pyvenv.cfg name it); private tmpfs at /tmp (HOME and the P4 compile cache
   live there) and /run; nothing else of the host (not /home, /root, /var, /work, the host's
-  /tmp or /run, the rest of the checkout). The copy is bound read-only at its own path: the
-  grader laid it and reads nothing back from it, and read-only means the command cannot fill
-  the host's disk through it or change what a later stage of the same run imports. Its
-  SCRATCH folders (p4src/build, where the P4 stage lays its outputs) get private tmpfs.
+  /tmp or /run, the rest of the checkout). The copy is bound read-only at its own path, so
+  the command can neither fill the host's disk through it nor change what a later stage
+  imports; its SCRATCH folders (the P4 stage's outputs) get private tmpfs.
   `results` is the only writable host path; read it back with read_result (no symlinks).
 - Limits (Limits): wall time (the PID namespace's init is SIGKILLed, which takes every
   process in it down; the host then waits for that init to be gone), RLIMIT_AS, RLIMIT_NPROC,
@@ -39,11 +37,9 @@ no_new_privs) -> bwrap -> [live: _LIVE_PRELUDE] -> argv`:
   command never blocks on a full pipe). Not bounded: the sum of memory over processes (each
   may map RLIMIT_AS) and, in live mode, tmpfs the command mounts itself: that needs a cgroup.
 
-Folders above the copy and `results` must be searchable by the sandbox uid (_check_reachable);
-`_prepare` makes the copy world-readable and `results` the sandbox uid's own.
+Folders above the copy and `results` must be searchable by the sandbox uid (_check_reachable).
 PR_SET_PDEATHSIG (--die-with-parent) fires when the *thread* that started bwrap ends: call
-run() from a thread that outlives it. grader.sandbox_pipe serves a command that runs beside
-the grader (launch()).
+run() from a thread that outlives it. grader.sandbox_pipe serves launch()'s commands.
 """
 
 from __future__ import annotations
@@ -63,7 +59,8 @@ from pathlib import Path
 from typing import Any
 
 BWRAP, SETPRIV, PRLIMIT = "/usr/bin/bwrap", "/usr/bin/setpriv", "/usr/bin/prlimit"
-SANDBOX_UID = SANDBOX_GID = 64_321  # dedicated: see the module docstring
+SANDBOX_UID = SANDBOX_GID = BASE_UID = 64_321  # dedicated: see the module docstring
+MAX_SLOTS = 64  # grading jobs at once (grader.batch): slot k's uid is BASE_UID + k
 SCRATCH = ("p4src/build",)  # folders of the copy the command may write into (tmpfs)
 HOME = "/tmp/home"  # inside the sandbox, on its private /tmp tmpfs: never the host's /tmp
 DEFAULT_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -107,10 +104,9 @@ _KILL_GRACE_S = 10.0  # after the SIGKILL: for the namespace to empty and the pi
 
 @dataclass(frozen=True)
 class Limits:
-    """Defaults fit one submission's checks (grader.workspace.CHECKS_TIMEOUT_S = 900 s).
-    Measured on the live stage (grader.live's 8-switch fabric and 256 KiB transfer, in this
-    sandbox): at most 25 processes and 250 threads (BMv2; 150 on soft), the largest address
-    space 1.5 GiB (the grader's own Python; p4c compiles within 1 GiB), 0.6 GB resident in all."""
+    """Defaults fit one submission's checks (grader.workspace.CHECKS_TIMEOUT_S = 900 s). The
+    live stage (8-switch fabric, 256 KiB transfer) measured here: <= 25 processes, 250 threads
+    (BMv2; 150 soft), 1.5 GiB largest address space (p4c within 1 GiB), 0.6 GB resident."""
     wall_s: float = 900.0
     memory_bytes: int = 4 << 30  # RLIMIT_AS, per process
     processes: int = 1024  # RLIMIT_NPROC: processes and threads of SANDBOX_UID
@@ -138,12 +134,19 @@ class SandboxError(RuntimeError):
     """The sandbox cannot be set up here (bwrap missing, user namespaces off, bad paths)."""
 
 
+def use_slot(slot: int) -> None:
+    """This process's sandboxes run as uid BASE_UID + `slot` (see Identity above)."""
+    global SANDBOX_UID, SANDBOX_GID
+    if not 0 <= slot < MAX_SLOTS:
+        raise SandboxError(f"slot {slot} is outside 0..{MAX_SLOTS - 1}")
+    SANDBOX_UID = SANDBOX_GID = BASE_UID + slot
+
+
 def _uid_switch() -> list[str]:
     """setpriv to SANDBOX_UID when the caller is root; an unprivileged caller is already one."""
-    if os.geteuid() != 0:
-        return []
-    return [SETPRIV, f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_GID}", "--clear-groups",
-            "--no-new-privs", "--inh-caps=-all"]
+    return [] if os.geteuid() != 0 else [
+        SETPRIV, f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_GID}", "--clear-groups",
+        "--no-new-privs", "--inh-caps=-all"]
 
 
 def _rlimits(limits: Limits) -> list[str]:
@@ -399,11 +402,9 @@ def init_of(info: bytearray) -> tuple[int, int] | None:
 
 
 def kill(proc: subprocess.Popen, init: tuple[int, int] | None) -> None:
-    """SIGKILL the namespace's init: the kernel kills every process in the namespace, and
-    bwrap reaps the init and exits. bwrap's own process group is killed only when the init
-    is not known yet (bwrap has not reported it): the init then dies of --die-with-parent,
-    but as an orphan that the host's PID 1 must reap. Signals go by PID, never by name, and
-    only while the PID is still the same process (start time)."""
+    """SIGKILL the namespace's init (the kernel kills the rest); bwrap's process group only
+    while the init is unknown (it then dies of --die-with-parent, an orphan for PID 1).
+    By PID, never by name, and only while the PID is the same process (start time)."""
     if init is not None and _start_time(init[0]) == init[1]:
         os.kill(init[0], signal.SIGKILL)
     elif proc.poll() is None:
@@ -436,8 +437,7 @@ def _which_limit(rc: int, timed_out: bool, stderr: str) -> str:
 
 
 def read_result(results: Path, name: str, max_bytes: int) -> bytes:
-    """A file the sandbox wrote into `results`, read safely by the (privileged) grader: a plain
-    name, no symlink (O_NOFOLLOW), a regular file, at most max_bytes."""
+    """A file the sandbox wrote, read by root: plain name, no symlink, regular, <= max_bytes."""
     if "/" in name or name in ("", ".", ".."):
         raise SandboxError(f"{name!r} is not a plain file name")
     fd = os.open(results / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)

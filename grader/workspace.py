@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from grader import challenge as challenges
-from grader import gradingcopy, judging, regions, sandbox
+from grader import collect, gradingcopy, judging, regions, sandbox
 from grader.catalog import EXERCISES, ROOT, WORK, Exercise
 from grader.report import Grade
 
@@ -114,6 +114,9 @@ def working_folder(ex: Exercise) -> Path:
 def read(ex: Exercise, folder: Path) -> FileSet:
     """A submission: the exercise's files under `folder`, at their project-relative paths,
     each read without following a link or blocking, and capped (grader.gradingcopy)."""
+    refused = _refused_at_hand_in(folder)
+    if refused:
+        raise SubmissionError(f"{folder}: refused at hand-in: {refused}")
     out, problems = {}, []
     for rel in ex.files:
         try:
@@ -128,6 +131,14 @@ def read(ex: Exercise, folder: Path) -> FileSet:
             f"regular files at their project paths, as ./testbed exercise {ex.number} writes "
             f"them)")
     return out
+
+
+def _refused_at_hand_in(folder: Path) -> str:
+    """Why `classroom collect` refused this student's hand-in ('' if it did not)."""
+    try:
+        return gradingcopy.read_no_follow(folder, collect.REFUSED).decode(errors="replace").strip()
+    except FileNotFoundError:
+        return ""
 
 
 def _is_dir(path: Path) -> bool:
@@ -193,21 +204,21 @@ def _passed_env(root: Path) -> dict[str, str]:
     return {**mine, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def _run_trusted(argv: list[str], root: Path) -> tuple[int, bool, str]:
+def _run_trusted(argv: list[str], root: Path, timeout_s: float) -> tuple[int, bool, str]:
     """Without a sandbox (--trust-submissions): a plain process of ours."""
     env = {**os.environ, **_passed_env(root)}
     try:
         proc = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True,
-                              timeout=CHECKS_TIMEOUT_S)
+                              timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return -1, True, ""
     return proc.returncode, False, proc.stderr
 
 
-def _run_contained(argv: list[str], root: Path) -> tuple[int, bool, str]:
+def _run_contained(argv: list[str], root: Path, timeout_s: float) -> tuple[int, bool, str]:
     result = sandbox.run(argv, copy=root, results=root.parent / "results",
                          venv=Path(sys.prefix), env=_passed_env(root),
-                         limits=sandbox.Limits(wall_s=CHECKS_TIMEOUT_S),
+                         limits=sandbox.Limits(wall_s=timeout_s),
                          live=os.geteuid() == 0)  # root stages run as root of a user namespace
     stderr = result.stderr + (f"\n[stopped by the sandbox's {result.limit} limit]"
                               if result.limit else "")
@@ -215,12 +226,14 @@ def _run_contained(argv: list[str], root: Path) -> tuple[int, bool, str]:
 
 
 def grade(ex: Exercise, files: FileSet, name: str, target: str,
-          trust: bool = False, student: str = "") -> Grade:
+          trust: bool = False, student: str = "", timeout_s: float | None = None) -> Grade:
     """Observe exercise `ex`'s checks on `files` in a project copy, contained in
     grader.sandbox (or, with `trust`, in a plain process), then judge what it reported here
     (grader.judging), never trusting its verdicts. The run's challenge (grader.challenge) is
     fresh: a report written for another run is refused. `student` names a class's student
-    (their submission folder): a lab's assignment derives from it (grader.course)."""
+    (their submission folder): a lab's assignment derives from it (grader.course).
+    `timeout_s` bounds the checks (default CHECKS_TIMEOUT_S)."""
+    timeout_s = CHECKS_TIMEOUT_S if timeout_s is None else timeout_s
     why = "" if trust else sandbox.available(live=os.geteuid() == 0)
     if why:
         return Grade(ex.number, name, target, (), error=(
@@ -235,12 +248,13 @@ def grade(ex: Exercise, files: FileSet, name: str, target: str,
         argv = [sys.executable, "-m", "grader.inner", str(ex.number), "--target", target,
                 "--out", str(root.parent / "results" / REPORT), "--challenge", token]
         try:
-            code, timed_out, stderr = (_run_trusted if trust else _run_contained)(argv, root)
+            code, timed_out, stderr = (_run_trusted if trust else _run_contained)(
+                argv, root, timeout_s)
         except sandbox.SandboxError as exc:  # e.g. a venv the sandbox uid cannot reach
             return Grade(ex.number, name, target, (), error=f"cannot sandbox: {exc}")
         if timed_out:
             return Grade(ex.number, name, target, judged(None, (
-                f"the checks did not finish in {CHECKS_TIMEOUT_S} s: does your code loop "
+                f"the checks did not finish in {timeout_s:g} s: does your code loop "
                 f"forever or wait on something that never comes?")))
         try:
             data = sandbox.read_result(root.parent / "results", REPORT,

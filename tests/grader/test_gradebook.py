@@ -73,7 +73,7 @@ def test_a_grader_failure_has_its_own_exit_status(tmp_path: Path, monkeypatch, c
     for name in ("alice", "bob"):
         workspace.write(workspace.solution(ex), tmp_path / "subs" / name)
 
-    def fake(ex, files, name, target, trust=False, student=""):
+    def fake(ex, files, name, target, trust=False, student="", timeout_s=None):
         if student == "bob":
             raise RuntimeError("our own bug")
         return Grade(ex.number, name, target, (Check("a.one", "first", 2, True),))

@@ -350,7 +350,7 @@ def graded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
 
     def grade(ex: Any, _files: Any, name: str, target: str, trust: bool,
-              student: str = "") -> Grade:
+              student: str = "", timeout_s: float | None = None) -> Grade:
         seen.append(target)
         return Grade(ex.number, name, target, ())
     monkeypatch.setattr(grader_main.workspace, "grade", grade)
