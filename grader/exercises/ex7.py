@@ -21,7 +21,7 @@ A question left unanswered fails its own check too, with the command that answer
 
 No student code runs here: `observe` (in the sandbox) reports the raw text of answers.json
 and nothing else, and `judge` (in the grader's own process) parses and validates it, runs
-`measure` on the fabric it names with the instructor's own simulator, and compares.
+`lab_runs` on the fabric it names with the instructor's own simulator, and compares.
 """
 
 from __future__ import annotations
@@ -88,10 +88,11 @@ def assigned(ctx: Any) -> Setup | None:
 
 
 @functools.lru_cache(maxsize=4)
-def measure(setup: Setup) -> Runs:
-    """The lab's three runs, as the student makes them (imported late: `judge` calls it in
-    the grader's own process, so it is the instructor's sim). Cached: callers must not change
-    the result."""
+def lab_runs(setup: Setup) -> Runs:
+    """The lab's three runs, as the student makes them, with the instructor's simulator
+    (imported late; `judge` calls this in the grader's own process). Not named `measure`:
+    that is grader.judging's hook, which called this with a report. Cached: callers must
+    not change the result."""
     from sim.harness import SimSettings
     from sim.scenarios import run_scenario
 
@@ -295,7 +296,7 @@ def answered(runs: Runs) -> dict[str, Any]:
 def solution(_ex: Any) -> dict[str, str]:
     """The lab's reference solution: its own measurement with SOLUTION_SEED, answered."""
     setup = Setup()
-    data = {"seed": setup.seed, "delay_us": setup.delay_us, "answers": answered(measure(setup))}
+    data = {"seed": setup.seed, "delay_us": setup.delay_us, "answers": answered(lab_runs(setup))}
     return {ANSWERS: json.dumps(data, indent=2) + "\n"}
 
 
@@ -403,7 +404,7 @@ def judge(obs: dict[str, Any], ctx: Any) -> Iterator[Check]:
                 observed="; ".join(f"{k}: {p}" for k, p in bad.items()) or "all answered",
                 hint="" if not bad else f"run the three scenarios with {setup} "
                 f"(README, Steps) and fill in every answer")
-    runs = measure(setup)
+    runs = lab_runs(setup)
     for q in QUESTIONS:
         yield _check(q, answers.get(q.key), problems[q.key], runs, setup)
 

@@ -46,6 +46,15 @@ def test_skeleton_fails_first_on_the_form_with_useful_messages() -> None:
             in g.checks[1].hint)
 
 
+def test_the_lab_takes_no_measurement_hook_of_the_judging(caplog) -> None:
+    """ex7's runs were once named `measure`, which grader.judging takes for a judge's hook
+    on the report: every grading then logged a TypeError. The hook is absent now."""
+    assert getattr(ex7, "measure", None) is None
+    with caplog.at_level("WARNING", logger="grader"):
+        assert _grade(workspace.solution(EX), "solution").full_marks
+    assert not [r for r in caplog.records if "measure" in r.getMessage()]
+
+
 def test_solution_gets_full_marks() -> None:
     g = _grade(workspace.solution(EX), "solution")
     assert g.full_marks, [c for c in g.checks if not c.passed]
@@ -174,7 +183,7 @@ def test_unusable_file_stops_before_measuring(tmp_path: Path) -> None:
 def test_typical_slips_get_the_hint_that_names_them(tmp_path: Path, key: str, wrong: Any,
                                                      words: str) -> None:
     data = _solution_answers()
-    runs = ex7.measure(ex7.Setup(data["seed"], data["delay_us"]))
+    runs = ex7.lab_runs(ex7.Setup(data["seed"], data["delay_us"]))
     data["answers"][key] = wrong(data["answers"][key], runs)
     checks = _grade_here(tmp_path, data)
     q = next(q for q in ex7.QUESTIONS if q.key == key)
@@ -192,7 +201,7 @@ def test_a_folder_of_submissions_grades_each_student(tmp_path: Path, course_key:
     (subs / "alice").mkdir(parents=True)
     (subs / "alice" / ex7.ANSWERS).write_text(json.dumps({
         "seed": alice.seed, "delay_us": alice.delay_us,
-        "answers": ex7.answered(ex7.measure(alice))}))
+        "answers": ex7.answered(ex7.lab_runs(alice))}))
     workspace.write(workspace.skeleton(EX), subs / "bob")
     report = tmp_path / "report.json"
     rc = main(["grade", "7", "--submission", str(subs), "--target", "soft", "--json",
@@ -206,14 +215,14 @@ def test_a_folder_of_submissions_grades_each_student(tmp_path: Path, course_key:
 def test_an_assigned_fabric_answered_right_gets_full_marks(tmp_path: Path) -> None:
     setup = ex7.Setup(seed=7, delay_us=2.5)
     data = {"seed": setup.seed, "delay_us": setup.delay_us,
-            "answers": ex7.answered(ex7.measure(setup))}
+            "answers": ex7.answered(ex7.lab_runs(setup))}
     checks = _grade_here(tmp_path, data)
     assert all(c.passed for c in checks.values()), [c for c in checks.values() if not c.passed]
 
 
 # ---- issue 54, attack 6: answers tied to the instructor's assignment, no figure shown -------
 def _figures(setup: ex7.Setup) -> list[float]:
-    runs = ex7.measure(setup)
+    runs = ex7.lab_runs(setup)
     out: list[float] = []
     for q in ex7.QUESTIONS:
         v = q.measured(runs)
@@ -275,7 +284,7 @@ def test_a_class_is_held_to_each_students_assignment(course_key: Path, tmp_path:
     (subs / "alice" / ex7.ANSWERS).write_text(workspace.solution(EX)[ex7.ANSWERS])
     bob = ex7.assignment(key, "bob")
     mine = {"seed": bob.seed, "delay_us": bob.delay_us,
-            "answers": ex7.answered(ex7.measure(bob))}
+            "answers": ex7.answered(ex7.lab_runs(bob))}
     (subs / "bob").mkdir()
     (subs / "bob" / ex7.ANSWERS).write_text(json.dumps(mine))
     out = tmp_path / "grades.json"
