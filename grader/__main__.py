@@ -9,7 +9,8 @@
                              [--jobs N] [--resume] [--timeout S] [--trust-submissions]
     python -m grader check N [--submission DIR] [--target ...]   the student's own loop
     python -m grader assignment N (--student NAME ... | --roster FILE)   instructor: CSV
-    python -m grader classroom student-edition DIR [--exercises 1,4,5] | collect SRC DEST
+    python -m grader classroom student-edition DIR [--exercises 1,4,5] | collect SRC DEST |
+                               waiting
 
 Exit status of grade: 0 every submission got full marks; 1 all were graded (or could not
 be read: the student's error) and some got less; 2 the command was wrong; 3 the grader itself
@@ -56,6 +57,13 @@ def cmd_list(_args: argparse.Namespace) -> int:
 def cmd_exercise(args: argparse.Namespace) -> int:
     ex = catalog.load(args.number)
     dest = workspace.working_folder(ex)
+    if edition.in_place(ex):
+        print(f"exercise {ex.number}: {ex.title}\n  read {ex.folder.relative_to(catalog.ROOT)}/"
+              f"README.md\n  in this student edition the exercise is in the project itself: "
+              f"edit (look for TODO):")
+        print("\n".join(f"    {rel}" for rel in ex.files))
+        print(f"  then: sudo ./testbed check {ex.number}; commit and push to hand in")
+        return 0
     existing = [rel for rel in ex.files if (dest / rel).exists()]
     if existing and not args.force:
         print(f"{dest} already holds your work on {', '.join(existing)}: grade it with "

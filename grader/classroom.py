@@ -2,6 +2,7 @@
 
     ./testbed classroom student-edition DIR [--exercises 1,4,5]   (grader.edition)
     ./testbed classroom collect SOURCE DEST                       (grader.collect)
+    ./testbed classroom waiting        the student: what the edition still waits for
 
 A course runs: make the student edition and publish it as a template repository; students
 work and run `./testbed check N`; collect their archives or repositories into one folder per
@@ -55,6 +56,26 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return 0 if results else 1
 
 
+def cmd_waiting(args: argparse.Namespace) -> int:
+    """What the student edition still waits for: exit 1 while a chosen exercise's region
+    holds its stub (the demo runs the student's code: `./testbed demo` asks this first)."""
+    left = edition.waiting()
+    if not left:
+        if args.before:
+            return 0
+        print("nothing waits: every region here holds code (or this is the instructor's "
+              "project)")
+        return 0
+    for number, files in sorted(left.items()):
+        print(f"exercise {number}: {', '.join(files)} still hold(s) its stub "
+              f"(./testbed exercise {number}, then sudo ./testbed check {number})")
+    if args.before == "demo":
+        print("the demo runs your code on every switch and host, so it waits for these "
+              "exercises; the tests that do not need them run now: ./testbed test",
+              file=sys.stderr)
+    return 1
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("classroom", help="instructor: make the student edition, collect the "
                        "hand-ins")
@@ -70,3 +91,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     k.add_argument("source")
     k.add_argument("dest", help="a new (or empty) folder")
     k.set_defaults(run=cmd_collect)
+    w = verbs.add_parser("waiting", help="student: which exercises this edition still waits "
+                         "for (exit 1 while any region holds its stub)")
+    w.add_argument("--before", choices=("demo",), help=argparse.SUPPRESS)
+    w.set_defaults(run=cmd_waiting)

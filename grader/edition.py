@@ -59,6 +59,15 @@ def load(root: Path = catalog.ROOT) -> Edition | None:
                            f"from git, or delete it in the instructor's project") from exc
 
 
+def in_place(ex: Exercise, root: Path = catalog.ROOT) -> bool:
+    """Whether the student works on `ex` in the project itself: in a student edition, a
+    chosen exercise's files are the student's own repository's (its regions hold the stubs),
+    so `check` grades them there, the demo and the tests run them, and the hand-in is the
+    repository. Elsewhere the work goes into exercises/work/ (grader.workspace)."""
+    shipped = load(root)
+    return shipped is not None and ex.number in shipped.exercises
+
+
 def refuse_in_edition(what: str, root: Path = catalog.ROOT) -> None:
     """Raise for an instructor's command run in a student edition."""
     if load(root) is not None:

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from grader import challenge as challenges
-from grader import collect, gradingcopy, judging, regions, sandbox
+from grader import collect, edition, gradingcopy, judging, regions, sandbox
 from grader.catalog import EXERCISES, ROOT, WORK, Exercise
 from grader.report import Grade
 
@@ -108,7 +108,9 @@ def write(files: FileSet, dest: Path) -> list[Path]:
 
 
 def working_folder(ex: Exercise) -> Path:
-    return WORK / ex.name
+    """Where the student's files of `ex` are: the project itself for an exercise a student
+    edition cut (grader.edition.in_place), else exercises/work/NN-slug/."""
+    return ROOT if edition.in_place(ex) else WORK / ex.name
 
 
 def read(ex: Exercise, folder: Path) -> FileSet:

@@ -3,6 +3,9 @@ and the test suite behave in it."""
 
 from __future__ import annotations
 
+import csv
+import io
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -99,9 +102,33 @@ def test_the_instructors_commands_refuse_there(student, tmp_path):
         assert done.returncode == 2, (argv, done.stdout, done.stderr)
         assert "student edition" in done.stderr, done.stderr
     assert not (tmp_path / "out").exists()
-    done = _in(student, "-m", "grader", "exercise", "4")  # the student's loop still starts
-    assert done.returncode == 0, done.stderr
-    assert (student / "exercises/work/04-spraying-sack/host_agent/core/evs.py").exists()
+    done = _in(student, "-m", "grader", "exercise", "4")  # the student's loop still starts,
+    assert done.returncode == 0, done.stderr  # on the edition's own files
+    assert "host_agent/core/evs.py" in done.stdout and "in the project itself" in done.stdout
+    assert not (student / "exercises/work").exists()
+
+
+def test_a_chosen_exercise_is_worked_on_and_checked_in_place(tmp_path):
+    dest = tmp_path / "course"
+    edition.write(dest, [3])
+    ex3, ex4 = catalog.load(3, dest / "exercises"), catalog.load(4, dest / "exercises")
+    assert edition.in_place(ex3, dest) and not edition.in_place(ex4, dest)
+    done = subprocess.run([sys.executable, "-m", "grader", "check", "3"], cwd=dest,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "MRC_GRADE_SKIP_LIVE": "1"})
+    assert done.returncode == 1 and "exercise 3: " + str(dest) in done.stdout, done.stdout
+    assert "TODO exercise 3" in done.stdout  # the stub in the project is what was graded
+
+
+def test_the_student_learns_what_waits_and_the_demo_says_so_first(student):
+    done = _in(student, "-m", "grader", "classroom", "waiting")
+    assert done.returncode == 1, done.stdout
+    assert "exercise 4: host_agent/core/evs.py" in done.stdout
+    assert "exercise 7" not in done.stdout  # the lab has no region: nothing of it waits
+    script = (student / "testbed").read_text()
+    assert "classroom waiting --before demo" in script.split("demo)", 1)[1].split(";;")[0]
+    done = _in(catalog.ROOT, "-m", "grader", "classroom", "waiting")
+    assert done.returncode == 0 and "nothing waits" in done.stdout
 
 
 def test_tests_that_need_a_stub_skip_naming_the_exercise(student):
@@ -141,3 +168,25 @@ def test_an_edition_is_made_only_into_a_new_folder(tmp_path):
     (tmp_path / "full" / "x").write_text("")
     with pytest.raises(edition.EditionError, match="not an empty folder"):
         edition.write(tmp_path / "full", [3])
+
+
+def test_from_edition_to_gradebook_through_a_pushed_repository(tmp_path, no_live):
+    """The course's whole path: the student clones the edition, solves exercise 3 in place
+    and commits; the instructor collects the repository and grades it."""
+    from grader import collect
+    from grader.__main__ import main
+
+    repo = tmp_path / "handin" / "alice"
+    edition.write(repo, [3])
+    ex = catalog.load(3)
+    workspace.write(workspace.solution(ex), repo)
+    git = ["git", "-c", "user.name=a", "-c", "user.email=a@a"]
+    subprocess.run([*git, "commit", "-qam", "ex3"], cwd=repo, check=True, timeout=60)
+    edition.write(tmp_path / "handin" / "bob", [3])  # handed in untouched
+    assert not [r for r in collect.collect(tmp_path / "handin", tmp_path / "class") if r.error]
+    book = tmp_path / "grades.csv"
+    assert main(["grade", "3", "--submission", str(tmp_path / "class"), "--csv",
+                 str(book)]) == 1
+    rows = {r["student"]: r for r in csv.DictReader(io.StringIO(book.read_text()))}
+    assert int(rows["alice"]["score"]) == int(rows["alice"]["max"]) - 4  # all but live
+    assert rows["bob"]["score"] == "0" and "TODO exercise 3" in rows["bob"]["error"]
