@@ -58,6 +58,9 @@ def cmd_exercise(args: argparse.Namespace) -> int:
     ex = catalog.load(args.number)
     dest = workspace.working_folder(ex)
     if edition.in_place(ex):
+        missing = {rel: text for rel, text in workspace.skeleton(ex).items()
+                   if not os.path.lexists(dest / rel)}  # a lab's answers.json, at first
+        workspace.write(missing, dest)
         print(f"exercise {ex.number}: {ex.title}\n  read {ex.folder.relative_to(catalog.ROOT)}/"
               f"README.md\n  in this student edition the exercise is in the project itself: "
               f"edit (look for TODO):")
@@ -115,7 +118,8 @@ def _to_grade(ex: catalog.Exercise, args: argparse.Namespace) -> list[Submission
         raise workspace.SubmissionError(f"{folder} does not exist: start the exercise with "
                                         f"./testbed exercise {ex.number}")
     out: list[Submission] = []
-    for sub in workspace.submissions(ex, folder):
+    in_place = not args.submission and edition.in_place(ex)  # the edition itself: one
+    for sub in [folder] if in_place else workspace.submissions(ex, folder):
         student = sub.name if args.submission and args.run is cmd_grade else ""
         try:
             out.append((str(sub), student, edition.graft(ex, workspace.read(ex, sub))))
@@ -150,9 +154,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
                              timeout_s=timeout_s)
     grader_failed = any(g.error and not isinstance(files, Exception)
                         for g, (_, _, files) in zip(grades, todo, strict=True))
-    if not (args.skeleton or args.solution or args.wrong):
-        _keep_live_logs(todo, grades)
     if args.run is cmd_check:
+        _keep_live_logs(todo, grades)
         note = edition.waiting_note(ex)
         if note:
             print(f"note: {note}")
@@ -169,6 +172,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if args.json is not None:
         data = summary(grades) if len(grades) > 1 or args.submission else grades[0].to_json()
         write_json(args.json, data)
+    if not (args.skeleton or args.solution or args.wrong):
+        _keep_live_logs(todo, grades)  # last: a folder that refuses them costs no output
     if grader_failed:
         return EXIT_GRADER_FAILED
     return 0 if grades and all(g.full_marks for g in grades) else EXIT_BELOW_FULL
@@ -182,7 +187,7 @@ def _keep_live_logs(todo: list[Submission], grades: list[Grade]) -> None:
         if logs:
             try:
                 livelogs.write_into(Path(name), dict(logs))
-            except OSError as exc:
+            except (OSError, ValueError) as exc:
                 print(f"testbed: {name}: the live stage's logs were not kept: {exc}",
                       file=sys.stderr)
 

@@ -16,7 +16,6 @@ import contextlib
 import os
 import re
 import resource
-import shutil
 import signal
 import stat
 import subprocess
@@ -150,10 +149,41 @@ def _collect_one(dest_fd: int, dest: Path, student: str, entries: list[Path],
     return Collected(student, dest / student, reason)
 
 
+def _remove_tree(parent_fd: int, name: str) -> None:
+    """rmtree of `name` relative to a folder's descriptor, links removed and never followed
+    (shutil.rmtree's dir_fd needs Python 3.11; the floor is 3.10). A loop holding one
+    descriptor, not recursion: an archive's path may be 2,000 folders deep. The tree is
+    ours (made in our 0700 DEST), so climbing back by ".." reaches the folder we left."""
+    names = [name]
+    fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    try:
+        while True:
+            with os.scandir(fd) as entries:
+                sub = next((e.name for e in entries if e.is_dir(follow_symlinks=False)), None)
+            if sub is not None:
+                below = os.open(sub, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = below
+                names.append(sub)
+                continue
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    os.unlink(entry.name, dir_fd=fd)
+            if len(names) == 1:
+                break
+            above = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = above
+            os.rmdir(names.pop(), dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent_fd)
+
+
 def _mark_refused(dest_fd: int, student: str, reason: str) -> None:
     """Leave nothing half-extracted that the grader could take for a hand-in: only why."""
     with contextlib.suppress(FileNotFoundError):
-        shutil.rmtree(student, dir_fd=dest_fd)
+        _remove_tree(dest_fd, student)
     os.mkdir(student, 0o700, dir_fd=dest_fd)  # just made by us, in our 0700 dest
     fd = os.open(f"{student}/{REFUSED}", _FILE_FLAGS, 0o600, dir_fd=dest_fd)
     with open(fd, "w", encoding="utf-8", errors="backslashreplace") as out:

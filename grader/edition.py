@@ -34,6 +34,7 @@ EDITION_FILE = "exercises/edition.json"
 INSTRUCTOR_ONLY = ("exercises/INSTRUCTORS.md",)
 _TEACHERS_LINK = "Teachers: [INSTRUCTORS.md](INSTRUCTORS.md).\n"
 GIT_TIMEOUT_S = 120
+_BROKEN = "its markers"  # a region whose BEGIN/END markers no longer parse
 
 
 class EditionError(ValueError):
@@ -61,7 +62,8 @@ def load(root: Path = catalog.ROOT) -> Edition | None:
 
 def in_place(ex: Exercise, root: Path = catalog.ROOT) -> bool:
     """Whether the student works on `ex` in the project itself: in a student edition, a
-    chosen exercise's files are the student's own repository's (its regions hold the stubs),
+    chosen exercise's files are the student's own repository's (its regions hold the stubs;
+    a lab's answers.json is made from its template at the top by `./testbed exercise N`),
     so `check` grades them there, the demo and the tests run them, and the hand-in is the
     repository. Elsewhere the work goes into exercises/work/ (grader.workspace)."""
     shipped = load(root)
@@ -78,7 +80,11 @@ def refuse_in_edition(what: str, root: Path = catalog.ROOT) -> None:
 def stubbed(ex: Exercise, root: Path = catalog.ROOT) -> dict[str, list[str]]:
     """Per file of `ex`: the regions whose body in `root` is still the exercise's stub."""
     out: dict[str, list[str]] = {}
-    for rel, names in ex.regions(root).items():
+    try:
+        found = ex.regions(root)
+    except regions.RegionError as exc:  # markers broken: it cannot work either (the
+        return {", ".join(ex.files): [f"{_BROKEN}: {exc}"]}  # message names file and line)
+    for rel, names in found.items():
         text = (root / rel).read_text()
         left = [n for n in names
                 if regions.body(text, ex.number, n).strip() == ex.stub(n).strip()]
@@ -95,7 +101,9 @@ def waiting(root: Path = catalog.ROOT) -> dict[int, list[str]]:
         return {}
     out = {}
     for number in edition.exercises:
-        files = sorted(stubbed(catalog.load(number, root / "exercises"), root))
+        left = stubbed(catalog.load(number, root / "exercises"), root)
+        files = sorted(rel if not names[0].startswith(_BROKEN) else f"{rel} ({names[0]})"
+                       for rel, names in left.items())
         if files:
             out[number] = files
     return out

@@ -125,6 +125,9 @@ def write_all(dest: Path, rows: list[tuple[str, Grade]], *, gradescope: bool,
 def _write_logs(folder: Path, grade: Grade, after_due: bool) -> list[Path]:
     """The failed live stages' logs beside feedback.md (the folder is the grader's own)."""
     logs = [kv for c in grade.checks if not c.passed and shown(c, after_due) for kv in c.logs]
+    if folder.is_dir() and not folder.is_symlink():  # an earlier run's (the folder is ours)
+        for old in folder.iterdir():
+            old.unlink()
     if not logs:
         return []
     folder.mkdir(mode=0o755, exist_ok=True)

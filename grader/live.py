@@ -9,7 +9,10 @@ fabric and the agents and serves each agent's core from the sandbox
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 from grader import livelogs
@@ -85,24 +88,31 @@ def run_transfer(target: str, tables: dict[str, Any] | None = None,
 
     fabric = Fabric(**LIVE_FABRIC)
     said: deque[str] = deque(maxlen=200)  # the network's and controller's messages
+    # Our own folder (mkdtemp: 0700), not the network's: a network that fails to start
+    # removes its own at once, and its logs are what the student needs then.
+    workdir = Path(tempfile.mkdtemp(prefix="mrc-live-"))
     net = MrcNetwork(NetworkConfig(fabric=fabric, target=target, port_rate_pps=LIVE_RATE_PPS,
-                                   served_cores=served), log=lambda *a: said.append(
-                                       " ".join(str(x) for x in a)))
+                                   served_cores=served), workdir=workdir,
+                     log=lambda *a: said.append(" ".join(str(x) for x in a)))
     net.static_tables.update(tables or {})
     out: dict[str, Any] = {"started": False}
     try:
-        net.start()
-        out["started"] = True
-        result = net.transfer(0, fabric.hosts - 1, nbytes, timeout=timeout_s)
-        out.update(ok=result.get("ok") is True, verified=result.get("verified") is True,
-                   error=str(result.get("error") or ""))
-    except (NetworkError, OSError, RuntimeError) as exc:
-        out.update(ok=False, verified=False, error=f"{type(exc).__name__}: {exc}",
-                   started=False)
+        try:
+            net.start()
+            out["started"] = True
+            result = net.transfer(0, fabric.hosts - 1, nbytes, timeout=timeout_s)
+            out.update(ok=result.get("ok") is True, verified=result.get("verified") is True,
+                       error=str(result.get("error") or ""))
+        except (NetworkError, OSError, RuntimeError) as exc:
+            out.update(ok=False, verified=False, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            try:
+                if not (out.get("ok") and out.get("verified")):
+                    out["logs"] = livelogs.collect(workdir, list(said), net)
+            finally:
+                net.stop()
     finally:
-        if not (out.get("ok") and out.get("verified")):  # before stop() deletes the workdir
-            out["logs"] = livelogs.collect(net.workdir, list(said), net)
-        net.stop()
+        shutil.rmtree(workdir)
     return out
 
 

@@ -11,6 +11,7 @@ Bounded: LOG_TAIL_BYTES per file and MAX_FILES files, so a runaway log costs not
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -22,7 +23,7 @@ MAX_FILES = 24  # an 8-switch fabric: 8 switch logs, 4 agents, the network's log
 RESULTS, LIVE = "results", "live"  # <submission>/results/live/
 PACKETS = "packets.txt"
 NETWORK = "network.log"
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # whole name: fullmatch
 
 
 class LiveLogError(OSError):
@@ -84,8 +85,9 @@ def bounded(logs: Any) -> dict[str, str]:
         return {}
     out = {}
     for name, text in list(logs.items())[:MAX_FILES]:
-        if isinstance(name, str) and _SAFE_NAME.match(name) and isinstance(text, str):
-            out[name] = text[-LOG_TAIL_BYTES * 2:]
+        if isinstance(name, str) and _SAFE_NAME.fullmatch(name) and isinstance(text, str):
+            # a lone surrogate (JSON's "\ud800") would fail every later encode: replaced
+            out[name] = text[-LOG_TAIL_BYTES * 2:].encode(errors="replace").decode()
     return out
 
 
@@ -120,24 +122,27 @@ def _trusted(st: os.stat_result, owner: int) -> bool:
 
 
 def _subdir(parent: int, name: str, owner: int) -> int:
-    try:
+    """The folder `name` in `parent`, made if missing, opened without following a link and
+    handed to `owner` through its descriptor (never by name: the entry may have been
+    swapped for a hard link to another file since the mkdir)."""
+    with contextlib.suppress(FileExistsError):  # an existing one is checked below
         os.mkdir(name, 0o755, dir_fd=parent)
-        os.chown(name, owner, -1, dir_fd=parent, follow_symlinks=False)
-    except FileExistsError:
-        pass
     try:
         fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                      dir_fd=parent)
     except OSError as exc:
         raise LiveLogError(f"{name} in the submission is not a plain folder: {exc}") from exc
-    if not _trusted(os.fstat(fd), owner):
+    st = os.fstat(fd)
+    if not _trusted(st, owner):
         os.close(fd)
         raise LiveLogError(f"{name} in the submission belongs to another user")
+    if os.geteuid() == 0 and st.st_uid != owner:
+        os.fchown(fd, owner, -1)
     return fd
 
 
 def _write(folder: int, name: str, text: str, owner: int) -> None:
-    if not _SAFE_NAME.match(name):
+    if not _SAFE_NAME.fullmatch(name):
         raise LiveLogError(f"{name!r} is not a plain file name")
     fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                  0o644, dir_fd=folder)

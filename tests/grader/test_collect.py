@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.collect import REFUSED, Collected, Limits, collect, write_report
+from grader.collect import REFUSED, Collected, Limits, _remove_tree, collect, write_report
 
 
 def make_zip(path: Path, files: dict[str, bytes]) -> Path:
@@ -311,3 +311,29 @@ def test_dest_must_be_new_or_empty(source: Path, dest: Path) -> None:
     (dest.parent / "fresh").mkdir()
     with pytest.raises(OSError):
         collect(source, link)
+
+
+def test_a_half_extracted_tree_is_removed_without_following_links(tmp_path):
+    """_mark_refused clears what was extracted: 1,500 folders deep (past the recursion
+    limit), with links to files and folders outside, which must survive."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("keep")
+    base = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.mkdir("s", dir_fd=base)
+        fd = os.open("s", os.O_RDONLY | os.O_DIRECTORY, dir_fd=base)
+        os.symlink(outside / "keep", "link", dir_fd=fd)
+        os.symlink(outside, "dirlink", dir_fd=fd)
+        for _ in range(1500):
+            os.mkdir("d", dir_fd=fd)
+            below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = below
+            os.close(os.open("f", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd))
+        os.close(fd)
+        _remove_tree(base, "s")
+    finally:
+        os.close(base)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["outside"]
+    assert (outside / "keep").read_text() == "keep"

@@ -108,6 +108,24 @@ def test_the_instructors_commands_refuse_there(student, tmp_path):
     assert not (student / "exercises/work").exists()
 
 
+def test_the_lab_starts_from_its_template_and_broken_markers_are_said(tmp_path):
+    dest = tmp_path / "course"
+    edition.write(dest, [3, 7])
+    lab = catalog.load(7, dest / "exercises")
+    assert edition.in_place(lab, dest) and 7 not in edition.waiting(dest)  # no region
+    done = _in(dest, "-m", "grader", "exercise", "7")  # answers.json from its template,
+    assert done.returncode == 0, done.stdout + done.stderr  # at the top: committed, pushed
+    assert (dest / "answers.json").read_text() == workspace.skeleton(lab)["answers.json"]
+    (dest / "answers.json").write_text("{}")
+    assert _in(dest, "-m", "grader", "exercise", "7").returncode == 0
+    assert (dest / "answers.json").read_text() == "{}"  # never overwritten
+    rel = catalog.load(3).files[0]
+    (dest / rel).write_text((dest / rel).read_text().replace("# END exercise 3", "# END"))
+    assert "its markers" in edition.waiting(dest)[3][0]
+    done = _in(dest, "-m", "grader", "classroom", "waiting")
+    assert done.returncode == 1 and "its markers" in done.stdout, done.stdout + done.stderr
+
+
 def test_a_chosen_exercise_is_worked_on_and_checked_in_place(tmp_path):
     dest = tmp_path / "course"
     edition.write(dest, [3])

@@ -45,6 +45,23 @@ def test_a_reports_logs_are_bounded_to_plain_names():
     assert livelogs.bounded(["not", "a", "dict"]) == {}
 
 
+def test_a_forged_log_cannot_break_writing_them(tmp_path):
+    """A sandboxed run's report is the student's word: JSON's lone surrogate once made every
+    later encode raise, after the class was graded and before its outputs were written."""
+    kept = livelogs.bounded(json.loads('{"h0-agent.log": "x\\ud800y", "a.log\\n": "z"}'))
+    assert list(kept) == ["h0-agent.log"]  # a name ending in a newline is not plain
+    sub = tmp_path / "alice"
+    sub.mkdir()
+    where = livelogs.write_into(sub, kept)
+    assert (where / "h0-agent.log").read_text() == "x?y"
+    grade = failed_live(kept)
+    feedback.write_all(tmp_path / "fb", [("alice", grade)], gradescope=False, after_due=False)
+    assert (tmp_path / "fb" / "alice" / "live" / "h0-agent.log").exists()
+    feedback.write_all(tmp_path / "fb", [("alice", failed_live({"b.log": "new"}))],
+                       gradescope=False, after_due=False)
+    assert sorted(p.name for p in (tmp_path / "fb" / "alice" / "live").iterdir()) == ["b.log"]
+
+
 def test_the_live_check_carries_them_and_the_report_keeps_them():
     grade = failed_live()
     check = grade.checks[-1]
@@ -147,3 +164,25 @@ def test_a_failed_transfer_leaves_its_logs(tmp_path):
     check = live.judge_transfer(obs, "soft", "live.transfer", 4, hint="")
     where = livelogs.write_into(Path(tmp_path), dict(check.logs))
     assert (where / livelogs.PACKETS).read_text() == logs[livelogs.PACKETS]
+
+
+@pytest.mark.slow
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="Mininet needs root")
+def test_a_fabric_that_fails_to_start_leaves_its_logs():
+    """MrcNetwork.start() cleans up after itself on failure, which once deleted the logs
+    with it: the live stage's own folder keeps them until they are read."""
+    from controller.tables import SwitchTables, fabric_tables
+    from fabric.topology import Fabric
+    from p4rt.entities import TableEntry
+
+    fabric = Fabric(**live.LIVE_FABRIC)
+    bad = {n: SwitchTables(t.switch, (), (), (TableEntry("IngressPipeImpl.no_such_table", ()),))
+           for n, t in fabric_tables(fabric).items()}
+    obs = live.run_transfer("soft", bad, nbytes=16 * 1024, timeout_s=3.0)
+    assert not obs["started"] and "no_such_table" in obs["error"], obs["error"]
+    logs = obs["logs"]
+    assert any(name.startswith("softswitch-") for name in logs), sorted(logs)
+    assert "could not be read" in logs[livelogs.PACKETS]  # said, not hidden
+    check = live.judge_transfer(obs, "soft", "live.transfer", 4, hint="")
+    assert not check.passed and dict(check.logs) == logs
