@@ -183,10 +183,10 @@ def _keep_live_logs(todo: list[Submission], grades: list[Grade]) -> None:
     """A failed live stage's logs into each submission folder's results/live/ (livelogs); a
     folder that refuses them is said on stderr and costs nobody their grade."""
     for (name, _, _), grade in zip(todo, grades, strict=True):
-        logs = [kv for c in grade.checks if not c.passed for kv in c.logs]
+        logs = feedback.visible_logs(grade)
         if logs:
             try:
-                livelogs.write_into(Path(name), dict(logs))
+                livelogs.write_into(Path(name), logs)
             except (OSError, ValueError) as exc:
                 print(f"testbed: {name}: the live stage's logs were not kept: {exc}",
                       file=sys.stderr)

@@ -19,7 +19,7 @@ import multiprocessing
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import BrokenExecutor, Future, ProcessPoolExecutor
+from concurrent.futures import BrokenExecutor, Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from grader import catalog, course, sandbox, workspace
@@ -146,13 +146,7 @@ def _in_workers(ex: Exercise, todo: Sequence[Submission], pending: list[int], ho
         futures: dict[Future, int] = {
             pool.submit(_grade_in_worker, ex.number, *todo[i], *how): i
             for i in pending}
-        order = list(futures)
-        while order:
-            fut = next((f for f in order if f.done()), None)
-            if fut is None:
-                time.sleep(0.05)
-                continue
-            order.remove(fut)
+        for fut in as_completed(futures):
             i = futures[fut]
             try:
                 grade = fut.result()

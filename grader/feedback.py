@@ -122,9 +122,16 @@ def write_all(dest: Path, rows: list[tuple[str, Grade]], *, gradescope: bool,
     return written
 
 
+def visible_logs(grade: Grade, after_due: bool = False) -> dict[str, str]:
+    """The logs of the failed checks the student may see now (grader.livelogs): what goes
+    beside feedback.md and into the submission's results/live/."""
+    return {name: text for c in grade.checks if not c.passed and shown(c, after_due)
+            for name, text in c.logs}
+
+
 def _write_logs(folder: Path, grade: Grade, after_due: bool) -> list[Path]:
     """The failed live stages' logs beside feedback.md (the folder is the grader's own)."""
-    logs = [kv for c in grade.checks if not c.passed and shown(c, after_due) for kv in c.logs]
+    logs = visible_logs(grade, after_due).items()
     if folder.is_dir() and not folder.is_symlink():  # an earlier run's (the folder is ours)
         for old in folder.iterdir():
             old.unlink()
