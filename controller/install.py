@@ -290,6 +290,17 @@ class Controller:
         self.sessions[switch.name] = session
         return session
 
+    def move(self, name: str, address: str) -> None:
+        """Switch `name` serves P4Runtime at `address` now (a rebooted switch moved off a port
+        someone else took: topologies.runports); its old session is closed, and the next
+        install connects there."""
+        self._switch(name)
+        with self._locks[name]:
+            old = self.sessions.pop(name, None)
+            if old is not None:
+                old.close()
+            self.addresses[name] = address
+
     def install_all(self, names: list[str] | None = None, workers: int = 16) -> list[SwitchResult]:
         names = list(self.current) if names is None else names
         for name in names:

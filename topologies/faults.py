@@ -7,6 +7,7 @@ made and undone.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,8 +16,9 @@ from fabric.topology import Fabric, TopologyError
 from topologies.capture import capture as capture_link
 from topologies.hostsetup import restore_nic_ipv6
 from topologies.linkdelay import link_end_qdisc
+from topologies.listeners import ForeignListener
 from topologies.netconfig import NetworkConfig, NetworkError
-from topologies.p4switch import P4RuntimeSwitch
+from topologies.p4switch import P4RuntimeSwitch, SwitchProcessError
 
 if TYPE_CHECKING:
     from mininet.net import Mininet
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from controller.convergence import Convergence
     from controller.install import Controller
     from topologies.clusternet import ClusterRun
+    from topologies.runguard import RunGuard
 
 # Drops every frame sent (limit 0 also disables the empty-queue bypass); see _set_link.
 BLACKHOLE_QDISC = "pfifo limit 0"
@@ -47,6 +50,8 @@ class FaultInjection:
     link_log: list[dict[str, Any]]
     convergence: Convergence | None
     controller: Controller | None
+    _guard: RunGuard | None
+    log: Callable[[str], None]
 
     def _need_net(self) -> Mininet:
         raise NotImplementedError
@@ -162,11 +167,29 @@ class FaultInjection:
                                f"{self.fabric.switches[0].name}")
         return name
 
+    def _move_and_start(self, name: str, node: P4RuntimeSwitch) -> None:
+        """A rebooting switch found a stranger listening on one of its ports (its process
+        had freed them): it starts again on free ones, shielded and known to the controller,
+        instead of failing (topologies.runports)."""
+        assert self._guard is not None
+        ports = self._guard.move_switch(name, self.fabric, self.log)
+        node.grpc_port, node.thrift_port = ports.grpc, ports.thrift
+        if self.controller is not None:
+            self.controller.move(name, ports.grpc_address)
+        node.start([])
+        node.await_ready()
+
     def reboot_switch(self, name: str) -> float:
         """Kill the switch process (by PID), restart it, reinstall its tables; returns seconds."""
         node = self._need_net()[self._switch_name(name)]
         start = time.monotonic()
-        node.reboot()
+        try:
+            node.reboot()
+        except SwitchProcessError as exc:
+            if not isinstance(exc.__cause__, ForeignListener) or self._guard is None \
+                    or self.cluster_run is not None:  # a cluster's forwarders fix its ports
+                raise
+            self._move_and_start(name, node)
         self.link_log.append({"time": start, "event": "reboot", "a": name, "b": ""})
         self.record_pids()
         assert self.controller is not None

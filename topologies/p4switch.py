@@ -218,8 +218,12 @@ class P4RuntimeSwitch(Switch):
         """Our process listens on the switch's P4Runtime and runtime ports (`probe`: one
         reading of /proc for many nodes); raises listeners.ForeignListener if another
         socket listens on one of them."""
-        return self.proc is not None and all(
-            probe.listens(port, self.proc.pid) for port in (self.grpc_port, self.thrift_port))
+        if self.proc is None:
+            return False
+        # both ports read, no short cut: a stranger on the second is named even while the
+        # first is not up yet (the process may exit on the bind it lost)
+        return all([probe.listens(port, self.proc.pid)
+                    for port in (self.grpc_port, self.thrift_port)])
 
     def is_down(self) -> bool:
         """Crashed, or never started: no process of ours is running."""

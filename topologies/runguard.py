@@ -22,7 +22,7 @@ from p4rt import tls
 from topologies import credentials, runports, shield
 from topologies.credentials import RunCredentials
 from topologies.privdir import PrivateDir
-from topologies.runports import PortPlan
+from topologies.runports import PortPlan, SwitchPorts
 from topologies.runstate import RunManifest, acquire_fabric_lock, clean_leftovers, remove_workdir
 
 
@@ -60,6 +60,18 @@ class RunGuard:
         except BaseException:
             self.release()
             raise
+
+    def move_switch(self, name: str, fabric: Fabric, log=print) -> SwitchPorts:
+        """Switch `name` (its process stopped, a stranger on one of its ports) onto free
+        ports: the shield covers them first, then the plan and the addresses beside the
+        keys name them. Returns its new ports."""
+        if self.shield_table is None:
+            raise RuntimeError("the run's guard was released: no switch can move")
+        plan = runports.move(self.ports, name, fabric, log)
+        shield.extend(self.shield_table, [plan[name].grpc, plan[name].thrift])
+        self.ports = plan
+        self.rundir.write_bytes(tls.ADDRESSES, tls.addresses_file(plan.addresses()))
+        return plan[name]
 
     def release(self) -> dict[str, int]:
         """Give everything back (safe to call twice); returns what the sweep found."""

@@ -14,6 +14,10 @@ covers it, and the run records its P4Runtime addresses next to its keys, where
 `grpc_port` and `thrift_port` are only the defaults.
 A cluster run keeps the defaults: its forwarders bring every server's ports to the same
 numbers here (topologies.clusternet).
+
+A switch whose process restarts (BMv2's reboot) frees its ports for a moment, and a local
+user may listen on one then. The readiness probe refuses that listener; the run then `move`s
+the switch to free ports (topologies.faults), as at the start.
 """
 
 from __future__ import annotations
@@ -53,6 +57,10 @@ class PortPlan:
     def __getitem__(self, name: str) -> SwitchPorts:
         return self.ports[name]
 
+    def moved(self, name: str, ports: SwitchPorts) -> PortPlan:
+        """The same plan with switch `name` on `ports`."""
+        return PortPlan({**self.ports, name: ports})
+
     def all(self) -> list[int]:
         """Every switch's runtime and P4Runtime port: what the run's shield covers."""
         return [p for sp in self.ports.values() for p in (sp.thrift, sp.grpc)]
@@ -89,6 +97,34 @@ def _candidates(base: int, fabric: Fabric) -> Iterator[int]:
                      EPHEMERAL_PORT_START)
 
 
+class _Chooser:
+    """Keeps each port of a plan, or replaces one in use by a free one (logged with who
+    holds it); never hands out a port twice."""
+
+    def __init__(self, fabric: Fabric, taken: set[int], table: list[listeners.TcpSocket],
+                 log: Callable[[str], None]) -> None:
+        self.taken, self.table, self.log = taken, table, log
+        self.spare = {"P4Runtime": _candidates(GRPC_BASE_PORT, fabric),
+                      "runtime": _candidates(THRIFT_BASE_PORT, fabric)}
+
+    def choose(self, name: str, kind: str, port: int) -> int:
+        held = listeners.holder(port, self.table)
+        if held is None:
+            return port
+        for new in self.spare[kind]:
+            if new not in self.taken and listeners.holder(new, self.table) is None:
+                self.taken.add(new)
+                self.log(f"{name}'s {kind} port {port} is {held}: {name} uses port {new} "
+                         "instead")
+                return new
+        raise PortPlanError(f"{name}'s {kind} port {port} is {held}, and no port up to "
+                            f"{EPHEMERAL_PORT_START - 1} is free to replace it")
+
+    def ports(self, name: str, sp: SwitchPorts) -> SwitchPorts:
+        return SwitchPorts(self.choose(name, "P4Runtime", sp.grpc),
+                           self.choose(name, "runtime", sp.thrift))
+
+
 def assign(fabric: Fabric, log: Callable[[str], None] = print,
            table: list[listeners.TcpSocket] | None = None) -> PortPlan:
     """The defaults, each port already in use replaced by a free one (logged with who
@@ -96,23 +132,15 @@ def assign(fabric: Fabric, log: Callable[[str], None] = print,
     runs then, so whatever holds a port is someone else's."""
     table = listeners.socket_table() if table is None else table
     defaults = PortPlan.defaults(fabric)
-    taken = set(defaults.all())
-    spare = {"P4Runtime": _candidates(GRPC_BASE_PORT, fabric),
-             "runtime": _candidates(THRIFT_BASE_PORT, fabric)}
+    chooser = _Chooser(fabric, set(defaults.all()), table, log)
+    return PortPlan({name: chooser.ports(name, sp) for name, sp in defaults.ports.items()})
 
-    def choose(name: str, kind: str, port: int) -> int:
-        held = listeners.holder(port, table)
-        if held is None:
-            return port
-        for new in spare[kind]:
-            if new not in taken and listeners.holder(new, table) is None:
-                taken.add(new)
-                log(f"{name}'s {kind} port {port} is {held}: {name} uses port {new} instead")
-                return new
-        raise PortPlanError(f"{name}'s {kind} port {port} is {held}, and no port up to "
-                            f"{EPHEMERAL_PORT_START - 1} is free to replace it")
 
-    return PortPlan({name: SwitchPorts(choose(name, "P4Runtime", sp.grpc),
-                                       choose(name, "runtime", sp.thrift))
-                     for name, sp in defaults.ports.items()})
-
+def move(plan: PortPlan, name: str, fabric: Fabric, log: Callable[[str], None] = print,
+         table: list[listeners.TcpSocket] | None = None) -> PortPlan:
+    """`plan` with switch `name`'s ports that are in use now replaced by free ones. Call it
+    while that switch's process is stopped (a reboot that found a stranger on its port):
+    whatever holds one of its ports then is someone else's."""
+    table = listeners.socket_table() if table is None else table
+    chooser = _Chooser(fabric, set(plan.all()), table, log)
+    return plan.moved(name, chooser.ports(name, plan[name]))

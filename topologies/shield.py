@@ -65,19 +65,39 @@ def require_nft(what: str) -> None:
                           " install it (sudo ./testbed setup does)")
 
 
+def _rules(ports: list[int]) -> dict[str, str]:
+    """Chain -> the one rule a shield keeps in it over `ports` (nft syntax)."""
+    if not ports or not all(1 <= p <= 65535 for p in ports):
+        raise ValueError(f"shield ports must be 1..65535, got {ports}")
+    ports_set = ", ".join(str(p) for p in sorted(set(ports)))
+    return {"input": f'iifname != "lo" tcp dport {{ {ports_set} }} counter drop',
+            "output": f'oifname "lo" tcp dport {{ {ports_set} }} meta skuid != 0 counter drop'}
+
+
 def ruleset(name: str, ports: list[int]) -> str:
     """The nft script of one run's shield (what `install` loads)."""
     if not _NAME.match(name):
         raise ValueError(f"{name!r} is not a shield table name ({TABLE_PREFIX} + 8 hex digits)")
-    if not ports or not all(1 <= p <= 65535 for p in ports):
-        raise ValueError(f"shield ports must be 1..65535, got {ports}")
-    ports_set = ", ".join(str(p) for p in sorted(set(ports)))
+    rules = _rules(ports)
     return (f"table inet {name} {{\n"
             f"  chain input {{ type filter hook input priority {PRIORITY}; policy accept;\n"
-            f"    iifname != \"lo\" tcp dport {{ {ports_set} }} counter drop\n  }}\n"
+            f"    {rules['input']}\n  }}\n"
             f"  chain output {{ type filter hook output priority {PRIORITY}; policy accept;\n"
-            f"    oifname \"lo\" tcp dport {{ {ports_set} }} meta skuid != 0 counter drop\n"
+            f"    {rules['output']}\n"
             f"  }}\n}}\n")
+
+
+def extend(name: str, ports: list[int]) -> None:
+    """Cover `ports` too with the run's shield `name` (a switch moved to free ports: the
+    rules go in before the switch listens there)."""
+    if not _NAME.match(name):
+        raise ValueError(f"{name!r} is not a shield table name ({TABLE_PREFIX} + 8 hex digits)")
+    script = "".join(f"add rule inet {name} {chain} {rule}\n"
+                     for chain, rule in _rules(ports).items())
+    done = nft_run(["-f", "-"], script)
+    if done.returncode != 0:
+        raise ShieldError(f"nft refused to extend the control-port shield {name}: "
+                          f"{done.stderr.strip()[:300]}")
 
 
 def install(ports: list[int]) -> str:

@@ -180,5 +180,53 @@ def test_a_local_user_on_the_default_ports_does_not_stop_the_fabric(target: str)
     assert "connection" not in heard and "bytes" not in heard, heard
 
 
+@pytest.mark.bmv2
+def test_a_local_user_on_a_rebooting_switchs_ports_does_not_keep_it_down() -> None:
+    """BMv2's reboot is a fresh process, so its ports are free for a moment: nobody listens
+    on both then. The switch comes back on free ports (said in the log, shielded, written
+    beside the keys), the controller programs it there, and the squatter hears nothing.
+    Before, the readiness probe refused the squatter and the reboot failed."""
+    require_bmv2()
+    sw = SMALL.switches[0]
+    logs: list[str] = []
+    squatters: list[subprocess.Popen] = []
+    with MrcNetwork(NetworkConfig(fabric=SMALL, target="bmv2", agents=False),
+                    log=logs.append) as net:
+        net.start()
+        node, old = net.net[sw.name], net.ports[sw.name]
+        real_stop = node.stop
+
+        def stop_then_squat(*args, **kwargs) -> None:
+            real_stop(*args, **kwargs)  # the old process is gone: its ports are free
+            squatters.append(subprocess.Popen(
+                [*AS_NOBODY, "/usr/bin/python3", "-c", SQUAT, str(old.grpc), str(old.thrift)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            assert squatters[0].stdout is not None and squatters[0].stderr is not None
+            line = squatters[0].stdout.readline().strip()
+            assert line == "listening", squatters[0].stderr.read()
+
+        node.stop = stop_then_squat
+        try:
+            net.reboot_switch(sw.name)
+            moved = net.ports[sw.name]
+            assert moved.grpc != old.grpc and moved.thrift != old.thrift
+            for port, new in ((old.grpc, moved.grpc), (old.thrift, moved.thrift)):
+                assert any(f"port {port} is listened on by uid {NOBODY}" in line
+                           and f"uses port {new} instead" in line for line in logs), logs
+            assert (node.grpc_port, node.thrift_port) == (moved.grpc, moved.thrift)
+            assert [net.controller.verify(s.name) for s in SMALL.switches] == ["", ""]
+            assert net.credentials is not None
+            assert tls.load_addresses(net.credentials.directory) == net.ports.addresses()
+            covered = shield.nft_run(["list", "table", "inet", net.shield_table]).stdout
+            assert str(moved.grpc) in covered and str(moved.thrift) in covered
+        finally:
+            node.stop = real_stop
+            for squatter in squatters:
+                squatter.kill()  # by its PID (setpriv exec'd python3 in place)
+    assert squatters, "the reboot never stopped the switch"
+    heard = squatters[0].communicate(timeout=10)[0]
+    assert "connection" not in heard and "bytes" not in heard, heard
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))

@@ -21,7 +21,7 @@ from p4rt import tls
 from topologies import listeners
 from topologies.mrctopo import MrcTopo
 from topologies.p4switch import P4RuntimeSwitch, SwitchProcessError, await_listening
-from topologies.runports import PortPlan, SwitchPorts, assign
+from topologies.runports import PortPlan, SwitchPorts, assign, move
 
 FABRIC = Fabric(1, 1, 1, 1)
 NOBODY = 65534
@@ -47,6 +47,23 @@ def test_a_port_in_use_is_replaced_and_the_holder_named() -> None:
                     f"{listeners.describe_uid(os.getuid())}: {sw.name} uses port {new} instead"]
     assert plan[sw.name].thrift == sw.thrift_port
     assert len(set(plan.all())) == len(plan.all())  # no port given twice
+
+
+def test_a_switch_moves_off_a_port_taken_while_it_was_down() -> None:
+    """A rebooting switch's process freed its ports and a stranger took one: `move` gives
+    that switch free ports no other switch of the plan has, and leaves the others alone."""
+    plan = PortPlan.defaults(FABRIC)
+    sw, other = FABRIC.switches
+    logs: list[str] = []
+    with hold(sw.thrift_port):
+        moved = move(plan, sw.name, FABRIC, logs.append)
+    new = moved[sw.name].thrift
+    assert new not in plan.all() and new < EPHEMERAL_PORT_START
+    assert moved[sw.name].grpc == sw.grpc_port and moved[other.name] == plan[other.name]
+    assert logs == [f"{sw.name}'s runtime port {sw.thrift_port} is listened on by "
+                    f"{listeners.describe_uid(os.getuid())}: {sw.name} uses port {new} instead"]
+    assert move(moved, sw.name, FABRIC, logs.append) == moved  # nothing held: nothing moves
+    assert plan == PortPlan.defaults(FABRIC)  # plans are values
 
 
 def test_a_port_bound_without_listening_is_in_use_too() -> None:
