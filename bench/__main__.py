@@ -40,6 +40,17 @@ from bench import calibrate, paper, results, scenarios  # noqa: E402
 from bench.context import FULL, QUICK, Context  # noqa: E402
 from bench.runner import CONTENDERS  # noqa: E402
 from bench.view import BenchView  # noqa: E402
+from emulation import fidelity
+from emulation.cluster.cluster import (  # noqa: E402
+    ClusterError,
+    add_cluster_args,
+    cluster_from_args,
+)
+from emulation.netconfig import (  # noqa: E402
+    DEFAULT_PORT_RATE_PPS,
+    DEFAULT_RX_HOLD_MS,
+    MAX_RX_HOLD_MS,
+)
 from fabric.options import (  # noqa: E402
     add_fabric_args,
     add_json_arg,
@@ -50,16 +61,9 @@ from fabric.options import (  # noqa: E402
     named_fabric,
 )
 from fabric.topology import TopologyError  # noqa: E402
-from topologies import fidelity  # noqa: E402
-from topologies.cluster import ClusterError, add_cluster_args, cluster_from_args  # noqa: E402
-from topologies.liveview import LiveViewError, add_view_args  # noqa: E402
-from topologies.netconfig import (  # noqa: E402
-    DEFAULT_PORT_RATE_PPS,
-    DEFAULT_RX_HOLD_MS,
-    MAX_RX_HOLD_MS,
-)
-from topologies.privdir import UnsafePathError  # noqa: E402
-from topologies.runreport import ReportError  # noqa: E402
+from safety.privdir import UnsafePathError  # noqa: E402
+from views.liveview import LiveViewError, add_view_args  # noqa: E402
+from views.runreport import ReportError  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -47,12 +47,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.mrc_flows import CHUNK, DEPTH, FlowSpec, post_chunks, verify_chunks
+from emulation.agents import REPO, exchange_qps
+from emulation.netconfig import DEFAULT_RX_HOLD_MS
+from emulation.network import MrcNetwork, NetworkConfig
 from fabric.options import add_json_arg, add_rate_arg, add_target_arg, write_json
 from fabric.topology import Fabric
-from topologies.agents import REPO, exchange_qps
-from topologies.netconfig import DEFAULT_RX_HOLD_MS
-from topologies.network import MrcNetwork, NetworkConfig
-from topologies.runstate import terminate_as_interrupt
+from safety.runstate import terminate_as_interrupt
 
 FABRIC = Fabric(planes=2, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=1)
 SRC, DST = 0, 1

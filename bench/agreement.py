@@ -34,11 +34,11 @@ from typing import Any
 from bench import failures, metrics, paper, scenarios
 from bench.context import QUICK, Context, Sizes
 from bench.sim_bench import data_packets_sent, payload_share
+from emulation.nicpacing import CONTROL_RATE_FACTOR
 from fabric.options import add_json_arg, add_target_arg, write_json
 from sim.harness import SimSettings
 from sim.network import QueueConfig
 from sim.scenarios import run_scenario
-from topologies.nicpacing import CONTROL_RATE_FACTOR
 from wire.layout import FULL_DATA_FRAME_LEN
 
 # Below the bench's 500: the comparison holds only where the emulation is faithful, and at 500
@@ -138,7 +138,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
 def sim_settings(net: Result, seed: int) -> SimSettings:
     """The simulator set up as the emulated network was (a bench result's `network`),
     including the emulation's shaping: control frames have a class of their own at
-    CONTROL_RATE_FACTOR times the port rate (topologies.nicpacing), so a SACK takes no time
+    CONTROL_RATE_FACTOR times the port rate (emulation.nicpacing), so a SACK takes no time
     from data. Charged to the data rate as a real link charges it, the simulator's
     permutation read 0.85-0.88 of capacity where a faithful emulation reads 0.95-0.96."""
     queues = QueueConfig(capacity=net["queue_depth"], ecn_threshold=net["ecn_threshold"],

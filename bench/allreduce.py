@@ -19,8 +19,8 @@ from typing import Any
 from bench import metrics
 from bench.mrc_flows import FlowSpec
 from bench.runner import Injector, set_mode
+from emulation.network import MrcNetwork
 from host_agent.control import ControlClient, ControlError
-from topologies.network import MrcNetwork
 
 _seeds = itertools.count(5_000_000, 100_000)
 

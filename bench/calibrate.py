@@ -1,7 +1,7 @@
 """`--rate auto` for the bench: the rate the bench's heaviest load (every host writes
 CALIBRATION_BYTES to host i + hosts/2 with MRC at once) runs faithfully at on this machine.
 
-First the rule of topologies.calibration: the load runs with unlimited ports, and the rate is
+First the rule of emulation.calibration: the load runs with unlimited ports, and the rate is
 HEADROOM of what the busiest port sustained. When that unlimited run does not finish, the rate
 comes from a ladder: the same load on a fresh fabric at each rung's rate, from LADDER_START
 times what the unlimited run moved, down by LADDER_STEP; the first rung where every write
@@ -18,11 +18,11 @@ from typing import Any
 
 from bench.mrc_flows import FlowSpec
 from bench.runner import open_network, run_contender
+from emulation.calibration import MIN_RATE, CalibrationError, choice, rate_from
+from emulation.fidelity import FAITHFUL, Monitor
+from emulation.netconfig import DEFAULT_RX_HOLD_MS
+from emulation.network import NetworkConfig
 from fabric.topology import Fabric
-from topologies.calibration import MIN_RATE, CalibrationError, choice, rate_from
-from topologies.fidelity import FAITHFUL, Monitor
-from topologies.netconfig import DEFAULT_RX_HOLD_MS
-from topologies.network import NetworkConfig
 
 CALIBRATION_BYTES = 1024 * 1024
 UNLIMITED_TIMEOUT_S = 60.0  # 1 MB per host took under 10 s wherever the run did not collapse

@@ -26,12 +26,12 @@ from bench.runner import (
     wait_fabric_quiet,
 )
 from bench.view import BenchView
+from emulation import fidelity
+from emulation.cluster.cluster import Cluster
+from emulation.fidelity import EMULATION_BOUND, Monitor
+from emulation.netconfig import DEFAULT_PORT_RATE_PPS, DEFAULT_RX_HOLD_MS
+from emulation.network import MrcNetwork, NetworkConfig
 from fabric.topology import Fabric
-from topologies import fidelity
-from topologies.cluster import Cluster
-from topologies.fidelity import EMULATION_BOUND, Monitor
-from topologies.netconfig import DEFAULT_PORT_RATE_PPS, DEFAULT_RX_HOLD_MS
-from topologies.network import MrcNetwork, NetworkConfig
 
 DEFAULT_FABRIC = Fabric(planes=4, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=2)
 INCAST_FABRIC = Fabric(planes=4, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=4)

@@ -28,8 +28,8 @@ from bench.runner import (
     retired_per_route,
     retirements,
 )
-from topologies.demo import routes_through
-from topologies.network import MrcNetwork
+from demo.run import routes_through
+from emulation.network import MrcNetwork
 
 FAILURE_AT = 0.3  # failures strike at this fraction of MRC's ideal transfer time
 FAILURE_FIGURES = ("stall_s", "stall_rtts", "completed", "completion_ratio",

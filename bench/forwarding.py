@@ -44,14 +44,14 @@ from fabric.options import (
     write_json,
 )
 from fabric.topology import Fabric, usid_prefix
+from nodes.bmv2_switch import LOG_LEVEL
 from p4rt import names as N
 from p4rt import program as P
 from p4rt.codec import Codec
 from p4rt.p4info import COMMITTED_P4INFO
 from p4rt.p4info import load_text as load_p4info
-from topologies.bmv2_switch import LOG_LEVEL
-from topologies.procs import stop_process
-from topologies.vethlab import PACKET_OUTGOING, VethLab
+from rigs.vethlab import PACKET_OUTGOING, VethLab
+from safety.procs import stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 FRAME_LEN = 1500

@@ -24,11 +24,11 @@ from bench.context import (
 )
 from bench.mrc_flows import FlowSpec
 from bench.runner import path_bdp_bytes
+from emulation.impair import LinkLoss, loss_unavailable
+from emulation.netconfig import NetworkConfig
 from fabric.topology import Fabric
 from host_agent.core import DEFAULT_MTU
 from sim.scenario_kit import INCAST_PER_VICTIM, VICTIM_FABRIC, victim_layout
-from topologies.impair import LinkLoss, loss_unavailable
-from topologies.netconfig import NetworkConfig
 
 LOSS_PERCENT = 1.0
 LOSS_CONTENDERS = ("mrc", "roce", "roce:8", "tcp")
@@ -68,7 +68,7 @@ def loss_flow_bytes(size: int, config: NetworkConfig) -> int:
 
 
 def loss(ctx: Context) -> dict[str, Any]:
-    """One flow h0 -> h3 across spines with every switch port dropping 1% (topologies.impair):
+    """One flow h0 -> h3 across spines with every switch port dropping 1% (emulation.impair):
     goodput / capacity per contender."""
     fabric = ctx.fabric_for(Fabric(planes=4, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=2))
     why = loss_unavailable()

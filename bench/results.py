@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fabric.options import write_json
-from topologies.privdir import check_workdir
+from safety.privdir import check_workdir
 
 SCHEMA = 1
 REPO = Path(__file__).resolve().parent.parent
@@ -50,7 +50,7 @@ def environment() -> dict[str, Any]:
 def prepare_out_dir(out_dir: Path) -> None:
     """Make (0700) or check the directory a run writes its files into, before the run: we
     may be root and the path one the user gave, so a directory another user made or could
-    write, or a link on the way, is refused (topologies.privdir.check_workdir raises
+    write, or a link on the way, is refused (safety.privdir.check_workdir raises
     UnsafePathError); the files then written inside it need no check of their own. A missing
     parent (the default results/) is made the same way."""
     if not out_dir.parent.exists():
@@ -214,7 +214,7 @@ def _contender_table(contenders: dict[str, Any]) -> list[str]:
 
 
 def _fidelity(c: dict[str, Any]) -> str:
-    """The monitor's verdicts over a contender's runs (topologies.fidelity), worst first."""
+    """The monitor's verdicts over a contender's runs (emulation.fidelity), worst first."""
     found = []
     for part in (c, c.get("clean", {}), c.get("failed", {}), *c.get("salts", [])):
         fid = part.get("fidelity") if isinstance(part, dict) else None

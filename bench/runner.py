@@ -28,10 +28,10 @@ from bench import metrics
 from bench.kernel_flows import mptcp_enabled
 from bench.kernel_run import run_kernel_flows
 from bench.mrc_flows import CHUNK, DEPTH, FlowSpec, run_flows
+from demo.run import ev_layout
+from emulation.network import MrcNetwork, NetworkConfig
 from host_agent.core import DEFAULT_MTU
 from host_agent.modes import AgentMode, ModeError
-from topologies.demo import ev_layout
-from topologies.network import MrcNetwork, NetworkConfig
 from wire.layout import FULL_DATA_FRAME_LEN
 
 CONTENDERS = ("mrc", "roce", "roce:8", "roce:16", "tcp", "mptcp", "single_port")

@@ -8,11 +8,11 @@ the paper's path counts.
 `curve`: for each fabric of CURVE (switches 16..272 at 4 hosts, then 4..16 hosts at 24
 switches) and target: bring-up per phase, stop time and whether anything was left, switch
 resident memory (each process once), the switch processes' CPU while idle, and the highest
-faithful port rate (topologies.calibration's sustained rate for the demo's transfer, with the
+faithful port rate (emulation.calibration's sustained rate for the demo's transfer, with the
 rate it would pick). Writes DIR/scale.json, DIR/scale.md (table and per-switch, per-path and
 per-host growth: least-squares slopes) and DIR/scale.png.
 
-`demo`: the demo (topologies.demo) `--runs` times on one fabric at one rate (calibrated once
+`demo`: the demo (demo.run) `--runs` times on one fabric at one rate (calibrated once
 with --rate auto): per run bring-up, switch RSS, goodput over capacity, healthy-route EV
 retirements, retired/reinstated on the failed route, bypass in base RTTs, the fidelity verdict.
 Writes DIR/demo-<fabric>-<target>.json and prints a table row per run. Full-size runs are a
@@ -38,6 +38,11 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 
 from bench import results  # noqa: E402
 from bench.soak import rss_kib  # noqa: E402
+from demo.run import run_demo  # noqa: E402
+from emulation.calibration import calibrate_transfer  # noqa: E402
+from emulation.fidelity import process_cpu_s  # noqa: E402
+from emulation.netconfig import AUTO_RATE as AUTO  # noqa: E402
+from emulation.network import MrcNetwork, NetworkConfig, existing_interface  # noqa: E402
 from fabric.options import (  # noqa: E402
     add_fabric_args,
     add_json_arg,
@@ -48,11 +53,6 @@ from fabric.options import (  # noqa: E402
     write_json,
 )
 from fabric.topology import Fabric  # noqa: E402
-from topologies.calibration import calibrate_transfer  # noqa: E402
-from topologies.demo import run_demo  # noqa: E402
-from topologies.fidelity import process_cpu_s  # noqa: E402
-from topologies.netconfig import AUTO_RATE as AUTO  # noqa: E402
-from topologies.network import MrcNetwork, NetworkConfig, existing_interface  # noqa: E402
 
 IDLE_S = 3.0
 # switches 16, 40, 80, 144, 208, 272 at 4 hosts; then 4, 8, 16 hosts on 24 switches

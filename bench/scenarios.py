@@ -31,7 +31,7 @@ from bench.context import (
 from bench.failures import FAILURE_CONTENDERS, flap, link_failure, plane_failure, switch_reboot
 from bench.mrc_flows import FlowSpec
 from bench.runner import CONTENDERS
-from topologies.fidelity import Monitor
+from emulation.fidelity import Monitor
 
 INCAST_CONTENDERS = ("mrc", "roce", "tcp", "mptcp")
 ALLREDUCE_CONTENDERS = ("mrc", "roce", "roce:16")  # the paper: one MRC QP beats 16

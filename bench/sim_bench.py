@@ -27,9 +27,9 @@ from typing import Any
 from bench import metrics, paper, results
 from bench.context import target
 from fabric.options import add_fabric_args, add_json_arg, named_fabric
+from safety.privdir import UnsafePathError
 from sim.harness import SimSettings
 from sim.scenarios import run_scenario
-from topologies.privdir import UnsafePathError
 from wire.layout import DEFAULT_MTU, FULL_DATA_FRAME_LEN
 
 # bench scenario -> (simulator scenario of the clean run or None, of the measured run)

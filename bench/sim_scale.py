@@ -30,9 +30,9 @@ from typing import Any
 from bench import metrics, results
 from fabric.options import PRESETS, add_json_arg, json_to_stdout, write_json
 from fabric.topology import Fabric
+from safety.privdir import UnsafePathError
 from sim.harness import SimSettings
 from sim.scenarios import SCENARIOS, run_scenario
-from topologies.privdir import UnsafePathError
 
 BYPASS_FABRICS = ("default", "hosts-16", "hosts-256", "hosts-1024")
 BYPASS_BYTES = 32 * 1024 * 1024

@@ -34,11 +34,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from emulation.agents import AgentError
+from emulation.network import MrcNetwork, NetworkConfig, NetworkError
 from fabric.options import add_json_arg, add_target_arg, json_to_stdout, write_json
 from fabric.topology import Fabric
-from topologies.agents import AgentError
-from topologies.network import MrcNetwork, NetworkConfig, NetworkError
-from topologies.runstate import manifest_path, same_process
+from safety.runstate import manifest_path, same_process
 
 SRC, DST, NOISE_SRC, PLANE = 0, 3, 1, 0
 INJECT_TIMEOUT_S = 600

@@ -34,10 +34,10 @@ from p4runtime_sh.p4runtime import P4RuntimeClient
 from bench.forwarding import DEVICE_ID, FRAME_LEN, mrc_frame, program
 from fabric.options import PACKET_RATE_UNIT, add_json_arg, add_rate_arg, write_json
 from p4rt import names as N
+from rigs.vethlab import PACKET_OUTGOING, VethLab
+from safety.procs import stop_process
+from safety.runstate import terminate_as_interrupt
 from softswitch.cli import request
-from topologies.procs import stop_process
-from topologies.runstate import terminate_as_interrupt
-from topologies.vethlab import PACKET_OUTGOING, VethLab
 
 REPO = Path(__file__).resolve().parent.parent
 WARMUP = 200

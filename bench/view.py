@@ -1,8 +1,8 @@
 """The bench seen as it runs and afterwards: `--web [PORT]` and `--report FILE`.
 
 Every contender run (run_one; each all-reduce contender) is sampled by a RunRecorder
-(topologies.runview) while its flows run. `--web` shows the current run on the live view
-(topologies.liveview), one after another; `--report` keeps every run's recording and writes
+(views.runview) while its flows run. `--web` shows the current run on the live view
+(views.liveview), one after another; `--report` keeps every run's recording and writes
 them all into one self-contained page at the end, with a chooser (scenario / contender).
 Without either option nothing is sampled and the bench costs what it did.
 
@@ -18,9 +18,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from topologies.liveview import LiveView
-from topologies.runreport import ReportError, check_report_path, write_report
-from topologies.runview import RunRecorder
+from views.liveview import LiveView
+from views.runreport import ReportError, check_report_path, write_report
+from views.runview import RunRecorder
 
 
 class BenchView:

@@ -27,6 +27,9 @@ from bench import metrics
 from bench.context import metrics_payload
 from bench.mrc_flows import FlowSpec
 from bench.runner import flow_summary, open_network, run_contender
+from emulation import fidelity
+from emulation.fidelity import Monitor
+from emulation.netconfig import DEFAULT_PORT_RATE_PPS, NetworkConfig
 from fabric.options import (
     add_fabric_args,
     add_json_arg,
@@ -35,11 +38,8 @@ from fabric.options import (
     fabric_from_args,
     write_json,
 )
-from topologies import fidelity
-from topologies.fidelity import Monitor
-from topologies.netconfig import DEFAULT_PORT_RATE_PPS, NetworkConfig
-from topologies.runstate import terminate_as_interrupt
-from topologies.runview import RunRecorder
+from safety.runstate import terminate_as_interrupt
+from views.runview import RunRecorder
 
 SETTINGS = [(view, monitor) for monitor in (False, True) for view in (False, True)]
 BUDGET = 0.05  # the issue: the sampling costs the emulation at most 5 % more CPU

@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                 for entity in tables[name].entities():
                     print(f"  {entity}")
             return 0
-        # a run records where its switches listen next to its keys (topologies.runports)
+        # a run records where its switches listen next to its keys (safety.runports)
         addresses = load_addresses(args.tls_dir) if args.tls_dir else {}
         if args.command == "shell":
             return shell.run(fabric, args.name, addresses.get(args.name), tls_dir=args.tls_dir)

@@ -292,7 +292,7 @@ class Controller:
 
     def move(self, name: str, address: str) -> None:
         """Switch `name` serves P4Runtime at `address` now (a rebooted switch moved off a port
-        someone else took: topologies.runports); its old session is closed, and the next
+        someone else took: safety.runports); its old session is closed, and the next
         install connects there."""
         self._switch(name)
         with self._locks[name]:
@@ -334,7 +334,7 @@ class Controller:
     def port_counters(self, name: str, counters: tuple[str, ...], ports: list[int]
                       ) -> dict[str, dict[int, int]]:
         """Counter name -> port -> packets of switch `name`'s indexed per-port counters
-        (trims, ECN marks: p4rt.names), for the run view (topologies.runview)."""
+        (trims, ECN marks: p4rt.names), for the run view (views.runview)."""
         session = self.sessions.get(name)
         if session is None:
             raise InstallError(f"{name}: not connected; install it first")

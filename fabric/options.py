@@ -50,7 +50,7 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
     "paths-128": (8, 2, 16, 2),  # 144 switches, 128 paths
     "paths-256": (8, 2, 32, 2),  # 272 switches, the paper's 256 paths
     "hosts-16": (8, 8, 8, 2),    # 128 switches, 16 hosts, 64 paths
-    # the simulator's sizes (too big to emulate here: topologies.capacity refuses them)
+    # the simulator's sizes (too big to emulate here: emulation.capacity refuses them)
     "hosts-256": (8, 16, 16, 16),   # 256 switches, 256 hosts, 128 paths
     "hosts-1024": (8, 64, 32, 16),  # 768 switches, 1,024 hosts, 256 paths
 }

@@ -12,7 +12,7 @@ it truncated and closed to writers other than us. Everything is decided on the f
 stat before the open, so swapping the file in between changes nothing.
 
 It lives in fabric/ (beside options.write_json, its first user) because fabric is the lowest
-layer every entry point may import; topologies.privdir, which owns the files root makes
+layer every entry point may import; safety.privdir, which owns the files root makes
 safely, re-exports it rather than defining it again.
 """
 

@@ -44,7 +44,7 @@ from grader import (
     workspace,
 )
 from grader.report import Grade, render, summary
-from topologies.privdir import UnsafePathError, check_workdir
+from safety.privdir import UnsafePathError, check_workdir
 
 
 def cmd_list(_args: argparse.Namespace) -> int:

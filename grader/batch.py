@@ -22,16 +22,15 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import BrokenExecutor, Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from grader import catalog, course, sandbox, workspace
+from grader import catalog, course, gradingcopy, sandbox, workspace
 from grader.catalog import ROOT, Exercise
 from grader.report import Check, Grade
-from topologies.privdir import check_workdir
+from safety.privdir import check_workdir
 
 # name, student ('' outside a class), the files or why they could not be read
 Submission = tuple[str, str, "workspace.FileSet | Exception"]
 # Sources whose change changes a grade: everything a grading copy is made of.
-VERSIONED = ("grader", "exercises", "host_agent", "controller", "p4src", "softswitch", "sim",
-             "topologies", "wire", "fabric", "p4rt")
+VERSIONED = (*gradingcopy.PACKAGES, "exercises")
 _SUFFIXES = (".py", ".p4", ".json", ".txtpb")
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from fabric.outfile import open_output_file
 from grader.livelogs import LIVE, RESULTS
 from grader.report import AFTER_DUE_DATE, VISIBLE, Check, Grade
-from topologies.privdir import check_workdir
+from safety.privdir import check_workdir
 
 GRADESCOPE_LOG_BYTES = 1024  # of each live-stage log, inline: results.json holds no files
 
@@ -103,7 +103,7 @@ def write_all(dest: Path, rows: list[tuple[str, Grade]], *, gradescope: bool,
               after_due: bool) -> list[Path]:
     """Each student's results.json (`gradescope`) or feedback.md into dest/STUDENT/ (dest/
     itself for a single submission, as Gradescope's /autograder/results wants). `dest` is
-    made private first (root writes there: topologies.privdir.check_workdir), so no folder
+    made private first (root writes there: safety.privdir.check_workdir), so no folder
     in it is another user's; each file is opened as fabric.outfile does for any output."""
     check_workdir(dest)
     written = []

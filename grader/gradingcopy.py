@@ -29,8 +29,8 @@ from pathlib import Path
 
 # The project's packages the grading needs (the inner process, the exercises' checks, the
 # simulator and the live stage's Mininet fabric); nothing else of the checkout is copied.
-PACKAGES = ("controller", "fabric", "grader", "host_agent", "p4rt", "p4src", "sim",
-            "softswitch", "topologies", "wire")
+PACKAGES = ("controller", "demo", "emulation", "fabric", "grader", "host_agent", "nodes", "p4rt",
+            "p4src", "rigs", "safety", "sim", "softswitch", "topologies", "views", "wire")
 DATA_FILES = ("tests/golden/cases.json",)  # the golden corpus the P4 exercises' checks run
 SOURCE_SUFFIXES = (".py", ".p4", ".json", ".txtpb", ".css", ".js", ".sh")  # build.sh: p4c
 SKIP_DIRS = frozenset({"__pycache__", "build", "results", "work"})

@@ -22,7 +22,7 @@ from typing import Any
 
 from grader import catalog
 from grader.challenge import check
-from topologies.runstate import terminate_as_interrupt
+from safety.runstate import terminate_as_interrupt
 
 
 @dataclass(frozen=True)

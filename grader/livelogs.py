@@ -2,7 +2,7 @@
 network's logs and a packet summary per switch port, kept when the run's own folder is
 deleted with the fabric.
 
-The run's workdir is the network's own (0700, made by topologies.privdir), so it is read
+The run's workdir is the network's own (0700, made by safety.privdir), so it is read
 plainly; only regular files, without following links. The tails travel in the live check
 (grader.report.Check.logs) and are written where the student can read them: into the
 submission's `results/live/` folder (write_into, for `check N` and `grade N` on one folder,

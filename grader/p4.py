@@ -6,7 +6,7 @@ grading copy of the project (grader.p4_judge turns the report into checks):
    P4Info it wrote (the judge compares them with the committed P4Info: the controller and the
    corpus program the tables by those names);
 2. run golden-corpus cases (tests/golden/cases.json) on simple_switch_grpc with the student's
-   JSON (topologies/bmv2_corpus.py): the frames that left and the counters' deltas, raw;
+   JSON (rigs/bmv2_corpus.py): the frames that left and the counters' deltas, raw;
 3. the live transfer, grader.live.observe_transfer.
 
 Each stage runs only when the judge's verdict on the earlier ones (computed here as well, from
@@ -49,7 +49,7 @@ from grader.p4_judge import (
     unavailable,
 )
 from grader.report import Check
-from topologies.privdir import check_workdir
+from safety.privdir import check_workdir
 
 FLAGS = ("--arch", "v1model", "--std", "p4-16")
 MAIN = "p4src/mrc.p4"
@@ -215,7 +215,7 @@ def run_cases(cases: Sequence[Any], ports: int = 4) -> dict[str, Any]:
     {"error": why the switch could not be started or programmed at all (then no cases),
     "cases": {name: {"outputs", "counters", "error"}}}."""
     from p4rt import names as n
-    from topologies import bmv2_corpus
+    from rigs import bmv2_corpus
 
     try:
         harness = bmv2_corpus.Bmv2Harness(ports)

@@ -187,7 +187,7 @@ class Outcome:
 
     @property
     def golden_ok(self) -> bool:
-        from topologies import bmv2_corpus
+        from rigs import bmv2_corpus
 
         if self.error:
             return False

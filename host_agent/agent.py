@@ -8,7 +8,7 @@ with `python -m host_agent.cli --socket PATH ...` or control.ControlClient. It r
 SIGTERM, SIGINT or the `shutdown` command, then closes its sockets and removes the socket file.
 
 Conventions:
-- QPNs: with --exchange-qps (what topologies.network runs), each QP's QPN and initial PSN come
+- QPNs: with --exchange-qps (what emulation.network runs), each QP's QPN and initial PSN come
   from `secrets` and are exchanged out of band through the control sockets (qp_info on both
   sides, then qp_connect with the other's answer), as RC applications exchange them over TCP;
   only exchanged QPs take packets. Without it (a hand-run agent), the QP towards peer P is
@@ -51,7 +51,7 @@ log = logging.getLogger("host_agent")
 
 # Two Python agents' processing and scheduling per round trip (docs/decisions.md, "Base RTT").
 # It is also the agent's base RTT when none is given: back to back, it is the whole RTT
-# (topologies.netconfig.base_rtt_for adds the fabric's hops and delays to it).
+# (emulation.netconfig.base_rtt_for adds the fabric's hops and delays to it).
 AGENT_OVERHEAD_S = 0.005
 
 

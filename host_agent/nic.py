@@ -16,7 +16,7 @@ but turns off autoconf, router advertisements/solicitations and DAD, and forward
 forwarding off, a frame to an address the kernel does not own is dropped by ip6_forward without
 an ICMP error, but only if some route matches it: a uSID carrier that no route covers is
 answered with ICMPv6 "no route" instead, so whoever keeps IPv6 on must also route the uSID
-block somewhere silent (topologies.network blackholes it). Frames to another MAC are dropped
+block somewhere silent (emulation.network blackholes it). Frames to another MAC are dropped
 earlier (PACKET_OTHERHOST). Offloads that could rewrite raw frames are disabled with ethtool.
 """
 

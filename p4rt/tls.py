@@ -4,12 +4,12 @@ Any local user can connect to a port on 127.0.0.1, and the first client with the
 election id becomes primary controller. So a testbed fabric's switches (BMv2 and the software
 switch alike) serve P4Runtime only with TLS and require a client certificate signed by the
 run's own CA (BMv2's --grpc-server-ssl --grpc-server-with-client-auth); the keys live in the
-run's private directory, readable by root only (topologies.credentials issues them).
+run's private directory, readable by root only (safety.credentials issues them).
 
 Both switch programs take the same flags (SERVER_FLAGS); a client loads ClientTls from the
 directory and opens `channel(address, tls)`. Next to the keys the run records where its
 switches serve P4Runtime (ADDRESSES, `load_addresses`): a run moves a switch off a default
-port another local user holds (topologies.runports).
+port another local user holds (safety.runports).
 """
 
 from __future__ import annotations

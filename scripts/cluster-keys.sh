@@ -11,7 +11,7 @@
 #                        (known_hosts) instead of trusting whatever answers on first use
 #   known_hosts          mrcI and NET.(10+I) -> that host key
 #   ssh_config           Host mrcI -> HostName NET.(10+I), root, the key, the pinned hosts
-#   cluster.json         the cluster file for --cluster (topologies/cluster.py)
+#   cluster.json         the cluster file for --cluster (emulation/cluster/cluster.py)
 # The VMs find it all under /etc/mrc-testbed/cluster (root-only) once provisioned.
 set -euo pipefail
 

@@ -90,7 +90,7 @@ check_venv() {
 import importlib, sys
 wanted = ["mininet.net", "scapy.all", "grpc", "google.protobuf", "p4runtime_sh.shell",
           "matplotlib", "pytest", "wire", "fabric", "p4rt", "softswitch", "controller",
-          "host_agent.agent", "sim", "topologies.network", "bench", "grader"]
+          "host_agent.agent", "sim", "emulation.network", "bench", "grader"]
 failed = []
 for name in wanted:
     try:

@@ -45,7 +45,7 @@ from sim.traffic import ConstantRateSource, CountingSink
 INCAST_FABRIC = Fabric(planes=4, t0_per_plane=3, t1_per_plane=2, hosts_per_t0=3)
 CONGESTION_AT = 0.25  # ecn: background load starts here
 BACKGROUND_SHARE = 0.8  # ecn: background rate as a fraction of the link rate
-LOSS_PROBABILITY = 0.01  # loss: what every switch port sends, as the bench's topologies.impair
+LOSS_PROBABILITY = 0.01  # loss: what every switch port sends, as the bench's emulation.impair
 
 
 def _clean(h: Harness, size: int) -> Finisher:

@@ -41,7 +41,7 @@ def dump_url(url: str, budget_ms: int | None = None) -> str:
 
 
 def embedded_runs(page: Path) -> list[dict[str, Any]]:
-    """The recordings a report carries (topologies.runreport)."""
+    """The recordings a report carries (views.runreport)."""
     found = re.search(r'<script type="application/json" id="run-data">(.*?)</script>',
                       page.read_text(), re.S)
     assert found is not None, "no run data in the page"

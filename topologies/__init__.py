@@ -1,2 +1,2 @@
-"""Mininet fabrics of the testbed: switch and host nodes, MrcNetwork, faults, the demo, its
-report and live view, and runs over several servers."""
+"""The Mininet topology scripts users run: `two_tier.py` (the demo fabric and its CLI),
+`custom.py` (for `mn --custom`) and the commands they add to the Mininet CLI."""

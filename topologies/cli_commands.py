@@ -19,10 +19,10 @@ from pathlib import Path
 
 from mininet.cli import CLI
 
+from emulation.agents import AgentError
+from emulation.network import MrcNetwork, NetworkError
 from host_agent.cli import format_stats
-from topologies.agents import AgentError
-from topologies.liveview import DEFAULT_WEB_PORT, LiveViewError, start_view
-from topologies.network import MrcNetwork, NetworkError
+from views.liveview import DEFAULT_WEB_PORT, LiveViewError, start_view
 
 USAGE = __doc__.split("\n\n", 1)[1]
 
@@ -80,7 +80,7 @@ class MrcCLI(CLI):
 
     def do_link(self, line: str) -> None:
         """link A B down|up: Mininet's own command, routed to mrc_link. Mininet's version
-        takes both interfaces down, which BMv2 never recovers from (topologies/network.py)."""
+        takes both interfaces down, which BMv2 never recovers from (emulation/network.py)."""
         def run(w: list[str]) -> None:
             self.do_mrc_link(f"{w[2]} {w[0]} {w[1]}")
         self._run(line, "link A B down|up", run)

@@ -16,11 +16,11 @@ of this in one go.
 Caution: when mn fails (for example because another fabric already uses these interface
 names) it runs its own cleanup, which kills every Mininet process on the machine by matching
 names, other users' fabrics included. two_tier.py and MrcNetwork never do that. To avoid the
-collision, the `mrc` factory takes the machine-wide fabric lock of topologies.network before
+collision, the `mrc` factory takes the machine-wide fabric lock of emulation.network before
 it builds the graph (MrcTopo, which has no side effect), waiting while another fabric runs,
 then for its interfaces to go away, and holds it until mn exits. Like MrcNetwork, it issues
 the run's keys into the private run directory (P4Runtime over mutual TLS, the software
-switch's control token) and shields the switches' control ports (topologies.shield); both go
+switch's control token) and shields the switches' control ports (safety.shield); both go
 when mn exits, or with the next run's cleanup (the run manifest) if mn is killed.
 """
 
@@ -36,12 +36,12 @@ _REPO = Path(sys._getframe().f_code.co_filename).resolve().parent.parent
 if str(_REPO) not in sys.path:
     sys.path.insert(0, str(_REPO))
 
+from emulation.mrctopo import MrcTopo  # noqa: E402
+from emulation.network import wait_interfaces_gone  # noqa: E402
 from fabric.topology import Fabric  # noqa: E402
-from topologies.bmv2_switch import Bmv2Switch  # noqa: E402
-from topologies.mrctopo import MrcTopo  # noqa: E402
-from topologies.network import wait_interfaces_gone  # noqa: E402
-from topologies.runguard import RunGuard  # noqa: E402
-from topologies.softswitch_node import SoftSwitch  # noqa: E402
+from nodes.bmv2_switch import Bmv2Switch  # noqa: E402
+from nodes.softswitch_node import SoftSwitch  # noqa: E402
+from safety.runguard import RunGuard  # noqa: E402
 
 LOCK_TIMEOUT = 600.0  # seconds mn waits for another fabric on this machine
 
@@ -50,7 +50,7 @@ _guard: list[RunGuard] = []  # this mn process's lock, keys and shield, released
 
 
 def _protect(fabric: Fabric) -> RunGuard:
-    """Take the fabric lock, the run's keys and the shield (topologies.runguard), and give
+    """Take the fabric lock, the run's keys and the shield (safety.runguard), and give
     them back when mn exits."""
     guard = RunGuard(fabric, None, False, LOCK_TIMEOUT)
     _guard.append(guard)

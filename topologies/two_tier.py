@@ -14,14 +14,14 @@ back. The report shows per-plane and per-path traffic, EVs retired and reinstate
 goodput against the flow's capacity (planes x port rate x 1024-byte payloads), the time to
 bypass the failed link (also in RTTs), EVs retired on the failed and on healthy routes, the
 goodput in the second after the failure against the clean goodput before it, and the checks
-(topologies/demo.py).
+(demo/run.py).
 
 Mininet CLI commands (after the demo, when stdin is a terminal; `mrc_help` lists them):
     mrc_write SRC DST BYTES [single]   mrc_link down|up A B    mrc_reboot SWITCH
     mrc_nic down|up HOST PLANE         mrc_stats [HOST] [json]
 
 Port rate: by default (--rate auto) the fabric first runs the demo's transfer with unlimited
-ports and the rate is 40% of what its busiest port sustained (topologies.calibration): the
+ports and the rate is 40% of what its busiest port sustained (emulation.calibration): the
 emulated links, not the CPUs, then set the pace, for this fabric, target and machine. The
 report says which rate was picked and why. --rate target takes the fixed 500 packets/s of the
 software switch or 250 of BMv2 (docs/decisions.md, "Port rate").
@@ -54,6 +54,13 @@ def _bootstrap() -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from controller.tables import DEFAULT_ECN_THRESHOLD, DEFAULT_TRIM_THRESHOLD
+    from emulation.cluster.cluster import add_cluster_args
+    from emulation.netconfig import (
+        BMV2_PORT_RATE_PPS,
+        DEFAULT_PORT_RATE_PPS,
+        DEFAULT_QUEUE_DEPTH,
+        DEFAULT_RX_HOLD_MS,
+    )
     from fabric.options import (
         add_convergence_delay_arg,
         add_fabric_args,
@@ -62,14 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_rate_arg,
         add_target_arg,
     )
-    from topologies.cluster import add_cluster_args
-    from topologies.liveview import add_view_args
-    from topologies.netconfig import (
-        BMV2_PORT_RATE_PPS,
-        DEFAULT_PORT_RATE_PPS,
-        DEFAULT_QUEUE_DEPTH,
-        DEFAULT_RX_HOLD_MS,
-    )
+    from views.liveview import add_view_args
 
     p = argparse.ArgumentParser(prog="two_tier.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_cluster_args(p)
     add_rate_arg(p, "of every switch port and host NIC; 'auto' (the default) measures what "
                  "this machine emulates faithfully for the fabric and target first "
-                 "(topologies.calibration); 'target' takes the target's fixed rate "
+                 "(emulation.calibration); 'target' takes the target's fixed rate "
                  f"({DEFAULT_PORT_RATE_PPS} software switch, {BMV2_PORT_RATE_PPS} BMv2); "
                  "0 = unlimited, then the CPU is the bottleneck", "auto",
                  words=("auto", "target"), minimum=0)
@@ -111,18 +111,18 @@ def main(argv: list[str] | None = None) -> int:
     _bootstrap()
     from mininet.log import setLogLevel
 
+    from demo.report import format_report
+    from demo.run import run_demo
+    from emulation.calibration import CalibrationError
+    from emulation.cluster.cluster import ClusterError, cluster_from_args
+    from emulation.network import MrcNetwork, NetworkConfig, NetworkError
     from fabric.options import fabric_from_args, json_to_stdout, link_delay_s, write_json
     from fabric.topology import Fabric, TopologyError
-    from topologies.calibration import CalibrationError
+    from nodes.targets import TargetError
+    from safety.runstate import terminate_as_interrupt
     from topologies.cli_commands import MrcCLI
-    from topologies.cluster import ClusterError, cluster_from_args
-    from topologies.demo import run_demo
-    from topologies.demoreport import format_report
-    from topologies.liveview import LiveViewError, start_view
-    from topologies.network import MrcNetwork, NetworkConfig, NetworkError
-    from topologies.runreport import ReportError, check_report_path, write_report
-    from topologies.runstate import terminate_as_interrupt
-    from topologies.targets import TargetError
+    from views.liveview import LiveViewError, start_view
+    from views.runreport import ReportError, check_report_path, write_report
 
     args = build_parser().parse_args(argv)
     if os.geteuid() != 0:

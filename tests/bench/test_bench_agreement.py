@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import agreement
-from topologies.nicpacing import CONTROL_RATE_FACTOR
+from emulation.nicpacing import CONTROL_RATE_FACTOR
 from wire.layout import DEFAULT_MTU, FULL_DATA_FRAME_LEN
 
 RECORD = Path(__file__).resolve().parents[2] / "docs" / "agreement" / "agreement.json"

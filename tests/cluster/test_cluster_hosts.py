@@ -1,5 +1,5 @@
-"""Mininet hosts on two emulated servers (topologies.clusternodes), joined by a VXLAN link
-(topologies.vxlan), built from inside server 0 as the cluster's first server does: the remote
+"""Mininet hosts on two emulated servers (emulation.cluster.clusternodes), joined by a VXLAN link
+(emulation.cluster.vxlan), built from inside server 0 as the cluster's first server does: the remote
 host's shell runs on server 1, a datagram crosses the link, and a stop leaves no interface or
 shell on either server."""
 
@@ -23,9 +23,9 @@ faulthandler.dump_traceback_later(90, exit=True)  # a hang says where, before th
 from pathlib import Path
 from mininet.log import setLogLevel
 from mininet.net import Mininet
-from topologies.cluster import Cluster, Server
-from topologies.clusternodes import remote_classes
-from topologies.vxlan import VniAllocator, vxlan_link_class
+from emulation.cluster.cluster import Cluster, Server
+from emulation.cluster.clusternodes import remote_classes
+from emulation.cluster.vxlan import VniAllocator, vxlan_link_class
 setLogLevel("warning")
 cluster = Cluster((Server("srv0", "10.251.0.1"), Server("srv1", "10.251.0.2")),
                   ssh_config=Path(sys.argv[1]))

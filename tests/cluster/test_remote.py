@@ -1,4 +1,4 @@
-"""topologies.remote between emulated servers, driven from inside server 0 as a cluster's
+"""emulation.cluster.remote between emulated servers, driven from inside server 0 as a cluster's
 first server would: a process started on server 1 reports its PID there, is reachable through
 a forwarded loopback port, stops by PID, and dies with the first server's process even when
 that is SIGKILLed."""
@@ -34,7 +34,7 @@ while True:
 DRIVER = """\
 import json, os, signal, socket, sys, time
 from pathlib import Path
-from topologies.remote import Forwarder, RemoteError, RemoteProcess, SshTarget
+from emulation.cluster.remote import Forwarder, RemoteError, RemoteProcess, SshTarget
 config, port, mode = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 target = SshTarget("srv1", config=config)
 echo = RemoteProcess(target, [sys.executable, "-c", sys.argv[4], str(port)])
@@ -54,7 +54,7 @@ for _ in range(100):  # the echo server may not listen yet
     time.sleep(0.05)
 out = {"pid": pid, "reply": reply.decode(), "alive": echo.alive()}
 if mode == "stop":  # a second one, stopped the way switch processes are (procs.stop_process)
-    from topologies.procs import stop_process
+    from safety.procs import stop_process
     other = RemoteProcess(target, [sys.executable, "-c", sys.argv[4], str(port + 1)])
     out["other_pid"] = other.start()
     out["other_local_pid_is_ssh"] = open(f"/proc/{other.pid}/comm").read().strip()

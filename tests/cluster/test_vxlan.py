@@ -1,10 +1,10 @@
-"""topologies.vxlan between two emulated servers: the tunnel carries a full MRC data frame's
+"""emulation.cluster.vxlan between two emulated servers: the tunnel carries a full MRC data frame's
 worth of IP, refuses more than the tunnel MTU, uses a VNI of its own, and leaves nothing on
 either server once its ends are deleted. The tunnel ends here live in each server's own
 namespace (as a Mininet switch's ports do: switches run in their server's root namespace).
 
-A run's VNIs are independent random draws, and its VXLAN guard (topologies.vxguard), loaded
-by topologies.clusternet on every server with tunnel ends, keeps a frame with a tunnel's VNI
+A run's VNIs are independent random draws, and its VXLAN guard (emulation.cluster.vxguard), loaded
+by emulation.cluster.clusternet on every server with tunnel ends, keeps a frame with a tunnel's VNI
 out of the tunnel unless it comes from one of the cluster's servers. Before (issue 54) VNIs
 were a random base plus a counter and any host on the underlay could inject frames."""
 
@@ -22,6 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from emulation.cluster import vxlan
+from emulation.cluster.cablecut import parse_dropped, ruleset
+from emulation.cluster.cluster import DEFAULT_UNDERLAY_MTU, ETHERNET_HEADER, VXLAN_OVERHEAD
+from emulation.cluster.vxlan import MAX_RUN_VNIS, VniAllocator, VxlanError, make_end, temp_name
 from tests.cluster.servers import (
     UNDERLAY_PREFIX,
     UNDERLAY_PREFIXLEN,
@@ -29,10 +33,6 @@ from tests.cluster.servers import (
     children,
 )
 from tests.support import wait_until
-from topologies import vxlan
-from topologies.cablecut import parse_dropped, ruleset
-from topologies.cluster import DEFAULT_UNDERLAY_MTU, ETHERNET_HEADER, VXLAN_OVERHEAD
-from topologies.vxlan import MAX_RUN_VNIS, VniAllocator, VxlanError, make_end, temp_name
 from wire.layout import FULL_DATA_FRAME_LEN
 
 pytestmark = pytest.mark.root
@@ -175,7 +175,7 @@ def _deliver(servers: EmulatedServers, src: str, dst: str, wait: float) -> str:
 
 
 def test_a_cable_cut_drops_one_tunnels_packets_only(servers: EmulatedServers) -> None:
-    """topologies.cablecut's rule on the receiving server: the cut tunnel delivers nothing
+    """emulation.cluster.cablecut's rule on the receiving server: the cut tunnel delivers nothing
     while its ends stay up, a second tunnel between the same servers is untouched, the
     counter says what was dropped, and mending (the rule gone) delivers again."""
     a, b = ServerNode(servers, 0), ServerNode(servers, 1)
@@ -231,7 +231,7 @@ def test_cut_rules_name_exactly_the_cut_vnis() -> None:
     assert parse_dropped(listing) == {70000: 12}
 
 
-# ---- the run's VXLAN guard (topologies.vxguard) ------------------------------------------------
+# ---- the run's VXLAN guard (emulation.cluster.vxguard) -----------------------------
 
 # The first server's side of a cluster run, reduced to its guards: ClusterRun takes srv1
 # (a serverrun session), loads the VXLAN guard (and a port guard) on both servers, says which
@@ -241,9 +241,9 @@ import faulthandler, json, shutil, sys, tempfile
 faulthandler.dump_traceback_later(90, exit=True)
 from pathlib import Path
 from fabric.topology import Fabric
-from topologies.cluster import Cluster, Server
-from topologies.clusternet import ClusterRun
-from topologies.netconfig import NetworkConfig
+from emulation.cluster.cluster import Cluster, Server
+from emulation.cluster.clusternet import ClusterRun
+from emulation.netconfig import NetworkConfig
 cluster = Cluster((Server("srv0", sys.argv[2]), Server("srv1", sys.argv[3])),
                   ssh_config=Path(sys.argv[1]))
 workdir = Path(tempfile.mkdtemp())
@@ -342,7 +342,7 @@ def stop_driver(driver: subprocess.Popen | None) -> None:
 
 
 def test_vxlan_guard_rules_name_the_servers_and_the_runs_vnis() -> None:
-    from topologies import vxguard
+    from emulation.cluster import vxguard
     text = vxguard.ruleset("mrc_vxgate_01234567", ["10.251.0.2", "10.251.0.1"], [70000, 5, 5])
     assert "type filter hook input priority -300;" in text
     ours = "udp dport 4789 @th,96,24 { 5, 70000 }"

@@ -27,7 +27,7 @@ from host_agent.core import EndpointConfig, EvState, FixedWindow, RxMeta, WriteC
 from tests.core.harness import BASE_RTT as HARNESS_RTT
 from tests.core.harness import QP_A, Harness, pattern, small_config
 
-DEMO_BASE_RTT = 0.035  # the demo agents' base RTT (topologies.netconfig.base_rtt_for(500))
+DEMO_BASE_RTT = 0.035  # the demo agents' base RTT (emulation.netconfig.base_rtt_for(500))
 SERVICE = 0.002  # one data packet per 2 ms at each plane's last hop (500 packets/s)
 WIRE = 0.001  # one-way delay of every route: an unloaded RTT of ~2 ms, as measured
 TRIM_AT = 32  # the demo's trim threshold (controller.tables.DEFAULT_TRIM_THRESHOLD)

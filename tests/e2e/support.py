@@ -42,7 +42,7 @@ class Snapshot:
     links: frozenset[str]
     netns: frozenset[str]
     children: frozenset[int]
-    workdirs: frozenset[str]  # runs' own work directories (topologies.runstate.make_workdir)
+    workdirs: frozenset[str]  # runs' own work directories (safety.runstate.make_workdir)
 
     def leaks_since(self, before: Snapshot) -> list[str]:
         out = []
@@ -89,7 +89,7 @@ def run_workdirs() -> frozenset[str]:
 
 
 def snapshot() -> Snapshot:
-    from topologies.network import acquire_fabric_lock
+    from emulation.network import acquire_fabric_lock
 
     fd = acquire_fabric_lock(600.0, log=lambda *_: None)
     try:
@@ -115,7 +115,7 @@ def loss_report(net, hosts) -> dict:
         if frames[sw.name]["consumed"]:
             entry["consumed"] = frames[sw.name]["consumed"]
         if net.target == "soft":
-            port = net.ports[sw.name].thrift  # the run's (topologies.runports)
+            port = net.ports[sw.name].thrift  # the run's (safety.runports)
             token = net.credentials.control_token  # the run's: the switches refuse others
             stats = request(port, {"cmd": "stats"}, token=token)["stats"]
             queues = request(port, {"cmd": "queues"}, token=token)["queues"]

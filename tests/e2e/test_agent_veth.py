@@ -26,7 +26,7 @@ import wire
 from fabric import hostpaths
 from fabric.topology import Fabric
 from host_agent.control import ControlClient, ControlError
-from topologies.procs import stop_process
+from safety.procs import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANES = 2

@@ -29,9 +29,9 @@ import pytest
 
 from bench import results
 from bench.__main__ import SCENARIOS
+from emulation.netconfig import NO_TRIM_THRESHOLD
 from tests.browser import chromium, dump_dom, embedded_runs
 from tests.support import require_bmv2
-from topologies.netconfig import NO_TRIM_THRESHOLD
 
 REPO = Path(__file__).resolve().parents[2]
 CONTENDERS = {"soft": ("mrc", "roce", "roce:8", "tcp", "mptcp", "single_port"),

@@ -18,9 +18,9 @@ from scapy.layers.l2 import Ether  # noqa: E402
 from scapy.utils import rdpcap  # noqa: E402
 
 import wire  # noqa: E402
+from emulation.network import MrcNetwork, NetworkConfig  # noqa: E402
 from fabric.topology import Fabric  # noqa: E402
 from tests.dissector_check import COMMITTED, expected_fields, tshark_fields  # noqa: E402
-from topologies.network import MrcNetwork, NetworkConfig  # noqa: E402
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(240),
               pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or ""),

@@ -4,7 +4,7 @@ software switch's runtime port of a running fabric changes nothing. Root without
 keys gets no further (P4Runtime wants the run's client certificate, the runtime port its
 token). Before (bcb78cb) BMv2's Thrift port answered on every address and both ports on
 loopback answered every local user. A local user listening first on a switch's default
-ports does not stop the fabric: the run moves that switch (topologies.runports)."""
+ports does not stop the fabric: the run moves that switch (safety.runports)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ import grpc
 import pytest
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from emulation.network import MrcNetwork, NetworkConfig
 from fabric.topology import Fabric
 from p4rt import tls
+from safety import shield
 from softswitch.cli import ControlError, request
 from tests.e2e.support import skip_reason
 from tests.support import require_bmv2
-from topologies import shield
-from topologies.network import MrcNetwork, NetworkConfig
 
 FABRIC = Fabric(2, 2, 2, 1)
 NOBODY = 65534
@@ -78,7 +78,7 @@ def untouched(net: MrcNetwork) -> None:
 
 def test_nothing_outside_reaches_a_control_port(fabric: MrcNetwork, other_host) -> None:
     ns, address = other_host
-    sw = fabric.ports[FABRIC.switches[0].name]  # the run's ports (topologies.runports)
+    sw = fabric.ports[FABRIC.switches[0].name]  # the run's ports (safety.runports)
     assert connects([], "127.0.0.1", sw.thrift)  # root on this machine: yes
     before = shield.dropped(fabric.shield_table)
     for port in (sw.thrift, sw.grpc):

@@ -23,8 +23,8 @@ from controller.shell import SHELL_ELECTION_ID, check_pipeline
 from fabric.topology import Fabric
 from p4rt import names as p4names
 from p4rt.entities import Group
+from safety.procs import stop_process
 from tests.support import require_bmv2
-from topologies.procs import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,6 @@
 """End to end on both switch targets, the software data plane and BMv2 (simple_switch_grpc
 running p4src/): the default fabric (4 planes x 2 T0 x 2 T1, 4 hosts) in Mininet at the port
-rate it calibrates for each target (port_rate_pps "auto", as the demo: topologies.calibration;
+rate it calibrates for each target (port_rate_pps "auto", as the demo: emulation.calibration;
 a fixed rate such as BMv2's former 500 left fabrics emulation-bound, docs/benchmarks.md "BMv2
 jitter"), programmed over P4Runtime, one MRC host agent per host. Transfer sizes scale with
 the rate, so every test takes the same time on both.
@@ -23,16 +23,16 @@ from tests.support import require_bmv2
 
 pytest.importorskip("mininet.net", reason="Mininet is not importable (apt install mininet)")
 
-from fabric.topology import Fabric  # noqa: E402
-from p4rt import names as p4names  # noqa: E402
-from topologies.demo import (  # noqa: E402
+from demo.run import (  # noqa: E402
     classify_retirements,
     ev_layout,
     last_event_seq,
     routes_through,
 )
-from topologies.netconfig import AUTO_RATE, NO_TRIM_THRESHOLD  # noqa: E402
-from topologies.network import MrcNetwork, NetworkConfig, NetworkError  # noqa: E402
+from emulation.netconfig import AUTO_RATE, NO_TRIM_THRESHOLD  # noqa: E402
+from emulation.network import MrcNetwork, NetworkConfig, NetworkError  # noqa: E402
+from fabric.topology import Fabric  # noqa: E402
+from p4rt import names as p4names  # noqa: E402
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(240),
               pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]

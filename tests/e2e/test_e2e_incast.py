@@ -25,9 +25,9 @@ from tests.support import require_bmv2
 
 pytest.importorskip("mininet.net", reason="Mininet is not importable (apt install mininet)")
 
+from emulation.netconfig import AUTO_RATE  # noqa: E402
+from emulation.network import MrcNetwork, NetworkConfig  # noqa: E402
 from fabric.topology import Fabric  # noqa: E402
-from topologies.netconfig import AUTO_RATE  # noqa: E402
-from topologies.network import MrcNetwork, NetworkConfig  # noqa: E402
 from wire.layout import DEFAULT_MTU  # noqa: E402
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(240),

@@ -17,10 +17,10 @@ from tests.support import require_bmv2
 
 pytest.importorskip("mininet.net", reason="Mininet is not importable (apt install mininet)")
 
+from emulation.linkdelay import netem_unavailable  # noqa: E402
+from emulation.netconfig import RTT_LINKS, NetworkError  # noqa: E402
+from emulation.network import MrcNetwork, NetworkConfig  # noqa: E402
 from fabric.topology import Fabric  # noqa: E402
-from topologies.linkdelay import netem_unavailable  # noqa: E402
-from topologies.netconfig import RTT_LINKS, NetworkError  # noqa: E402
-from topologies.network import MrcNetwork, NetworkConfig  # noqa: E402
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(240),
               pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]

@@ -20,11 +20,11 @@ from tests.support import require_bmv2
 
 pytest.importorskip("mininet.net", reason="Mininet is not importable (apt install mininet)")
 
+from demo.run import run_demo  # noqa: E402
+from emulation.netconfig import TARGET_RATE  # noqa: E402
+from emulation.network import MrcNetwork, NetworkConfig  # noqa: E402
 from fabric.topology import Fabric  # noqa: E402
-from topologies.demo import run_demo  # noqa: E402
-from topologies.liveview import LOOPBACK, start_view  # noqa: E402
-from topologies.netconfig import TARGET_RATE  # noqa: E402
-from topologies.network import MrcNetwork, NetworkConfig  # noqa: E402
+from views.liveview import LOOPBACK, start_view  # noqa: E402
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(300),
               pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]

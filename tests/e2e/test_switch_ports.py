@@ -1,7 +1,7 @@
 """A switch's ports carry nothing into the root namespace's IPv4 stack (issue 54): an IPv4
 datagram a host sends into its NIC (broadcast, from 0.0.0.0 as DHCP's or from an address)
 never reaches a listener on 0.0.0.0 in the root namespace, the run's port guard
-(topologies.portguard) says it dropped them, and the guard is gone once the fabric stops.
+(safety.portguard) says it dropped them, and the guard is gone once the fabric stops.
 Before, the switch ports took IPv4 with rp_filter 0 and the listener got every one of them."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import sys
 
 import pytest
 
+from emulation.network import MrcNetwork, NetworkConfig
 from fabric.topology import Fabric
+from safety import portguard
 from tests.e2e.support import skip_reason
 from tests.support import wait_until
-from topologies import portguard
-from topologies.network import MrcNetwork, NetworkConfig
 
 FABRIC = Fabric(1, 1, 1, 1)  # one host, one T0, one T1: the smallest fabric
 pytestmark = [pytest.mark.slow, pytest.mark.root, pytest.mark.timeout(120),

@@ -1,6 +1,6 @@
 """Interrupting `two_tier.py` at random moments leaves nothing behind, and a run killed with
 SIGKILL is cleaned up by the next start at once (issue 13, item 8). The leftovers checked are
-exactly what the run recorded in its manifest (topologies/runstate.py): its PIDs (by start
+exactly what the run recorded in its manifest (safety/runstate.py): its PIDs (by start
 time), its switch interfaces and its work directory."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from emulation.network import existing_interface
 from fabric.topology import Fabric
+from safety.runstate import manifest_path, same_process
 from tests.e2e.support import run_workdirs, skip_reason
-from topologies.network import existing_interface
-from topologies.runstate import manifest_path, same_process
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "topologies" / "two_tier.py"

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from emulation.calibration import MIN_RATE
 from tests.browser import chromium, dump_dom, embedded_runs
 from tests.e2e.support import DEMO_TIMEOUT_S, run_demo_json, skip_reason, snapshot
 from tests.support import require_bmv2
-from topologies.calibration import MIN_RATE
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(DEMO_TIMEOUT_S + 120),
               pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]

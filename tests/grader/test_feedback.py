@@ -13,7 +13,7 @@ import pytest
 from grader import catalog, feedback, sandbox, workspace
 from grader.__main__ import main
 from grader.report import AFTER_DUE_DATE, HIDDEN, Check, Grade
-from topologies.privdir import UnsafePathError
+from safety.privdir import UnsafePathError
 
 SECRET = "port 3 to 0x0a0b0c0d0e0f"  # what a judge derived from the reference
 

@@ -57,7 +57,7 @@ def test_provision_in_a_fresh_debian_12_root(tmp_path: Path) -> None:
         assert rc == 0 and re.search(r"\s4 install ok installed", out), out
 
         rc, out = root.run(".venv/bin/python -c 'import mininet.net, scapy.all, "
-                           "p4runtime_sh.shell, host_agent.agent, topologies.network; "
+                           "p4runtime_sh.shell, host_agent.agent, emulation.network; "
                            "print(\"imports ok\")'")
         assert rc == 0 and "imports ok" in out, out
         t = time.monotonic()

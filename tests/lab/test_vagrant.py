@@ -163,7 +163,7 @@ def test_cluster_keys_make_what_provision_installs(tmp_path: Path) -> None:
     wants, its cluster file loads as the entry points load it, its ssh_config pins the lab's
     host key and uses the lab's key from where provision.sh puts them, and a second run keeps
     the keys."""
-    from topologies.cluster import from_file
+    from emulation.cluster.cluster import from_file
 
     if shutil.which("ssh-keygen") is None:
         pytest.skip("ssh-keygen (openssh-client) is not installed")
@@ -200,7 +200,7 @@ def test_cluster_keys_make_what_provision_installs(tmp_path: Path) -> None:
 def test_vagrant_ssh_forwards_the_live_view_on_loopback() -> None:
     """The live view listens on the VM's 127.0.0.1 only; `vagrant ssh` carries it to the
     host's 127.0.0.1 on the same port, the one --web uses by default."""
-    from topologies.liveview import DEFAULT_WEB_PORT, LOOPBACK
+    from views.liveview import DEFAULT_WEB_PORT, LOOPBACK
 
     text = VAGRANTFILE.read_text()
     forward = f'config.ssh.extra_args = ["-L", "{DEFAULT_WEB_PORT}:{LOOPBACK}:{DEFAULT_WEB_PORT}"]'

@@ -40,18 +40,18 @@ from p4runtime_sh.p4runtime import P4RuntimeClient
 
 import wire as W
 from controller import p4build
+from nodes.bmv2_switch import LOG_LEVEL
 from p4rt import corpus
 from p4rt import names as N
 from p4rt.corpus import case_updates
 from p4rt.p4info import load_committed
+from rigs.vethlab import PACKET_OUTGOING, VethLab
+from safety.procs import stop_process
 from softswitch.cli import request
 from tests.golden import generate as G
 from tests.switch.difframes import PORTS, SWITCH, Probe, generate
 from tests.switch.frame_support import flow_frame, sack_frame, trimmed_header
 from tests.switch.p4rt_support import CODEC, IDX, free_port, register_update, wait_listening
-from topologies.bmv2_switch import LOG_LEVEL
-from topologies.procs import stop_process
-from topologies.vethlab import PACKET_OUTGOING, VethLab
 
 REPO = Path(__file__).resolve().parents[2]
 DEVICE_ID = 3

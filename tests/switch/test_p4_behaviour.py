@@ -37,12 +37,12 @@ import wire as W
 from controller import p4build
 from p4rt import names as N
 from p4rt.corpus import load_cases
+from rigs import bmv2_corpus
+from rigs.vethlab import VethLab
 from softswitch.cli import request
 from tests.support import require_bmv2, require_root
 from tests.switch import differential as D
 from tests.switch.frame_support import envelope_up, trimmed_header
-from topologies import bmv2_corpus
-from topologies.vethlab import VethLab
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(300)]
 

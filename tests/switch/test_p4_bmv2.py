@@ -12,8 +12,8 @@ import pytest
 
 from controller import p4build
 from p4rt.corpus import Case, load_cases
+from rigs import bmv2_corpus
 from tests.support import require_bmv2, require_root
-from topologies import bmv2_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED_P4INFO = ROOT / "p4src" / "mrc.p4info.txtpb"

@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pytest
 
+from emulation.network import acquire_fabric_lock
 from fabric.topology import GRPC_BASE_PORT, THRIFT_BASE_PORT, Fabric
-from p4rt.names import PRIORITY_QUEUES
-from tests.support import require_bmv2, require_root
-from topologies import bmv2_switch
-from topologies.bmv2_switch import (
+from nodes import bmv2_switch
+from nodes.bmv2_switch import (
     Bmv2Error,
     Bmv2Switch,
     bmv2_command,
     runtime_cli,
     runtime_cli_argv,
 )
-from topologies.network import acquire_fabric_lock
+from p4rt.names import PRIORITY_QUEUES
+from tests.support import require_bmv2, require_root
 
 
 @pytest.fixture

@@ -20,11 +20,11 @@ import pytest
 
 from controller import p4build
 from p4rt import names as N
+from rigs.vethlab import VethLab
 from tests.golden import generate as G
 from tests.support import require_bmv2, require_root
 from tests.switch import differential as D
 from tests.switch.frame_support import flow_frame, sack_frame, trimmed_header
-from topologies.vethlab import VethLab
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(300)]
 

@@ -11,10 +11,10 @@ import time
 import pytest
 
 from p4rt import names as N
+from rigs.vethlab import VethLab
 from tests.support import require_bmv2, require_root
 from tests.switch import differential as D
 from tests.switch.frame_support import flow_frame, sack_frame
-from topologies.vethlab import VethLab
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(300)]
 DEFAULT_DEPTH = 64  # simple_switch's default queue depth, packets

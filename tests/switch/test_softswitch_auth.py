@@ -24,14 +24,14 @@ import grpc
 import pytest
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from nodes.softswitch_node import softswitch_command
 from p4rt import tls
+from safety import credentials
+from safety.privdir import PrivateDir
 from softswitch import control_auth as auth
 from softswitch.cli import ControlError, request
 from tests.support import wait_until
 from tests.switch.p4rt_support import free_port
-from topologies import credentials
-from topologies.privdir import PrivateDir
-from topologies.softswitch_node import softswitch_command
 
 REPO = Path(__file__).resolve().parents[2]
 

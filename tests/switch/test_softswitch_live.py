@@ -25,11 +25,11 @@ import wire as W
 from p4rt import corpus
 from p4rt import names as N
 from p4rt.corpus import case_updates
+from rigs.vethlab import VethLab, receive
+from safety.procs import stop_process
 from softswitch.cli import parse_command, request
 from tests.support import wait_until
 from tests.switch.p4rt_support import CODEC, IDX, free_port, reset_pipeline, wait_listening
-from topologies.procs import stop_process
-from topologies.vethlab import VethLab, receive
 
 pytestmark = [pytest.mark.root, pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root and iproute2")]

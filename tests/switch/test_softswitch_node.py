@@ -12,13 +12,13 @@ import pytest
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
 from fabric.options import bmv2_installed
+from nodes import targets
+from nodes.softswitch_node import SoftSwitch, softswitch_command
 from p4rt import corpus
 from p4rt.corpus import case_updates
 from softswitch.__main__ import ConfigError, main, parse_interface, parse_loopback
 from softswitch.cli import parse_command, request
 from tests.switch.p4rt_support import CODEC, free_port, reset_pipeline, wait_listening
-from topologies import targets
-from topologies.softswitch_node import SoftSwitch, softswitch_command
 
 
 def test_auto_target_follows_bmv2_presence():
@@ -77,7 +77,7 @@ def golden_cases() -> list[corpus.Case]:
 
 SEND = ("import socket,sys;s=socket.socket(17,3);s.bind((sys.argv[1],0));"
         "s.send(bytes.fromhex(sys.argv[2]))")
-RECV = ("import socket,sys;from topologies.vethlab import receive;"
+RECV = ("import socket,sys;from rigs.vethlab import receive;"
         "s=socket.socket(17,3,socket.htons(3));s.bind((sys.argv[1],0));"
         "print('READY',flush=True);f=receive(s,5.0);print(f.hex() if f else 'NONE')")
 

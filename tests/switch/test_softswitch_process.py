@@ -1,7 +1,7 @@
 """One `python -m softswitch --switch ... --switch ...` process serving two switches.
 
 Unit (no root): `--switch` parsing and the process's config checks refuse bad text with a
-clear message; topologies.softswitch_node.group_command builds the argv of a group.
+clear message; nodes.softswitch_node.group_command builds the argv of a group.
 Live (root, veth pairs into namespaces): each switch has its own P4Runtime server, control
 port, counters and tables and forwards on its own; a P4Runtime request for one switch's
 device id is refused by the other's server; `detach` removes one switch (its ports closed)
@@ -25,15 +25,15 @@ import pytest
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
+from nodes.softswitch_node import group_command
 from p4rt import corpus
 from p4rt.corpus import case_updates
+from rigs.vethlab import VethLab, receive
+from safety.procs import stop_process
 from softswitch.__main__ import ConfigError, SwitchSpec, main, parse_switch
 from softswitch.cli import ControlError, request
 from tests.support import wait_until
 from tests.switch.p4rt_support import CODEC, free_port, reset_pipeline, wait_listening
-from topologies.procs import stop_process
-from topologies.softswitch_node import group_command
-from topologies.vethlab import VethLab, receive
 
 REPO = Path(__file__).resolve().parents[2]
 A, B = 11, 12  # device ids of the two switches

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from nodes.softswitch_node import softswitch_command
+from rigs.vethlab import VethLab
+from safety.procs import stop_process
 from softswitch.cli import ControlError, request
 from tests.support import wait_until
 from tests.switch.p4rt_support import free_port, wait_listening
-from topologies.procs import stop_process
-from topologies.softswitch_node import softswitch_command
-from topologies.vethlab import VethLab
 
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534

@@ -12,8 +12,8 @@ import socket
 
 import pytest
 
+from rigs.vethlab import VethLab
 from softswitch import tagged
-from topologies.vethlab import VethLab
 
 pytestmark = [pytest.mark.root, pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root and iproute2")]

@@ -1,8 +1,8 @@
-"""topologies.calibration.rate_from: the rule that turns a measured rate into the chosen one."""
+"""emulation.calibration.rate_from: the rule that turns a measured rate into the chosen one."""
 
 import pytest
 
-from topologies.calibration import HEADROOM, MIN_RATE, CalibrationError, rate_from
+from emulation.calibration import HEADROOM, MIN_RATE, CalibrationError, rate_from
 
 
 def test_fast_ports_round_down_to_tens():

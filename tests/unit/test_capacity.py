@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from emulation.capacity import CapacityError, available_mb, check, needed_mb
 from fabric.options import PRESETS
 from fabric.topology import Fabric
-from topologies.capacity import CapacityError, available_mb, check, needed_mb
 
 
 def test_shared_soft_processes_cost_far_less_than_bmv2_processes() -> None:

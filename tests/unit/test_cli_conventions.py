@@ -54,7 +54,7 @@ ENTRY_POINTS: dict[str, tuple[str, str, list[str]]] = {
 NOT_USER_ENTRY_POINTS = {
     "bench/kernel_flows.py": "server/client inside Mininet hosts; always one JSON line each",
     "bench/inject.py": "frame injector run by bench.soak in a host",
-    "topologies/serverrun.py": "the ssh session on another server of a cluster run",
+    "emulation/cluster/serverrun.py": "the ssh session on another server of a cluster run",
     "grader/inner.py": "the sandboxed half of the grader, given a concrete target",
     "softswitch/__main__.py": "the switch process: no shared option",
     "softswitch/cli.py": "the switch's runtime CLI: no shared option",
@@ -413,9 +413,9 @@ def test_every_entry_point_resolves_auto_by_the_one_rule(monkeypatch, on_path, g
     assert controller_main.main(["install", "--target", "auto"]) == 0
     assert installed == [want]
     # what the emulation's entry points (bench, two_tier.py, bench.*) hand `auto` to
-    pytest.importorskip("mininet.net", reason="topologies.targets imports Mininet")
-    from topologies import targets
-    from topologies.netconfig import BMV2_PORT_RATE_PPS, DEFAULT_PORT_RATE_PPS, default_rate_for
+    pytest.importorskip("mininet.net", reason="nodes.targets imports Mininet")
+    from emulation.netconfig import BMV2_PORT_RATE_PPS, DEFAULT_PORT_RATE_PPS, default_rate_for
+    from nodes import targets
 
     assert targets.resolve("auto") == want
     assert default_rate_for("auto") == (BMV2_PORT_RATE_PPS if want == "bmv2"

@@ -1,4 +1,4 @@
-"""topologies.cluster: --servers and --cluster, refused with what to fix."""
+"""emulation.cluster.cluster: --servers and --cluster, refused with what to fix."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from topologies.cluster import (
+from emulation.cluster.cluster import (
     VXLAN_OVERHEAD,
     Cluster,
     ClusterError,

@@ -1,4 +1,4 @@
-"""topologies.cpupressure: the share of a run some task waited for a CPU, from a PSI file."""
+"""emulation.cpupressure: the share of a run some task waited for a CPU, from a PSI file."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from topologies.cpupressure import CpuPressure
+from emulation.cpupressure import CpuPressure
 
 
 def _psi(path: Path, some_total_us: int) -> None:

@@ -1,5 +1,5 @@
 """`mn --custom topologies/custom.py` protects its switches as MrcNetwork does
-(topologies.runguard): the fabric lock, the run's keys in the private run directory and the
+(safety.runguard): the fabric lock, the run's keys in the private run directory and the
 control-port shield, all given back when mn exits."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 
 from fabric.topology import Fabric
 from p4rt import tls
+from safety.credentials import CONTROL_TOKEN
+from safety.privdir import RUN_DIR_ENV, PrivateDir
+from safety.runstate import LOCK_NAME, acquire_fabric_lock
 from topologies import custom
-from topologies.credentials import CONTROL_TOKEN
-from topologies.privdir import RUN_DIR_ENV, PrivateDir
-from topologies.runstate import LOCK_NAME, acquire_fabric_lock
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="installs an nftables table: root")

@@ -1,4 +1,4 @@
-"""The demo's report (topologies/demo.py) from recorded figures, without a fabric: EVs retired
+"""The demo's report (demo/run.py) from recorded figures, without a fabric: EVs retired
 per cause, the time to bypass when the failed route's EVs were gone before the failure, the
 goodput around the failure and the report's checks (issue 14, part 5)."""
 
@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("mininet.net", reason="topologies.demo imports Mininet")
+pytest.importorskip("mininet.net", reason="demo.run imports Mininet")
 
-from topologies import demo, demoreport  # noqa: E402
+from demo import report as demoreport
+from demo import run as demo
 
 QPN = 0x1234
 FAILED, HEALTHY = "fcbb:bbbb:100:200:101:e03::", "fcbb:bbbb:1100:1200:1101:1e03::"

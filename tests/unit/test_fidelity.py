@@ -1,8 +1,8 @@
-"""The fidelity monitor's verdict from synthetic samples (topologies.fidelity.report)."""
+"""The fidelity monitor's verdict from synthetic samples (emulation.fidelity.report)."""
 
 from __future__ import annotations
 
-from topologies.fidelity import EMULATION_BOUND, FAITHFUL, report
+from emulation.fidelity import EMULATION_BOUND, FAITHFUL, report
 from wire.layout import FULL_DATA_FRAME_LEN
 
 

@@ -1,7 +1,7 @@
 """The run's nftables guards as text (issue 54), without nft: the switch-port guard hooks
 exactly the given ports, in chains of at most 255 devices (the kernel refuses more in one
 chain), and refuses names that are not interface names; every guard's table name maps to its
-family, so the run manifest's sweep (topologies.runstate, through shield.remove) deletes each
+family, so the run manifest's sweep (safety.runstate, through shield.remove) deletes each
 from the right family, and nothing else is ever deleted."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import subprocess
 
 import pytest
 
-from topologies import portguard, shield, vxguard
+from emulation.cluster import cablecut, vxguard
+from safety import portguard, shield
 
 
 def test_port_guard_drops_all_but_ipv6_on_exactly_the_ports() -> None:
@@ -44,7 +45,8 @@ def test_each_guard_table_is_removed_from_its_own_family() -> None:
     assert shield.family("mrc_shield_0123abcd") == "inet"
     assert shield.family(shield.new_name(vxguard.TABLE_PREFIX)) == "inet"
     assert shield.family(shield.new_name(portguard.TABLE_PREFIX)) == "netdev"
-    for other in ("mrc_cut_0123abcd", "mrc_testbed_loss", "filter", "mrc_ports_0123abcdx"):
+    assert shield.family(shield.new_name(cablecut.TABLE_PREFIX)) == "inet"  # swept the same way
+    for other in ("mrc_cut_0123abcdx", "mrc_testbed_loss", "filter", "mrc_ports_0123abcdx"):
         assert shield.family(other) is None and shield.remove(other) is False
     assert not vxguard.remove("mrc_ports_0123abcd") and not portguard.remove(None)
     with pytest.raises(ValueError):
@@ -68,7 +70,7 @@ def _nobody_connects(port: int) -> bool:
 @pytest.mark.skipif(os.geteuid() != 0 or not all(shutil.which(t) for t in ("nft", "setpriv")),
                     reason="needs root, nft and setpriv (plays the user nobody)")
 def test_an_extended_shield_keeps_other_users_off_the_new_port_too() -> None:
-    """A switch moved to a free port during a reboot (topologies.runports.move) is covered
+    """A switch moved to a free port during a reboot (safety.runports.move) is covered
     by the run's shield before it listens there: nobody's connection is dropped."""
     with socket.create_server(("127.0.0.1", 0)) as first, \
             socket.create_server(("127.0.0.1", 0)) as second:

@@ -1,4 +1,4 @@
-"""mrc_capture's checks (topologies.capture): bad requests are refused before tcpdump starts,
+"""mrc_capture's checks (emulation.capture): bad requests are refused before tcpdump starts,
 and the pcap is never written through a file or symlink someone else put there."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from topologies.capture import MAX_CAPTURE_S, check_request, local_end
-from topologies.netconfig import NetworkError
-from topologies.privdir import open_new_file
+from emulation.capture import MAX_CAPTURE_S, check_request, local_end
+from emulation.netconfig import NetworkError
+from safety.privdir import open_new_file
 
 
 def test_seconds_and_the_file_are_checked_first(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""--link-delay on BMv2: the netem qdiscs the fabric puts on each link end (topologies.linkdelay),
+"""--link-delay on BMv2: the netem qdiscs the fabric puts on each link end (emulation.linkdelay),
 checked as the commands and qdisc strings they are; the kernel side runs in
 tests/e2e/test_link_delay.py where the kernel has netem."""
 
@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from fabric.topology import Fabric
-from topologies.faults import restore_cmd
-from topologies.linkdelay import (
+from emulation.faults import restore_cmd
+from emulation.linkdelay import (
     NETEM_LIMIT_MIN,
     NETEM_UNPACED_LIMIT,
     link_end_qdisc,
     netem_limit,
     netem_qdisc,
 )
-from topologies.netconfig import NetworkConfig
-from topologies.nicpacing import CLASS_LIMIT, CONTROL_RATE_FACTOR, pacing_cmds
+from emulation.netconfig import NetworkConfig
+from emulation.nicpacing import CLASS_LIMIT, CONTROL_RATE_FACTOR, pacing_cmds
+from fabric.topology import Fabric
 
 FABRIC = Fabric(planes=2, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=1)
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from emulation.agents import AgentProcess
+from emulation.netconfig import NetworkConfig, NetworkError
 from fabric.topology import Fabric
 from host_agent.loop import MAX_HOLD, EventLoop
 from host_agent.modes import MRC_MODE
-from topologies.agents import AgentProcess
-from topologies.netconfig import NetworkConfig, NetworkError
 
 
 class FakeTime:
@@ -135,8 +135,8 @@ def test_the_testbed_and_the_agent_program_share_the_default() -> None:
     """Networks, the demo and the bench share one default (5 ms); an agent started by hand
     holds only when told to."""
     from bench.__main__ import parse_args
+    from emulation.netconfig import DEFAULT_RX_HOLD_MS
     from host_agent.agent import parse_args as agent_args
-    from topologies.netconfig import DEFAULT_RX_HOLD_MS
     from topologies.two_tier import build_parser as demo_parser
 
     assert DEFAULT_RX_HOLD_MS == 5.0

@@ -4,11 +4,12 @@ Topo.build, and MrcNetwork built its own copy of the graph)."""
 
 from __future__ import annotations
 
+from emulation import fabricnet
+from emulation.mrctopo import MrcTopo, node_mac
 from fabric.options import PRESETS
 from fabric.topology import Fabric
-from topologies import custom, fabricnet
-from topologies.mrctopo import MrcTopo, node_mac
-from topologies.runports import PortPlan
+from safety.runports import PortPlan
+from topologies import custom
 
 
 def test_the_graph_is_the_fabrics() -> None:

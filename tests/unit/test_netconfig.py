@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("mininet.net", reason="topologies.netconfig imports the switch targets")
+pytest.importorskip("mininet.net", reason="emulation.netconfig imports the switch targets")
 
-from topologies import targets  # noqa: E402
-from topologies.netconfig import (  # noqa: E402
+from emulation.netconfig import (  # noqa: E402
     BMV2_PORT_RATE_PPS,
     DEFAULT_PORT_RATE_PPS,
     NetworkConfig,
     NetworkError,
 )
+from nodes import targets
 
 
 @pytest.mark.parametrize("target,installed,rate", [

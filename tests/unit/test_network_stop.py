@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from topologies.network import MrcNetwork, NetworkConfig
+from emulation.network import MrcNetwork, NetworkConfig
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,7 +36,7 @@ class FakeManifest:
 
 
 class FakeGuard:
-    """The run's lock, keys and shield (topologies.runguard), reduced to its manifest."""
+    """The run's lock, keys and shield (safety.runguard), reduced to its manifest."""
 
     def __init__(self, manifest: FakeManifest) -> None:
         self.manifest = manifest
@@ -135,8 +135,8 @@ def test_a_refusal_before_anything_starts_leaves_no_work_directory(monkeypatch) 
     """start() refused up front (memory, netem, calibration) by a caller that does not use
     the network as a context manager (the bench's open_network): no work directory was made,
     since the run's guard makes it once the run is recorded."""
-    from topologies import capacity
-    from topologies.network import NetworkError
+    from emulation import capacity
+    from emulation.network import NetworkError
 
     def refuse(*_args: object) -> None:
         raise capacity.CapacityError("does not fit")
@@ -155,8 +155,8 @@ def test_the_work_directory_is_made_only_once_the_run_is_recorded(tmp_path, monk
     calibration left the run's behind: tests/e2e/test_teardown's killed run). The guard
     makes it after taking the lock, and its manifest names it."""
     from fabric.topology import Fabric
-    from topologies import runguard
-    from topologies.privdir import RUN_DIR_ENV
+    from safety import runguard
+    from safety.privdir import RUN_DIR_ENV
 
     monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path / "run"))  # a private run directory of its own
     steps: list[str] = []
@@ -190,7 +190,7 @@ def test_a_work_directory_left_behind_goes_with_its_owner() -> None:
     it, a path not yet found) goes when the owner is collected."""
     import gc
 
-    from topologies.runstate import make_workdir
+    from safety.runstate import make_workdir
 
     class Owner:
         pass

@@ -1,4 +1,4 @@
-"""A paced host NIC (topologies.nicpacing) on a live veth: it spreads a burst at the port rate,
+"""A paced host NIC (emulation.nicpacing) on a live veth: it spreads a burst at the port rate,
 sends a control frame queued behind data first, does not charge control frames to the data
 rate, and classifies by DSCP. Pacing is checked from below (it can make a burst slower, never
 faster); the one upper bound leaves 3 frame times of slack at 10 frames/s (300 ms), where
@@ -18,14 +18,14 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from tests.support import require_root
-from topologies.nicpacing import (
+from emulation.nicpacing import (
     CONTROL_CLASS,
     CONTROL_RATE_FACTOR,
     DATA_CLASS,
     pacing_cmds,
 )
-from topologies.vethlab import VethLab, receive
+from rigs.vethlab import VethLab, receive
+from tests.support import require_root
 from wire.layout import DSCP_CONTROL, DSCP_TRIMMABLE, FULL_DATA_FRAME_LEN
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(120)]

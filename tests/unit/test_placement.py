@@ -1,6 +1,6 @@
-"""Spreading a fabric over servers (topologies/placement.py): every node placed once, crossing
-links counted independently, the cheaper cut chosen, refusals that name the limit, and the
-Mininet Cluster Edition adapter."""
+"""Spreading a fabric over servers (emulation/cluster/placement.py): every node placed once,
+crossing links counted independently, the cheaper cut chosen, refusals that name the limit,
+and the Mininet Cluster Edition adapter."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import json
 
 import pytest
 
-from fabric.topology import ROLE_T0, ROLE_T1, Fabric
-from topologies.placement import (
+from emulation.cluster.placement import (
     Placement,
     PlacementError,
     cluster_placer,
@@ -18,6 +17,7 @@ from topologies.placement import (
     plane_cut,
     rack_cut,
 )
+from fabric.topology import ROLE_T0, ROLE_T1, Fabric
 
 DEFAULT = Fabric(4, 2, 2, 2)
 PATHS_128 = Fabric(8, 2, 16, 2)

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import NOBODY, as_nobody
-from topologies.privdir import (
+from safety.privdir import (
     ROOT_RUN_DIR,
     RUN_DIR_ENV,
     PrivateDir,
@@ -24,7 +23,8 @@ from topologies.privdir import (
     check_workdir,
     default_run_dir,
 )
-from topologies.runstate import LOCK_NAME, MANIFEST_NAME, acquire_fabric_lock, clean_leftovers
+from safety.runstate import LOCK_NAME, MANIFEST_NAME, acquire_fabric_lock, clean_leftovers
+from tests.support import NOBODY, as_nobody
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="plays an unprivileged user: root")
 

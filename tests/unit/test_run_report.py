@@ -1,4 +1,4 @@
-"""The run report (topologies.runreport, runview): one self-contained page that carries its
+"""The run report (views.runreport, runview): one self-contained page that carries its
 recording, written only into a new file; the recorder's arithmetic on a fake fabric."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from emulation.agents import AgentError
 from fabric.options import PRESETS
 from fabric.topology import Fabric
 from p4rt.names import TRIM_COUNTER
 from tests.browser import chromium, dump_dom, dump_url
-from topologies.agents import AgentError
-from topologies.liveview import LOOPBACK, LiveView
-from topologies.runreport import ReportError, render, write_report
-from topologies.runview import RunRecorder, fabric_layout
+from views.liveview import LOOPBACK, LiveView
+from views.runreport import ReportError, render, write_report
+from views.runview import RunRecorder, fabric_layout
 
 FABRIC = Fabric(planes=2, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=1)
 

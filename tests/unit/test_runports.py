@@ -1,4 +1,4 @@
-"""A run's switch ports (topologies.runports) and the readiness probe (topologies.listeners).
+"""A run's switch ports (safety.runports) and the readiness probe (safety.listeners).
 
 A local user listening first on a switch's default port (issue 54) stopped every fabric:
 the run now replaces a port in use by a free one and says who holds it, and a switch is
@@ -16,12 +16,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from emulation.mrctopo import MrcTopo
 from fabric.topology import EPHEMERAL_PORT_START, Fabric
+from nodes.p4switch import P4RuntimeSwitch, SwitchProcessError, await_listening
 from p4rt import tls
-from topologies import listeners
-from topologies.mrctopo import MrcTopo
-from topologies.p4switch import P4RuntimeSwitch, SwitchProcessError, await_listening
-from topologies.runports import PortPlan, SwitchPorts, assign, move
+from safety import listeners
+from safety.runports import PortPlan, SwitchPorts, assign, move
 
 FABRIC = Fabric(1, 1, 1, 1)
 NOBODY = 65534

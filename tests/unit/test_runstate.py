@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from topologies.privdir import PrivateDir
-from topologies.runstate import (
+from safety.privdir import PrivateDir
+from safety.runstate import (
     RunManifest,
     RunStateError,
     acquire_fabric_lock,
@@ -129,8 +129,8 @@ def test_signals_wait_for_the_block_and_a_second_one_escalates() -> None:
 def test_the_fabric_lock_names_its_holder_to_whoever_waits(rundir: PrivateDir) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from pathlib import Path; "
-         "from topologies.privdir import PrivateDir; "
-         "from topologies.runstate import acquire_fabric_lock; "
+         "from safety.privdir import PrivateDir; "
+         "from safety.runstate import acquire_fabric_lock; "
          "acquire_fabric_lock(5, rundir=PrivateDir(Path(sys.argv[1]))); "
          "print('held', flush=True); time.sleep(60)", str(rundir.path)],
         stdout=subprocess.PIPE, text=True, cwd=REPO)

@@ -32,8 +32,9 @@ def test_no_kill_by_name() -> None:
     assert hits == []
 
 
-PACKAGES = ("bench", "controller", "fabric", "grader", "host_agent", "host_agent/core", "p4rt",
-            "sim", "softswitch", "topologies", "wire")
+PACKAGES = ("bench", "controller", "demo", "emulation", "emulation/cluster", "fabric", "grader",
+            "host_agent", "host_agent/core", "nodes", "p4rt", "rigs", "safety", "sim", "softswitch",
+            "topologies", "views", "wire")
 
 
 def test_every_package_says_what_it_owns() -> None:
