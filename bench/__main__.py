@@ -36,8 +36,9 @@ if __name__ == "__main__":  # before the heavy imports: re-run with .venv if the
 
 from tqdm import tqdm  # noqa: E402
 
-from bench import calibrate, paper, results, scenarios  # noqa: E402
+from bench import calibrate, results, scenarios  # noqa: E402
 from bench.context import FULL, QUICK, Context  # noqa: E402
+from bench.experiments import paper  # noqa: E402
 from bench.runner import CONTENDERS  # noqa: E402
 from bench.view import BenchView  # noqa: E402
 from emulation import fidelity

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.mrc_flows import FlowSpec
+from bench.contenders.mrc_flows import FlowSpec
 from bench.runner import open_network, run_contender
 from emulation.calibration import MIN_RATE, CalibrationError, choice, rate_from
 from emulation.fidelity import FAITHFUL, Monitor

@@ -1,8 +1,8 @@
 """What every benchmark scenario shares: the sizes (QUICK, FULL), the run's Context, the
 scenario fabrics, opening a fabric for a scenario, running one contender under the fidelity
 monitor, and how targets and verdicts are reported. The scenarios themselves are in
-bench.scenarios (permutation, incast, all-reduce), bench.failures (failures on one flow) and
-bench.paper (the paper's loss, victim and start-up experiments).
+bench.scenarios (permutation, incast, all-reduce), bench.experiments.failures (failures on one
+flow) and bench.experiments.paper (the paper's loss, victim and start-up experiments).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from bench.mrc_flows import FlowSpec
+from bench.contenders.mrc_flows import FlowSpec
 from bench.runner import (
     CONTENDERS,
     KERNEL,

@@ -1,4 +1,4 @@
-"""Mutated MRC frames onto one interface, for the soak (bench/soak.py).
+"""Mutated MRC frames onto one interface, for the soak (bench/costs/soak.py).
 
     python -m bench.inject --ifname IF --count N --seed S --src H --dst H --plane P
 

@@ -25,9 +25,9 @@ from dataclasses import replace
 from typing import Any
 
 from bench import metrics
-from bench.kernel_flows import mptcp_enabled
-from bench.kernel_run import run_kernel_flows
-from bench.mrc_flows import CHUNK, DEPTH, FlowSpec, run_flows
+from bench.contenders.kernel_flows import mptcp_enabled
+from bench.contenders.kernel_run import run_kernel_flows
+from bench.contenders.mrc_flows import CHUNK, DEPTH, FlowSpec, run_flows
 from demo.run import ev_layout
 from emulation.network import MrcNetwork, NetworkConfig
 from host_agent.core import DEFAULT_MTU

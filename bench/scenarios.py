@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import metrics
-from bench.allreduce import run_allreduce
+from bench.contenders.mrc_flows import FlowSpec
 from bench.context import (
     DEFAULT_FABRIC,
     Context,
@@ -28,8 +28,14 @@ from bench.context import (
     verdicts,
     watched,
 )
-from bench.failures import FAILURE_CONTENDERS, flap, link_failure, plane_failure, switch_reboot
-from bench.mrc_flows import FlowSpec
+from bench.experiments.allreduce import run_allreduce
+from bench.experiments.failures import (
+    FAILURE_CONTENDERS,
+    flap,
+    link_failure,
+    plane_failure,
+    switch_reboot,
+)
 from bench.runner import CONTENDERS
 from emulation.fidelity import Monitor
 

@@ -73,7 +73,8 @@ class AgentProcess:
         self.served_core = served_core  # agent --served-core
         self.proc: subprocess.Popen | None = None
         self.proxy = AgentProxy(host, self.socket_path)
-        self.repo = REPO  # the tree whose agent code start() runs (bench.agent_speed: another)
+        self.repo = REPO  # the tree whose agent code start() runs (bench.costs.agent_speed:
+        # another)
 
     def command(self) -> list[str]:
         f = self.fabric
@@ -82,7 +83,7 @@ class AgentProcess:
                str(f.t1_per_plane), "--hosts-per-t0", str(f.hosts_per_t0),
                "--socket", str(self.server_socket), "--log", str(self.log_path),
                "--base-rtt", f"{self.base_rtt:.6f}", "--exchange-qps"]
-        if self.mode != MRC_MODE:  # the default: agents from before --mode (bench.agent_speed
+        if self.mode != MRC_MODE:  # the default: agents from before --mode (bench.costs.agent_speed
             cmd += ["--mode", self.mode.name]  # --vs an older commit) start as they did
         if self.keep_ipv6:
             cmd.append("--keep-ipv6")
@@ -165,7 +166,7 @@ def exchange_qps(agents: dict[int, AgentProxy], only: int | None = None) -> None
     every other: each side's QPN and initial PSN (drawn from `secrets` by the agent) reach the
     other through the control sockets, out of band, as RC applications exchange them. Two
     agents open as many QPs (lanes) as the one with fewer runs (1 unless both run roce)."""
-    # an agent from before the modes (bench.agent_speed --vs an older commit) has one lane
+    # an agent from before the modes (bench.costs.agent_speed --vs an older commit) has one lane
     lanes = {h: a.call("status").get("lanes", 1) for h, a in agents.items()}
     for a, b in itertools.combinations(sorted(agents), 2):
         if only is not None and only not in (a, b):

@@ -222,7 +222,7 @@ class MrcNetwork(FaultInjection):
 
     def record_pids(self) -> None:
         """Record every process this run owns (for a second Ctrl-C and for the next start);
-        call it after starting a process behind the network's back (bench.soak)."""
+        call it after starting a process behind the network's back (bench.costs.soak)."""
         if self._manifest is None or self.net is None:
             return
         for node in self.net.hosts + self.net.switches:  # a remote node: its ssh client here

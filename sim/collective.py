@@ -1,5 +1,5 @@
 """All-reduce on the simulated fabric, repeated like a synchronous training job. The ring is
-the bench's (bench/allreduce.py): each step is 2(N-1) phases; in each phase every host
+the bench's (bench/experiments/allreduce.py): each step is 2(N-1) phases; in each phase every host
 writes buffer/N bytes to its ring successor at once, and the phase ends when every write is
 complete at both ends. The hierarchical one (`allreduce-2d*`) runs rings within each T0 and
 across T0s (hierarchical_allreduce), so a step at 1,024 hosts is 156 phases, not 2,046. Step

@@ -67,7 +67,7 @@ class QueueConfig:
     # None: one serializer per port, the high-priority queue served first at the port's rate
     # (a real link). A number: the high-priority queue has a serializer of its own at that
     # many times the port's rate and takes no time from data, as the emulation's ports and
-    # NICs are shaped (emulation.nicpacing.CONTROL_RATE_FACTOR); bench.agreement sets it.
+    # NICs are shaped (emulation.nicpacing.CONTROL_RATE_FACTOR); bench.simulated.agreement sets it.
     control_rate_factor: float | None = None
 
     def __post_init__(self) -> None:

@@ -16,8 +16,9 @@ from sim.host import HostAdapter
 from wire import DATA_DSCPS, decode_frame
 
 DEFAULT_FABRIC = Fabric(planes=4, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=2)
-# The paper's incast victim (also the bench's, bench.paper): 7 senders off T0 0 write to h0;
-# the victim, the last host, writes to h0's neighbour across the same spines' downlinks.
+# The paper's incast victim (also the bench's, bench.experiments.paper): 7 senders off T0 0
+# write to h0; the victim, the last host, writes to h0's neighbour across the same spines'
+# downlinks.
 # Two planes of 3 T0 x 3 T1 x 4 hosts: 3 spines carry 1.5x h0's and h1's NIC capacity.
 VICTIM_FABRIC = Fabric(planes=2, t0_per_plane=3, t1_per_plane=3, hosts_per_t0=4)
 INCAST_SENDERS = 7

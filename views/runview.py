@@ -97,7 +97,7 @@ class RunRecorder:
         rate = net.config.port_rate_pps
         self._busy_pps = SATURATED * rate if isinstance(rate, int) else None
         self.samples: list[dict[str, Any]] = []
-        self.cpu_s = 0.0  # this process's CPU spent sampling (bench.view_cost)
+        self.cpu_s = 0.0  # this process's CPU spent sampling (bench.costs.view_cost)
         self.started = clock()
         self._last: tuple[float, dict[str, dict[int, tuple[int, int]]], int, int] | None = None
         self._marks: dict[tuple[str, int], tuple[float, int, int]] = {}

@@ -1,4 +1,4 @@
-"""bench.agent_speed reads a process's CPU from the scheduler's nanosecond runtime: it must
+"""bench.costs.agent_speed reads a process's CPU from the scheduler's nanosecond runtime: it must
 agree with the process's own clock, which a 10 ms clock-tick reading could not do."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from bench.agent_speed import on_cpu_seconds
+from bench.costs.agent_speed import on_cpu_seconds
 
 BURN_S = 0.2
 TOLERANCE_S = 0.012  # a running thread's schedstat may lag by up to one scheduler tick

@@ -1,6 +1,6 @@
-"""bench.agreement without Mininet: how the simulator is set up from an emulated run, how the
-figures are compared, and the simulator held to the recorded emulation figures
-(docs/agreement/agreement.json, a `python -m bench.agreement --repeat 5 --seeds 5` run).
+"""bench.simulated.agreement without Mininet: how the simulator is set up from an emulated run,
+how the figures are compared, and the simulator held to the recorded emulation figures
+(docs/agreement/agreement.json, a `python -m bench.simulated.agreement --repeat 5 --seeds 5` run).
 The live comparison, emulation beside simulator, is tests/e2e/test_sim_agreement.py."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import agreement
+from bench.simulated import agreement
 from emulation.nicpacing import CONTROL_RATE_FACTOR
 from wire.layout import DEFAULT_MTU, FULL_DATA_FRAME_LEN
 
@@ -31,7 +31,7 @@ def test_the_simulator_gets_the_emulated_networks_parameters() -> None:
 
 def test_goodput_share_counts_payload_as_the_bench_does() -> None:
     run = {"ok": True, "goodput_bps": 8e6, "capacity_bps": 16e6}
-    share = agreement.payload_share  # bench.sim_bench's, shared
+    share = agreement.payload_share  # bench.simulated.sim_bench's, shared
     assert share(run) == pytest.approx(0.5 * FULL_DATA_FRAME_LEN / DEFAULT_MTU)
     assert share({**run, "ok": False}) is None
 

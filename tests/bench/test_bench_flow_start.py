@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from bench import mrc_flows
-from bench.mrc_flows import FlowSpec
+from bench.contenders import mrc_flows
+from bench.contenders.mrc_flows import FlowSpec
 
 
 class FakeAgent:

@@ -1,4 +1,4 @@
-"""bench.kernel_flows between two namespaces joined by two veth "planes" (root only).
+"""bench.contenders.kernel_flows between two namespaces joined by two veth "planes" (root only).
 
 Checks the delivery timeline a server reports (every byte, monotonic samples), that MPTCP
 with the bench's endpoint commands puts a subflow on each plane (both rate-limited veths carry
@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 
 from bench import metrics
-from bench.kernel_flows import mptcp_enabled, mptcp_host_commands
+from bench.contenders.kernel_flows import mptcp_enabled, mptcp_host_commands
 
 REPO = Path(__file__).resolve().parents[2]
+KERNEL_FLOWS = (sys.executable, "-m", "bench.contenders.kernel_flows")
 PLANES = 2
 PLANE_RATE = "160mbit"  # tbf on each client NIC in the MPTCP test
 
@@ -73,14 +74,14 @@ def _run_flow(names: tuple[str, str], proto: str, nbytes: int) -> tuple[dict, di
     client_ns, server_ns = names
     binds = [a for p in range(PLANES) for a in ("--bind", _addr(p, 1))]
     server = subprocess.Popen(
-        ["ip", "netns", "exec", server_ns, sys.executable, "-m", "bench.kernel_flows", "server",
+        ["ip", "netns", "exec", server_ns, *KERNEL_FLOWS, "server",
          *binds, "--port", "5201", "--proto", proto, "--count", "1", "--timeout", "30"],
         cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None
         assert server.stdout.readline().strip() == "READY"
         client = subprocess.run(
-            ["ip", "netns", "exec", client_ns, sys.executable, "-m", "bench.kernel_flows",
+            ["ip", "netns", "exec", client_ns, *KERNEL_FLOWS,
              "client", "--src", _addr(0, 0), "--dst", _addr(0, 1), "--port", "5201",
              "--proto", proto, "--bytes", str(nbytes), "--timeout", "30"],
             cwd=REPO, capture_output=True, text=True, timeout=60)
@@ -133,7 +134,7 @@ def test_mptcp_uses_every_plane(lab: tuple[str, str]) -> None:
 def test_client_to_closed_port_fails_cleanly(lab: tuple[str, str]) -> None:
     client_ns, _ = lab
     result = subprocess.run(
-        ["ip", "netns", "exec", client_ns, sys.executable, "-m", "bench.kernel_flows", "client",
+        ["ip", "netns", "exec", client_ns, *KERNEL_FLOWS, "client",
          "--src", _addr(0, 0), "--dst", _addr(0, 1), "--port", "5999", "--bytes", "1000",
          "--timeout", "5"], cwd=REPO, capture_output=True, text=True, timeout=30)
     report = json.loads(result.stdout)
@@ -143,7 +144,7 @@ def test_client_to_closed_port_fails_cleanly(lab: tuple[str, str]) -> None:
 def test_server_gives_up_without_client(lab: tuple[str, str]) -> None:
     _, server_ns = lab
     result = subprocess.run(
-        ["ip", "netns", "exec", server_ns, sys.executable, "-m", "bench.kernel_flows", "server",
+        ["ip", "netns", "exec", server_ns, *KERNEL_FLOWS, "server",
          "--bind", _addr(0, 1), "--port", "5202", "--timeout", "0.5"],
         cwd=REPO, capture_output=True, text=True, timeout=30)
     assert result.returncode == 1 and result.stdout.strip() == "READY"
@@ -152,7 +153,7 @@ def test_server_gives_up_without_client(lab: tuple[str, str]) -> None:
 def test_server_refuses_foreign_address(lab: tuple[str, str]) -> None:
     _, server_ns = lab
     result = subprocess.run(
-        ["ip", "netns", "exec", server_ns, sys.executable, "-m", "bench.kernel_flows", "server",
+        ["ip", "netns", "exec", server_ns, *KERNEL_FLOWS, "server",
          "--bind", _addr(0, 0), "--port", "5203", "--timeout", "1"],
         cwd=REPO, capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "cannot bind" in result.stderr
@@ -163,13 +164,13 @@ def test_server_reports_only_after_every_connection(lab: tuple[str, str]) -> Non
     server holds its reports (a full stdout pipe would stop it reading the other flows)."""
     client_ns, server_ns = lab
     server = subprocess.Popen(
-        ["ip", "netns", "exec", server_ns, sys.executable, "-m", "bench.kernel_flows", "server",
+        ["ip", "netns", "exec", server_ns, *KERNEL_FLOWS, "server",
          "--bind", _addr(0, 1), "--port", "5204", "--count", "2", "--timeout", "30"],
         cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None
         assert server.stdout.readline().strip() == "READY"
-        client = [sys.executable, "-m", "bench.kernel_flows", "client", "--src", _addr(0, 0),
+        client = [*KERNEL_FLOWS, "client", "--src", _addr(0, 0),
                   "--dst", _addr(0, 1), "--port", "5204", "--bytes", "100000"]
         first = subprocess.run(["ip", "netns", "exec", client_ns, *client], cwd=REPO,
                                capture_output=True, text=True, timeout=30)

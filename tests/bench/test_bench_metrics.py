@@ -213,7 +213,8 @@ def _flows(ok: bool) -> dict:
 
 
 def _steps(ok: bool) -> dict:
-    """An all-reduce contender run (bench.allreduce): no flow summary, its ok at the top."""
+    """An all-reduce contender run (bench.experiments.allreduce): no flow summary, its ok at the
+    top."""
     return {"ok": ok, "steps": 5, "completed_steps": 5 if ok else 2, "fidelity": {}}
 
 

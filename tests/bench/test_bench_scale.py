@@ -1,13 +1,13 @@
-"""bench.scale's arithmetic from synthetic points: growth per switch, path and host as
+"""bench.costs.scale's arithmetic from synthetic points: growth per switch, path and host as
 least-squares slopes, and the table it writes."""
 
 from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("mininet.net", reason="bench.scale imports the Mininet fabric")
+pytest.importorskip("mininet.net", reason="bench.costs.scale imports the Mininet fabric")
 
-from bench.scale import curve_markdown, growth, slope  # noqa: E402
+from bench.costs.scale import curve_markdown, growth, slope  # noqa: E402
 
 
 def _point(target: str, switches: int, hosts: int, paths: int, up: float, rss: float) -> dict:

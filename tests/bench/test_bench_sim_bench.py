@@ -1,5 +1,5 @@
-"""bench.sim_bench: the bench's scenarios in the simulator, in the bench's results format, so
-bench.results and bench.plots read them as they read an emulated run."""
+"""bench.simulated.sim_bench: the bench's scenarios in the simulator, in the bench's results
+format, so bench.results and bench.plots read them as they read an emulated run."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import results, sim_bench
+from bench import results
+from bench.simulated import sim_bench
 
 SIZE = 256 * 1024
 

@@ -1,4 +1,4 @@
-"""bench.sim_scale: the paper's scale figures from simulator runs, here in --quick form."""
+"""bench.simulated.sim_scale: the paper's scale figures from simulator runs, in --quick form."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench import sim_scale
+from bench.simulated import sim_scale
 
 
 def test_quick_scale_run_reports_the_papers_figures(tmp_path) -> None:

@@ -1,11 +1,11 @@
-"""bench.sim_speed reports the simulator's speed and setup costs, and that the same seed
+"""bench.simulated.sim_speed reports the simulator's speed and setup costs, and that the same seed
 gave the same result in every repeat."""
 
 from __future__ import annotations
 
 import json
 
-from bench import sim_speed
+from bench.simulated import sim_speed
 
 
 def test_sim_speed_reports_speed_costs_and_determinism(tmp_path) -> None:

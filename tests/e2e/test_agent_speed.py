@@ -1,4 +1,4 @@
-"""`python -m bench.agent_speed --vs HEAD`, small: both trees measured, the report complete
+"""`python -m bench.costs.agent_speed --vs HEAD`, small: both trees measured, the report complete
 and sane, the temporary worktree gone afterwards. Checks structure, never speed."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _worktrees() -> set[str]:
 def test_agent_speed_vs_head(tmp_path: Path) -> None:
     before = _worktrees()
     out = tmp_path / "speed.json"
-    proc = subprocess.run([sys.executable, "-m", "bench.agent_speed", "--vs", "HEAD",
+    proc = subprocess.run([sys.executable, "-m", "bench.costs.agent_speed", "--vs", "HEAD",
                            "--bytes", "300000", "--runs", "1", "--rate", "500",
                            "--json", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
@@ -53,6 +53,6 @@ def test_agent_speed_vs_head(tmp_path: Path) -> None:
 
 
 def test_agent_speed_refuses_a_rate_that_is_not_positive() -> None:
-    proc = subprocess.run([sys.executable, "-m", "bench.agent_speed", "--rate", "0"], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "bench.costs.agent_speed", "--rate", "0"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "positive rate" in proc.stderr

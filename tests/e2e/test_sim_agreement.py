@@ -1,4 +1,4 @@
-"""The simulator and the emulation agree on the same small experiments (bench.agreement):
+"""The simulator and the emulation agree on the same small experiments (bench.simulated.agreement):
 link failure, permutation and loss with 10 ms links on the default fabric, three Mininet runs
 of each beside one simulator run with the emulated network's parameters, every figure within
 its stated tolerance (docs/benchmarks.md, "The simulator against the emulation")."""
@@ -11,7 +11,7 @@ from tests.e2e.support import skip_reason
 
 pytest.importorskip("mininet.net", reason="Mininet is not importable (apt install mininet)")
 
-from bench import agreement  # noqa: E402
+from bench.simulated import agreement  # noqa: E402
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(300),
               pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]

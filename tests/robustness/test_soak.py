@@ -1,4 +1,4 @@
-"""The soak command on the software switch, short (`python -m bench.soak --quick`): mutated
+"""The soak command on the software switch, short (`python -m bench.costs.soak --quick`): mutated
 frames into a live agent and a live switch, link flapping, a killed spine and a killed
 receiving agent, each with
 transfers running; every transfer verified, nothing crashed, memory of the switch bounded."""
@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.timeout(900),
 
 def test_quick_soak_verifies_every_transfer_and_nothing_crashes(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
-    proc = subprocess.run([sys.executable, "-m", "bench.soak", "--quick", "--target", "soft",
+    proc = subprocess.run([sys.executable, "-m", "bench.costs.soak", "--quick", "--target", "soft",
                            "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
                           timeout=840)
     assert out.exists(), proc.stderr[-3000:]

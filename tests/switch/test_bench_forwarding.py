@@ -1,4 +1,4 @@
-"""bench.forwarding: one run measures the targets side by side and reports consistent
+"""bench.costs.forwarding: one run measures the targets side by side and reports consistent
 figures. Structure and arithmetic only: the rates depend on the machine and its load."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.forwarding import summarise
+from bench.costs.forwarding import summarise
 from tests.support import require_bmv2
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,7 +29,7 @@ def test_summary_medians_and_ratios() -> None:
 
 
 def _run(*args: str) -> dict:
-    result = subprocess.run([sys.executable, "-m", "bench.forwarding", "--seconds", "1",
+    result = subprocess.run([sys.executable, "-m", "bench.costs.forwarding", "--seconds", "1",
                              "--repeat", "1", "--json", *args], cwd=REPO, capture_output=True,
                             text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-2000:]

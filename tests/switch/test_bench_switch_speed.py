@@ -1,4 +1,4 @@
-"""bench.switch_speed: the summary arithmetic, one live run, and --vs with its temporary
+"""bench.costs.switch_speed: the summary arithmetic, one live run, and --vs with its temporary
 worktree. Structure only: the CPU figures depend on the machine and its load."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.switch_speed import format_summary, summarise
+from bench.costs.switch_speed import format_summary, summarise
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,7 +39,7 @@ def test_summary_medians_and_ratio() -> None:
 
 def _run(tmp_path: Path, *args: str) -> dict:
     out = tmp_path / "report.json"
-    result = subprocess.run([sys.executable, "-m", "bench.switch_speed", "--frames", "400",
+    result = subprocess.run([sys.executable, "-m", "bench.costs.switch_speed", "--frames", "400",
                              "--repeat", "1", "--json", str(out), *args], cwd=REPO,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]

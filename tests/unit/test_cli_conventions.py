@@ -36,24 +36,25 @@ ROOT = Path(__file__).resolve().parents[2]
 ENTRY_POINTS: dict[str, tuple[str, str, list[str]]] = {
     "python -m sim": ("sim.__main__", "_parser", ["clean"]),
     "python -m bench": ("bench.__main__", "build_parser", ["all"]),
-    "python -m bench.scale": ("bench.scale", "build_parser", ["curve"]),
-    "python -m bench.view_cost": ("bench.view_cost", "build_parser", []),
-    "python -m bench.agent_speed": ("bench.agent_speed", "build_parser", []),
-    "python -m bench.soak": ("bench.soak", "build_parser", []),
-    "python -m bench.switch_speed": ("bench.switch_speed", "build_parser", []),
-    "python -m bench.forwarding": ("bench.forwarding", "build_parser", []),
-    "python -m bench.sim_speed": ("bench.sim_speed", "build_parser", []),
-    "python -m bench.sim_scale": ("bench.sim_scale", "build_parser", []),
-    "python -m bench.agreement": ("bench.agreement", "build_parser", []),
-    "python -m bench.sim_bench": ("bench.sim_bench", "build_parser", ["all"]),
+    "python -m bench.costs.scale": ("bench.costs.scale", "build_parser", ["curve"]),
+    "python -m bench.costs.view_cost": ("bench.costs.view_cost", "build_parser", []),
+    "python -m bench.costs.agent_speed": ("bench.costs.agent_speed", "build_parser", []),
+    "python -m bench.costs.soak": ("bench.costs.soak", "build_parser", []),
+    "python -m bench.costs.switch_speed": ("bench.costs.switch_speed", "build_parser", []),
+    "python -m bench.costs.forwarding": ("bench.costs.forwarding", "build_parser", []),
+    "python -m bench.simulated.sim_speed": ("bench.simulated.sim_speed", "build_parser", []),
+    "python -m bench.simulated.sim_scale": ("bench.simulated.sim_scale", "build_parser", []),
+    "python -m bench.simulated.agreement": ("bench.simulated.agreement", "build_parser", []),
+    "python -m bench.simulated.sim_bench": ("bench.simulated.sim_bench", "build_parser", ["all"]),
     "topologies/two_tier.py": ("topologies.two_tier", "build_parser", []),
     "python -m controller": ("controller.__main__", "build_parser", ["paths"]),
     "python -m grader": ("grader.__main__", "build_parser", ["grade", "1"]),
 }
 # Parsers with none of the shared options, or internal processes the entry points above start.
 NOT_USER_ENTRY_POINTS = {
-    "bench/kernel_flows.py": "server/client inside Mininet hosts; always one JSON line each",
-    "bench/inject.py": "frame injector run by bench.soak in a host",
+    "bench/contenders/kernel_flows.py":
+        "server/client inside Mininet hosts; always one JSON line each",
+    "bench/inject.py": "frame injector run by bench.costs.soak in a host",
     "emulation/cluster/serverrun.py": "the ssh session on another server of a cluster run",
     "grader/inner.py": "the sandboxed half of the grader, given a concrete target",
     "softswitch/__main__.py": "the switch process: no shared option",
@@ -67,16 +68,16 @@ NOT_USER_ENTRY_POINTS = {
 EXPECTED = {
     "python -m sim": {"--json", "--line-rate", "--convergence-delay"},
     "python -m bench": {"--json", "--target", "--rate"},
-    "python -m bench.scale": {"--json", "--target", "--rate"},
-    "python -m bench.view_cost": {"--json", "--target", "--rate"},
-    "python -m bench.agent_speed": {"--json", "--target", "--rate"},
-    "python -m bench.soak": {"--json", "--target"},
-    "python -m bench.switch_speed": {"--json", "--rate"},
-    "python -m bench.forwarding": {"--json", "--target"},
-    "python -m bench.sim_speed": {"--json", "--fabric"},
-    "python -m bench.sim_scale": {"--json"},
-    "python -m bench.agreement": {"--json", "--target"},
-    "python -m bench.sim_bench": {"--json", "--fabric"},
+    "python -m bench.costs.scale": {"--json", "--target", "--rate"},
+    "python -m bench.costs.view_cost": {"--json", "--target", "--rate"},
+    "python -m bench.costs.agent_speed": {"--json", "--target", "--rate"},
+    "python -m bench.costs.soak": {"--json", "--target"},
+    "python -m bench.costs.switch_speed": {"--json", "--rate"},
+    "python -m bench.costs.forwarding": {"--json", "--target"},
+    "python -m bench.simulated.sim_speed": {"--json", "--fabric"},
+    "python -m bench.simulated.sim_scale": {"--json"},
+    "python -m bench.simulated.agreement": {"--json", "--target"},
+    "python -m bench.simulated.sim_bench": {"--json", "--fabric"},
     "topologies/two_tier.py": {"--json", "--target", "--rate", "--convergence-delay"},
     "python -m controller": {"--json", "--target", "--convergence-delay"},
     "python -m grader": {"--json", "--target"},
@@ -272,9 +273,10 @@ def test_a_deprecated_spelling_keeps_its_new_options_default_and_type(capsys) ->
     ("python -m bench", ["all", "--rate", "300"], 300),
     ("topologies/two_tier.py", [], "auto"), ("topologies/two_tier.py", ["--rate", "0"], 0),
     ("topologies/two_tier.py", ["--rate", "target"], "target"),
-    ("python -m bench.scale", ["demo", "--rate", "70"], 70),
-    ("python -m bench.agent_speed", [], None), ("python -m bench.agent_speed", ["--rate", "9"], 9),
-    ("python -m bench.switch_speed", ["--rate", "2500.5"], 2500.5)])
+    ("python -m bench.costs.scale", ["demo", "--rate", "70"], 70),
+    ("python -m bench.costs.agent_speed", [], None),
+    ("python -m bench.costs.agent_speed", ["--rate", "9"], 9),
+    ("python -m bench.costs.switch_speed", ["--rate", "2500.5"], 2500.5)])
 def test_packet_rates_keep_their_values(name: str, argv: list[str], rate: object) -> None:
     assert parser_of(name).parse_args(argv).rate == rate
 
@@ -282,8 +284,9 @@ def test_packet_rates_keep_their_values(name: str, argv: list[str], rate: object
 @pytest.mark.parametrize("name, argv", [
     ("python -m bench", ["all", "--rate", "0"]), ("python -m bench", ["all", "--rate", "x"]),
     ("python -m bench", ["all", "--rate", "target"]),
-    ("topologies/two_tier.py", ["--rate", "-1"]), ("python -m bench.agent_speed", ["--rate", "0"]),
-    ("python -m bench.view_cost", ["--rate", "auto"])])
+    ("topologies/two_tier.py", ["--rate", "-1"]),
+    ("python -m bench.costs.agent_speed", ["--rate", "0"]),
+    ("python -m bench.costs.view_cost", ["--rate", "auto"])])
 def test_packet_rates_refuse_what_the_entry_point_cannot_run(name: str, argv: list[str],
                                                              capsys) -> None:
     with pytest.raises(SystemExit):
@@ -437,9 +440,9 @@ def test_no_entry_point_has_a_rule_of_its_own(name: str) -> None:
 
 def test_targets_default_where_they_did(monkeypatch) -> None:
     defaults = {"python -m bench": "auto", "topologies/two_tier.py": "auto",
-                "python -m bench.agent_speed": "auto", "python -m bench.soak": "auto",
-                "python -m bench.view_cost": "soft", "python -m bench.scale": "soft",
-                "python -m bench.forwarding": "both", "python -m grader": "auto"}
+                "python -m bench.costs.agent_speed": "auto", "python -m bench.costs.soak": "auto",
+                "python -m bench.costs.view_cost": "soft", "python -m bench.costs.scale": "soft",
+                "python -m bench.costs.forwarding": "both", "python -m grader": "auto"}
     for name, default in defaults.items():
         argv = ENTRY_POINTS[name][2]
         assert parser_of(name).parse_args(argv).target == default, name

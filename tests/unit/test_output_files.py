@@ -149,8 +149,8 @@ def test_an_entry_point_refuses_a_planted_link_before_it_runs(shared_tmp: Path,
 
 
 @pytest.mark.parametrize("command", [
-    ["bench.sim_bench", "permutation", "--size", "20000", "--contenders", "mrc", "--out"],
-    ["bench.sim_scale", "--quick", "--parts", "bypass", "--plot"],
+    ["bench.simulated.sim_bench", "permutation", "--size", "20000", "--contenders", "mrc", "--out"],
+    ["bench.simulated.sim_scale", "--quick", "--parts", "bypass", "--plot"],
     ["grader", "solution", "1"],
 ], ids=["sim_bench --out", "sim_scale --plot", "grader solution"])
 def test_output_directories_of_another_user_are_refused(shared_tmp: Path,

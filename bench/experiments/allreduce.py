@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from bench import metrics
-from bench.mrc_flows import FlowSpec
+from bench.contenders.mrc_flows import FlowSpec
 from bench.runner import Injector, set_mode
 from emulation.network import MrcNetwork
 from host_agent.control import ControlClient, ControlError

@@ -1,6 +1,6 @@
 """How fast the simulator runs, and what each switch and host costs it.
 
-    .venv/bin/python -m bench.sim_speed [--fabric NAME | sizes] [--scenario permutation]
+    .venv/bin/python -m bench.simulated.sim_speed [--fabric NAME | sizes] [--scenario permutation]
                                         [--size BYTES] [--repeat N] [--json [FILE]]
 
 Runs one scenario of `python -m sim` (default: the permutation on the default fabric) and
@@ -40,8 +40,8 @@ DEFAULT_SIZE = 8 * 1024 * 1024
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.sim_speed", description=__doc__.split(
-        "\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.simulated.sim_speed",
+                                description=__doc__.split("\n\n")[0])
     add_fabric_args(p, default=None)
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default="permutation")
     p.add_argument("--size", type=int, default=DEFAULT_SIZE, help="bytes moved in total")

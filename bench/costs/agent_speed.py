@@ -1,6 +1,6 @@
 """Host agent CPU per packet: one MRC transfer between two agents, CPU read from /proc.
 
-    sudo .venv/bin/python -m bench.agent_speed [--vs COMMIT] [--bytes N] [--runs R]
+    sudo .venv/bin/python -m bench.costs.agent_speed [--vs COMMIT] [--bytes N] [--runs R]
         [--chunk BYTES] [--depth D] [--rate PPS] [--target auto|bmv2|soft] [--json [FILE]]
 
 A small fabric (2 planes x 2 T0 x 2 T1, one host per T0, so traffic crosses the spines) runs
@@ -11,17 +11,17 @@ frame is a wake-up of its own, and the per-wake-up work (event loop, timers, a p
 QPs) weighs more per packet.
 
 Each run moves N bytes from h0 to h1 (after a small unmeasured warm-up) the way the bench's
-flows do (bench.mrc_flows.post_chunks): --chunk-byte writes kept --depth deep on one control
-connection, so the agents' per-write command path is measured too (`--chunk 0`: one RDMA write
-of N bytes, the transport alone). Around the transfer the bench reads each agent process's time
-on a CPU in nanoseconds (the first field of /proc/PID/task/*/schedstat, summed over its live
-threads: the agents have no other; /proc/PID/stat's utime+stime hold the same total but in 10
-ms clock ticks, too coarse for a transfer that costs a few dozen ticks) and its endpoint
+flows do (bench.contenders.mrc_flows.post_chunks): --chunk-byte writes kept --depth deep on one
+control connection, so the agents' per-write command path is measured too (`--chunk 0`: one RDMA
+write of N bytes, the transport alone). Around the transfer the bench reads each agent process's
+time on a CPU in nanoseconds (the first field of /proc/PID/task/*/schedstat, summed over its
+live threads: the agents have no other; /proc/PID/stat's utime+stime hold the same total but in
+10 ms clock ticks, too coarse for a transfer that costs a few dozen ticks) and its endpoint
 counters; the user/sys split comes from /proc/PID/stat and is informative only. "Packets" are
-the MRC frames that agent's endpoint sent plus those it received (tx_packets + rx_packets:
-data, SACK, NACK, probes and port status alike): the sender's are mostly data out and SACKs in,
-the receiver's the reverse. Reported per agent and for both: CPU ms per 1,000 packets, and per
-1,000 data packets of the transfer (sent by h0, resends included). The sender's window includes
+the MRC frames that agent's endpoint sent plus those it received (tx_packets + rx_packets: data,
+SACK, NACK, probes and port status alike): the sender's are mostly data out and SACKs in, the
+receiver's the reverse. Reported per agent and for both: CPU ms per 1,000 packets, and per 1,000
+data packets of the transfer (sent by h0, resends included). The sender's window includes
 building the write's test pattern (random.randbytes, about 3 ms per MB), the same for every
 tree.
 
@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.mrc_flows import CHUNK, DEPTH, FlowSpec, post_chunks, verify_chunks
+from bench.contenders.mrc_flows import CHUNK, DEPTH, FlowSpec, post_chunks, verify_chunks
 from emulation.agents import REPO, exchange_qps
 from emulation.netconfig import DEFAULT_RX_HOLD_MS
 from emulation.network import MrcNetwork, NetworkConfig
@@ -89,8 +89,8 @@ def describe(tree: Path) -> str:
 
 
 def use_tree(net: MrcNetwork, tree: Path, rx_hold_ms: float) -> None:
-    """Restart both agents from `tree` and exchange their QPs anew (as bench.soak restarts one).
-    Only this tree's agents get `rx_hold_ms`: another tree may not know the option."""
+    """Restart both agents from `tree` and exchange their QPs anew (as bench.costs.soak restarts
+    one). Only this tree's agents get `rx_hold_ms`: another tree may not know the option."""
     for host in (SRC, DST):
         agent = net.agents[host]
         agent.stop()
@@ -251,7 +251,7 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.agent_speed", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.costs.agent_speed", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--vs", metavar="COMMIT", help="compare against the agents of COMMIT")
     p.add_argument("--bytes", type=int, default=DEFAULT_BYTES, help="bytes per measured write")
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.bytes < 1 or args.runs < 1 or args.depth < 1 or args.chunk < 0:
         p.error("--bytes, --runs and --depth must be positive, --chunk at least 0")
     if os.geteuid() != 0:
-        print("bench.agent_speed: needs root (Mininet); run it with sudo", file=sys.stderr)
+        print("bench.costs.agent_speed: needs root (Mininet); run it with sudo", file=sys.stderr)
         return 2
     terminate_as_interrupt()  # the finally below removes the worktree
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731

@@ -2,7 +2,7 @@
 compared within stated tolerances (issue 36: can a 1,024-host figure from the simulator be
 believed?).
 
-    sudo .venv/bin/python -m bench.agreement [--target auto|bmv2|soft] [--repeat N]
+    sudo .venv/bin/python -m bench.simulated.agreement [--target auto|bmv2|soft] [--repeat N]
         [--seeds N] [--only NAME,...] [--json [FILE]]
 
 Each experiment is a bench scenario, MRC only, on the default fabric (4 planes x 2 T0 x 2 T1,
@@ -31,9 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from bench import failures, metrics, paper, scenarios
+from bench import metrics, scenarios
 from bench.context import QUICK, Context, Sizes
-from bench.sim_bench import data_packets_sent, payload_share
+from bench.experiments import failures, paper
+from bench.simulated.sim_bench import data_packets_sent, payload_share
 from emulation.nicpacing import CONTROL_RATE_FACTOR
 from fabric.options import add_json_arg, add_target_arg, write_json
 from sim.harness import SimSettings
@@ -52,7 +53,7 @@ PERM_RATE_PPS = 200
 LOSS_LINK_DELAY_S = 0.010  # the fidelity issue's link delay (tests/e2e/test_link_delay.py)
 # Flows long enough to reach a steady state: 1 s of the link-failure flow at its 2,000
 # packets/s, 0.5 s of each permutation flow; the loss flow is the bench's own rule (100 base
-# RTTs of the path's bandwidth-delay product, bench.paper.loss_flow_bytes).
+# RTTs of the path's bandwidth-delay product, bench.experiments.paper.loss_flow_bytes).
 SIZES: Sizes = replace(QUICK, flow_bytes=2 * 1024 * 1024, perm_bytes=1024 * 1024,
                        loss_bytes=1024 * 1024)
 Result = dict[str, Any]
@@ -240,7 +241,7 @@ class AgreementError(RuntimeError):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.agreement",
+    p = argparse.ArgumentParser(prog="python -m bench.simulated.agreement",
                                 description=__doc__.split("\n\n")[0])
     add_target_arg(p, default="soft")
     p.add_argument("--repeat", type=int, default=3, help="emulation runs per experiment")
@@ -262,13 +263,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeat < 1 or args.seeds < 1:
         p.error("--repeat and --seeds must be at least 1")
     if os.geteuid() != 0:
-        print("bench.agreement: needs root (Mininet); run it with sudo", file=sys.stderr)
+        print("bench.simulated.agreement: needs root (Mininet); run it with sudo", file=sys.stderr)
         return 2
     try:
         out = run(names, args.target, args.repeat, args.seeds,
                   lambda m: print(m, file=sys.stderr))
     except AgreementError as exc:
-        print(f"bench.agreement: {exc}", file=sys.stderr)
+        print(f"bench.simulated.agreement: {exc}", file=sys.stderr)
         return 1
     print(table(out["rows"]))
     write_json(args.json, out)

@@ -1,9 +1,9 @@
 """Software switch cost: CPU ms of one switch process per 1,000 forwarded MRC data frames.
 
-    sudo .venv/bin/python -m bench.switch_speed [--frames 10000] [--rate 2000] [--limit 4000]
+    sudo .venv/bin/python -m bench.costs.switch_speed [--frames 10000] [--rate 2000] [--limit 4000]
                                                 [--repeat 5] [--vs COMMIT] [--json [FILE]]
 
-One `python -m softswitch` process on two veths (bench.forwarding's programming: a T0 that
+One `python -m softswitch` process on two veths (bench.costs.forwarding's programming: a T0 that
 shifts the uSID and forwards to port 2, no trimming) gets `--frames` 1500-byte MRC data
 frames into port 1, paced at `--rate` frames/s, below the port rate limit `--limit`
 (set_queue_rate on every port, as the fabric does), so the egress queue stays short as in
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
-from bench.forwarding import DEVICE_ID, FRAME_LEN, mrc_frame, program
+from bench.costs.forwarding import DEVICE_ID, FRAME_LEN, mrc_frame, program
 from fabric.options import PACKET_RATE_UNIT, add_json_arg, add_rate_arg, write_json
 from p4rt import names as N
 from rigs.vethlab import PACKET_OUTGOING, VethLab
@@ -39,7 +39,7 @@ from safety.procs import stop_process
 from safety.runstate import terminate_as_interrupt
 from softswitch.cli import request
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 WARMUP = 200
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -213,7 +213,7 @@ def _git(*args: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.switch_speed", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.costs.switch_speed", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--frames", type=int, default=10000)
     add_rate_arg(p, "offered: the frames sent into port 1 (default %(default)g)", 2000.0,
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
     if os.geteuid() != 0:
-        print("bench.switch_speed needs root (namespaces, raw sockets)", file=sys.stderr)
+        print("bench.costs.switch_speed needs root (namespaces, raw sockets)", file=sys.stderr)
         return 2
     if min(args.frames, args.repeat) < 1 or not 1 <= args.burst <= 64 or not (
             0 < args.rate < args.limit):
@@ -273,6 +273,6 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except KeyboardInterrupt:
-        print("bench.switch_speed: interrupted (switch, veths and worktree removed)",
+        print("bench.costs.switch_speed: interrupted (switch, veths and worktree removed)",
               file=sys.stderr)
         sys.exit(130)

@@ -1,8 +1,9 @@
 """The cost of scale, measured: fabrics from 16 to 272 switches on both targets, and the demo at
 the paper's path counts.
 
-    sudo .venv/bin/python -m bench.scale curve [--targets soft,bmv2] [--out DIR] [--json [FILE]]
-    sudo .venv/bin/python -m bench.scale demo --fabric paths-128 [--target soft] [--runs 10]
+    sudo .venv/bin/python -m bench.costs.scale curve [--targets soft,bmv2] [--out DIR] \\
+        [--json [FILE]]
+    sudo .venv/bin/python -m bench.costs.scale demo --fabric paths-128 [--target soft] [--runs 10]
         [--rate auto|PPS] [--out DIR] [--json [FILE]]
 
 `curve`: for each fabric of CURVE (switches 16..272 at 4 hosts, then 4..16 hosts at 24
@@ -37,7 +38,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
 from bench import results  # noqa: E402
-from bench.soak import rss_kib  # noqa: E402
+from bench.costs.soak import rss_kib  # noqa: E402
 from demo.run import run_demo  # noqa: E402
 from emulation.calibration import calibrate_transfer  # noqa: E402
 from emulation.fidelity import process_cpu_s  # noqa: E402
@@ -246,7 +247,7 @@ def _run(kind: str, **fields: Any) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.costs.scale", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=("curve", "demo"))
     p.add_argument("--targets", default="soft,bmv2", help="curve: comma-separated targets")

@@ -2,7 +2,7 @@
 results.json schema, summary.md and plots (bench.results, bench.plots), so one experiment run
 small on Mininet (`python -m bench`) and large here is read the same way.
 
-    .venv/bin/python -m bench.sim_bench SCENARIO[,...]|all [--fabric NAME ...]
+    .venv/bin/python -m bench.simulated.sim_bench SCENARIO[,...]|all [--fabric NAME ...]
         [--contenders LIST] [--size BYTES] [--seed N] [--out DIR] [--json [FILE]]
 
 Each bench scenario maps onto `python -m sim` scenarios (SIM_RUNS): a failure is run clean
@@ -24,8 +24,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench import metrics, paper, results
+from bench import metrics, results
 from bench.context import target
+from bench.experiments import paper
 from fabric.options import add_fabric_args, add_json_arg, named_fabric
 from safety.privdir import UnsafePathError
 from sim.harness import SimSettings
@@ -38,6 +39,7 @@ SIM_RUNS: dict[str, tuple[str | None, str]] = {
     "link-failure": ("clean", "link-failure"), "plane-failure": ("clean", "plane-failure"),
     "flap": ("clean", "flap"), "switch-reboot": ("clean", "switch-reboot"),
     "allreduce": (None, "allreduce"), "victim": ("victim-alone", "victim")}
+MODULE = "bench.simulated.sim_bench"  # the command a results file says made it
 CONTENDERS = ("mrc", "roce", "roce:8", "roce:16", "single_port")
 NOT_SIMULATED = {"tcp": "kernel TCP is not simulated", "mptcp": "MPTCP is not simulated"}
 DEFAULT_SIZE = 8 * 1024 * 1024
@@ -253,7 +255,7 @@ def network_block(r: Result, convergence_delay_s: float) -> Result:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.sim_bench",
+    p = argparse.ArgumentParser(prog="python -m bench.simulated.sim_bench",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("scenario", help="'all', or comma-separated: " + ", ".join(SIM_RUNS))
     p.add_argument("--contenders", default="mrc,roce,roce:16,single_port",
@@ -291,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     except UnsafePathError as exc:
         p.error(str(exc))
     run: Result = {"schema": results.SCHEMA,
-                   "command": ["python", "-m", "bench.sim_bench", *(argv or sys.argv[1:])],
+                   "command": ["python", "-m", MODULE, *(argv or sys.argv[1:])],
                    "started": started.isoformat(timespec="seconds"), "quick": False,
                    "target": "sim", "contenders": contenders,
                    "environment": results.environment(), "sizes": {"size": args.size},

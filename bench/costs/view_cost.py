@@ -1,7 +1,7 @@
 """What the run view's sampling costs the emulation: CPU with the view on and off, with the
 fidelity monitor on and off, side by side on one fabric.
 
-    sudo .venv/bin/python -m bench.view_cost [--fabric hosts-16] [--target soft]
+    sudo .venv/bin/python -m bench.costs.view_cost [--fabric hosts-16] [--target soft]
         [--rate PPS] [--seconds 15] [--rounds 3] [--json [FILE]]
 
 One fabric is started; then the same MRC permutation (host i -> i + hosts/2, each flow sized
@@ -24,8 +24,8 @@ import time
 from typing import Any
 
 from bench import metrics
+from bench.contenders.mrc_flows import FlowSpec
 from bench.context import metrics_payload
-from bench.mrc_flows import FlowSpec
 from bench.runner import flow_summary, open_network, run_contender
 from emulation import fidelity
 from emulation.fidelity import Monitor
@@ -46,7 +46,7 @@ BUDGET = 0.05  # the issue: the sampling costs the emulation at most 5 % more CP
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.view_cost", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.costs.view_cost", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_fabric_args(p, default="hosts-16")
     add_target_arg(p, default="soft")

@@ -1,9 +1,9 @@
 """Kernel TCP / MPTCP flows: a bounded socket server and client run inside Mininet hosts.
 
-    python -m bench.kernel_flows server --bind ADDR [--bind ADDR...] --port P --proto tcp|mptcp \\
-        --count N --timeout S
-    python -m bench.kernel_flows client --src ADDR --dst ADDR --port P --proto tcp|mptcp \\
-        --bytes N --timeout S
+    python -m bench.contenders.kernel_flows server --bind ADDR [--bind ADDR...] --port P \\
+        --proto tcp|mptcp --count N --timeout S
+    python -m bench.contenders.kernel_flows client --src ADDR --dst ADDR --port P \\
+        --proto tcp|mptcp --bytes N --timeout S
 
 The client sends N bytes and closes its side; the server reads every connection to its end
 and records, as the bytes arrive, (CLOCK_MONOTONIC time, cumulative bytes) samples - the
@@ -220,7 +220,7 @@ def _positive(kind):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.kernel_flows", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.contenders.kernel_flows", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="role", required=True)
     s = sub.add_parser("server")

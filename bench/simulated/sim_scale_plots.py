@@ -1,4 +1,4 @@
-"""PNG plots of bench.sim_scale's summary: bypass time as the fabric grows, and each
+"""PNG plots of bench.simulated.sim_scale's summary: bypass time as the fabric grows, and each
 contender's P100 over MRC's per fabric."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from bench.plots import COLORS  # noqa: E402
 
 
 def plot_summary(summary: dict[str, Any], out_dir: Path) -> list[Path]:
-    """The plots of the parts that ran (bench.sim_scale --parts)."""
+    """The plots of the parts that ran (bench.simulated.sim_scale --parts)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     out = []
     if summary["bypass"]:

@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from bench import metrics
+from bench.contenders.mrc_flows import FlowSpec
 from bench.context import (
     QUICK,
     Context,
@@ -22,7 +23,6 @@ from bench.context import (
     run_one,
     target,
 )
-from bench.mrc_flows import FlowSpec
 from bench.runner import path_bdp_bytes
 from emulation.impair import LinkLoss, loss_unavailable
 from emulation.netconfig import NetworkConfig

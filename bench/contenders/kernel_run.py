@@ -1,4 +1,5 @@
-"""Kernel TCP / MPTCP flows between Mininet hosts (bench.kernel_flows inside each namespace).
+"""Kernel TCP / MPTCP flows between Mininet hosts (bench.contenders.kernel_flows inside each
+namespace).
 
 One server per destination host binds every NIC address of that host. TCP uses the whole
 NIC as a RoCE application with one QP per plane would: each flow is one connection per plane
@@ -18,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.kernel_flows import mptcp_host_commands
-from bench.mrc_flows import FlowSpec
+from bench.contenders.kernel_flows import mptcp_host_commands
+from bench.contenders.mrc_flows import FlowSpec
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 _ports = itertools.count(5201)
 STARTUP_S = 20.0
 
@@ -46,7 +47,7 @@ def configure_mptcp(net, hosts_as_server: set[int], hosts: set[int]) -> None:
 
 
 def _popen(net, host: int, args: list[str]) -> subprocess.Popen:
-    return net.host(host).popen([sys.executable, "-m", "bench.kernel_flows", *args],
+    return net.host(host).popen([sys.executable, "-m", "bench.contenders.kernel_flows", *args],
                                 cwd=str(REPO), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env={"PYTHONPATH": str(REPO)})
 

@@ -9,6 +9,7 @@ from collections import Counter
 from typing import Any
 
 from bench import metrics
+from bench.contenders.mrc_flows import FlowSpec
 from bench.context import (
     DEFAULT_FABRIC,
     Context,
@@ -20,7 +21,6 @@ from bench.context import (
     run_one,
     target,
 )
-from bench.mrc_flows import FlowSpec
 from bench.runner import (
     Injector,
     relative_failure,

@@ -1,6 +1,6 @@
 """Soak: a live fabric under hostile input and faults, with transfers that must still verify.
 
-    sudo .venv/bin/python -m bench.soak [--frames N] [--flap-hz F] [--flap-s S] [--quick]
+    sudo .venv/bin/python -m bench.costs.soak [--frames N] [--flap-hz F] [--flap-s S] [--quick]
         [--target auto|bmv2|soft] [--json [FILE]]
 
 Phases, each with transfers h0 -> h3 running and verified byte for byte at the receiver:
@@ -259,7 +259,7 @@ def run(cfg: SoakConfig) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.soak",
+    p = argparse.ArgumentParser(prog="python -m bench.costs.soak",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--frames", type=int, default=SoakConfig.frames, help="per injection point")
     p.add_argument("--flap-hz", type=float, default=SoakConfig.flap_hz)
@@ -273,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if os.geteuid() != 0:
-        print("bench.soak: needs root (Mininet): sudo .venv/bin/python -m bench.soak",
+        print("bench.costs.soak: needs root (Mininet): sudo .venv/bin/python -m bench.costs.soak",
               file=sys.stderr)
         return 2
     cfg = SoakConfig(frames=20_000 if args.quick else args.frames,
@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in (("--frames", cfg.frames), ("--flap-hz", cfg.flap_hz),
                         ("--flap-s", cfg.flap_s)):
         if value <= 0:
-            print(f"bench.soak: {name} must be positive, got {value}", file=sys.stderr)
+            print(f"bench.costs.soak: {name} must be positive, got {value}", file=sys.stderr)
             return 2
     result = run(cfg)
     if not json_to_stdout(args):

@@ -1,6 +1,6 @@
 """Forwarding benchmark: packets/s of 1500-byte MRC data frames through one switch process.
 
-    sudo .venv/bin/python -m bench.forwarding [--seconds 5] [--repeat 3]
+    sudo .venv/bin/python -m bench.costs.forwarding [--seconds 5] [--repeat 3]
                                               [--target auto|bmv2|soft|both] [--json [FILE]]
 
 A sender in namespace h1 blasts one uSID-routed MRC data frame as fast as it can into
@@ -53,7 +53,7 @@ from p4rt.p4info import load_text as load_p4info
 from rigs.vethlab import PACKET_OUTGOING, VethLab
 from safety.procs import stop_process
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FRAME_LEN = 1500
 DEVICE_ID = 1
 NO_TRIM = (1 << N.QDEPTH_BITS) - 1
@@ -129,7 +129,7 @@ def _free_port() -> int:
 
 def _helper(lab: VethLab, port: int, role: str, seconds: float) -> subprocess.Popen:
     cmd = ["ip", "netns", "exec", lab.namespaces[port], sys.executable, "-m",
-           "bench.forwarding", "--role", role, "--seconds", str(seconds)]
+           "bench.costs.forwarding", "--role", role, "--seconds", str(seconds)]
     return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True)
 
 
@@ -265,7 +265,7 @@ def format_summary(report: dict) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.forwarding", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.costs.forwarding", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=float, default=5.0)
     add_target_arg(p, default="both", more={"both": "soft and, where installed, bmv2"})
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps((sender if args.role == "sender" else receiver)(args.seconds)))
         return 0
     if os.geteuid() != 0:
-        print("bench.forwarding needs root (namespaces, raw sockets)", file=sys.stderr)
+        print("bench.costs.forwarding needs root (namespaces, raw sockets)", file=sys.stderr)
         return 2
     if args.repeat < 1 or args.seconds <= 0:
         p.error("--repeat must be >= 1 and --seconds > 0")

@@ -1,7 +1,7 @@
 """The paper's scale figures from the simulator: one set of runs, one JSON file, a summary
 and plots, so an experiment run small in Mininet (python -m bench) is read the same way large.
 
-    .venv/bin/python -m bench.sim_scale [--quick] [--json FILE] [--plot DIR] [--seed N]
+    .venv/bin/python -m bench.simulated.sim_scale [--quick] [--json FILE] [--plot DIR] [--seed N]
 
 Runs, each a `python -m sim` scenario (sim.scenarios.run_scenario) on a named fabric:
 - bypass: link-failure on every fabric of BYPASS_FABRICS (4 to 1,024 hosts): how many base
@@ -147,7 +147,7 @@ def summary_text(s: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.sim_scale",
+    p = argparse.ArgumentParser(prog="python -m bench.simulated.sim_scale",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="the default fabric, small sizes")
     p.add_argument("--seed", type=int, default=1)
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     report = run_all(args.quick, args.seed, log=log, parts=parts)
     log(summary_text(report["summary"]))
     if args.plot is not None:
-        from bench.sim_scale_plots import plot_summary
+        from bench.simulated.sim_scale_plots import plot_summary
         for path in plot_summary(report["summary"], args.plot):
             log(f"wrote {path}")
     write_json(args.json, report)

@@ -1,0 +1,2 @@
+"""The paper's experiments on the emulated fabric: link, plane and switch failures, flaps,
+the incast victim, start-up, and the all-reduce collective."""
