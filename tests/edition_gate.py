@@ -2,8 +2,8 @@
 region that still holds its stub when its module imports, directly or through the project,
 a Python file with such a region; when the region is P4 (ingress.p4), when it runs BMv2 (the
 `bmv2` mark) or compiles the program (imports grader.p4 or nodes.targets); and the
-grader's own tests of exercise N (tests/grader/test_exN.py, or one that loads or grades
-exercise N) wait for exercise N. Those tests
+grader's own tests of exercise N (tests/grader/test_exN.py, one that loads or grades
+exercise N, or one marked `exercise(N)`) wait for exercise N. Those tests
 skip, naming the exercise and the file, and run again as soon as the student's region is no
 longer the stub. In the instructor's project nothing is skipped (grader.edition.waiting is
 empty)."""
@@ -67,9 +67,11 @@ def _named_exercises(path: Path) -> frozenset[int]:
     return frozenset(named)
 
 
-def waits_for(path: Path, bmv2: bool, waiting: dict[int, list[str]]) -> str:
-    """Why the test in `path` cannot pass yet ('' when it can)."""
-    for n in sorted(_named_exercises(path) & set(waiting)):
+def waits_for(path: Path, bmv2: bool, waiting: dict[int, list[str]],
+              marked: frozenset[int] = frozenset()) -> str:
+    """Why the test in `path` cannot pass yet ('' when it can); `marked`: the exercises its
+    `exercise(n)` marks name (one test over several exercises, tests/grader/test_exercises.py)."""
+    for n in sorted((_named_exercises(path) | marked) & set(waiting)):
         return f"waits for exercise {n} ({', '.join(waiting[n])} still holds its stubs)"
     reach = _closure(_module(path))
     for n, files in sorted(waiting.items()):

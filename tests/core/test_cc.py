@@ -13,9 +13,29 @@ LOW = BASE + 0.1e-3  # queuing delay 0.1 ms < target
 HIGH = BASE + 2e-3  # queuing delay 2 ms > target
 
 
-def test_protocol_satisfied() -> None:
-    assert isinstance(Nscc(), CongestionControl)
-    assert isinstance(FixedWindow(4096), CongestionControl)
+@pytest.mark.parametrize("make", [lambda: Nscc(CFG), lambda: FixedWindow(4096)],
+                         ids=["nscc", "fixed"])
+def test_every_controller_gates_sending_by_its_window(make) -> None:
+    """What the sender relies on of any CongestionControl: a positive int window, one packet
+    always allowed with nothing in flight (however big), nothing past the window, and
+    negative counts refused as the caller's error."""
+    cc: CongestionControl = make()
+    w = cc.cwnd
+    assert isinstance(w, int) and w > 0
+    assert cc.can_send(0, 4 * w)
+    assert cc.can_send(w - 100, 100) and not cc.can_send(w - 99, 100)
+    for bad in ((-1, 100), (0, -1)):
+        with pytest.raises(LocalProtocolError):
+            cc.can_send(*bad)
+
+
+def test_a_fixed_window_ignores_every_signal() -> None:
+    cc = FixedWindow(4096)
+    cc.on_ack(1024, HIGH, True, 0.0)
+    cc.on_nack(0.1)
+    cc.on_loss(0.2)
+    cc.on_timeout(0.3)
+    assert cc.cwnd == 4096
 
 
 def test_no_ecn_low_delay_proportional_increase() -> None:

@@ -54,7 +54,7 @@ def test_live_run_delivers_every_frame(tmp_path: Path) -> None:
     (label,) = report["labels"]
     (run,) = report["runs"][label]
     assert run["delivered"] == run["frames"] == 400
-    assert run["switch_tx"] >= 400 and run["cpu_ms_per_1000"] >= 0
+    assert run["switch_tx"] >= 400 and run["cpu_ms_per_1000"] > 0  # schedstat ns: never 0
     assert report["summary"][label]["median"] == run["cpu_ms_per_1000"]
 
 

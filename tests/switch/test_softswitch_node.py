@@ -150,9 +150,13 @@ def test_sigterm_exits_cleanly_with_a_client_connected():
             client.tear_down()
 
 
-def test_missing_interface_and_bad_p4info_exit_with_a_message(tmp_path, capsys):
+@pytest.mark.skipif(os.geteuid() != 0, reason="a raw socket needs root before the name matters")
+def test_a_missing_interface_exits_with_a_message_naming_it(capsys):
     assert main(["-i", "1@nosuchif0", "--grpc-server-addr", f"127.0.0.1:{free_port()}"]) == 1
-    assert "nosuchif0" in capsys.readouterr().err or os.geteuid() != 0
+    assert "nosuchif0" in capsys.readouterr().err
+
+
+def test_a_bad_p4info_exits_with_a_message(tmp_path, capsys):
     bad = tmp_path / "bad.txtpb"
     bad.write_text('tables { preamble { id: 1 name: "t" } }\n')
     assert main(["--p4info", str(bad), "--grpc-server-addr", f"127.0.0.1:{free_port()}"]) == 1
