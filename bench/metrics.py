@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+from bench.errors import BenchmarkError
 from fabric.topology import Fabric
 
 Timeline = Sequence[tuple[float, int]]
 
 
-class MetricError(ValueError):
+class MetricError(BenchmarkError, ValueError):
     """A measurement is unusable for a figure (empty, unordered, out of range)."""
 
 

@@ -28,6 +28,7 @@ from bench import metrics
 from bench.contenders.kernel_flows import mptcp_enabled
 from bench.contenders.kernel_run import run_kernel_flows
 from bench.contenders.mrc_flows import CHUNK, DEPTH, FlowSpec, run_flows
+from bench.errors import BenchmarkError
 from demo.run import ev_layout
 from emulation.network import MrcNetwork, NetworkConfig
 from host_agent.core import DEFAULT_MTU
@@ -44,7 +45,7 @@ SETTLE_S = 0.5  # after convergence_delay: routes written back, queues drained
 BUSY_WAIT_S = 900.0  # longest wait for another network on this machine to go away
 
 
-class BenchError(RuntimeError):
+class BenchError(BenchmarkError, RuntimeError):
     """The bench could not run a scenario (bad contender or failure kind); says what to do."""
 
 

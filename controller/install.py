@@ -22,6 +22,7 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from controller import p4build
+from controller.errors import ControllerError
 from controller.tables import (
     PortThresholds,
     SwitchTables,
@@ -43,7 +44,7 @@ BATCH_SIZE = 128  # the software switch refuses more per Write (softswitch.limit
 DEFAULT_TIMEOUT = 5.0
 
 
-class InstallError(Exception):
+class InstallError(ControllerError):
     """A switch refused or did not answer; the message names the switch and the gRPC status."""
 
 

@@ -12,6 +12,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from controller.errors import ControllerError
+
 REPO = Path(__file__).resolve().parents[1]
 P4SRC = REPO / "p4src"
 BUILD_SCRIPT = P4SRC / "build.sh"
@@ -20,7 +22,7 @@ COMPILER = "p4c-bm2-ss"
 COMPILE_TIMEOUT_S = 300.0
 
 
-class CompileError(RuntimeError):
+class CompileError(ControllerError, RuntimeError):
     """p4c is missing or rejected the program; the message carries p4c's own output."""
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from controller.errors import ControllerError
 from fabric.topology import Fabric, TopologyError
 from p4rt import tls
 from p4rt.p4info import load_committed
@@ -27,7 +28,7 @@ from p4rt.p4info import load_committed
 SHELL_ELECTION_ID = (0, 1)
 
 
-class ShellError(Exception):
+class ShellError(ControllerError):
     """The switch cannot be opened; the message says what to do."""
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from emulation.cluster.remote import RemoteProcess
+from emulation.errors import EmulationError
 from fabric.topology import Fabric
 from host_agent.control import ControlClient, ControlError
 from host_agent.modes import MRC_MODE, AgentMode
@@ -31,7 +32,7 @@ AGENT_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"  # ethtool for the agent's kernel s
 RECEIVER_STATS = ("trims_received", "nacks_sent", "ecn_marks_received", "rx_packets")
 
 
-class AgentError(RuntimeError):
+class AgentError(EmulationError, RuntimeError):
     """An agent did not start, died, or refused a request; the message names the host."""
 
 

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from emulation.errors import EmulationError
 from emulation.fidelity import Monitor
 from emulation.netconfig import NetworkConfig
 
@@ -29,7 +30,7 @@ MIN_RATE = 10  # below this, base RTTs reach seconds: a machine this slow cannot
 TRANSFER_BYTES = 8 * 1024 * 1024  # about 1 s of one unpaced MRC flow on this machine
 
 
-class CalibrationError(RuntimeError):
+class CalibrationError(EmulationError, RuntimeError):
     """The machine could not sustain a usable rate; the message says what was measured."""
 
 

@@ -16,11 +16,13 @@ import shutil
 import subprocess
 from typing import Any
 
+from emulation.errors import EmulationError
+
 TABLE = "mrc_testbed_loss"  # netdev table in the root namespace; removed by remove_loss()
 SCALE = 10_000  # loss in 1/SCALE units: 1% = 100
 
 
-class ImpairError(RuntimeError):
+class ImpairError(EmulationError, RuntimeError):
     """nftables refused the rules; the message has its error."""
 
 

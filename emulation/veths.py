@@ -18,6 +18,8 @@ from pathlib import Path
 from mininet.link import Intf, Link
 from mininet.node import Node
 
+from emulation.errors import EmulationError
+
 IP_TIMEOUT_S = 60.0
 # Deleting a veth waits for the kernel's RCU grace periods, outside the lock that serializes
 # netlink requests, so batches in parallel overlap those waits: 288 pairs took 4.7 s in one
@@ -25,7 +27,7 @@ IP_TIMEOUT_S = 60.0
 DELETE_BATCHES = 16
 
 
-class VethError(RuntimeError):
+class VethError(EmulationError, RuntimeError):
     """`ip` refused a batch; the message has its complaint."""
 
 

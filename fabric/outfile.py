@@ -24,6 +24,8 @@ import stat
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from fabric.errors import FabricError
+
 OUTPUT_MODE = 0o644  # a new output file; an existing one keeps at most these bits
 _OPEN = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _OPEN_ERRORS = {errno.ELOOP: "it is a symbolic link",
@@ -31,7 +33,7 @@ _OPEN_ERRORS = {errno.ELOOP: "it is a symbolic link",
                 errno.EISDIR: "it is a directory, not a regular file"}
 
 
-class UnsafeOutputError(OSError):
+class UnsafeOutputError(FabricError, OSError):
     """An output path that holds something we must not write through: refused, untouched."""
 
 

@@ -12,6 +12,8 @@ import ipaddress
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from fabric.errors import FabricError
+
 USID_BLOCK = 0xFCBBBBBB  # fcbb:bbbb::/32
 BLOCK_BITS = 32
 USID_BITS = 16
@@ -42,7 +44,7 @@ EPHEMERAL_PORT_START = 32768  # tests check the largest valid fabric stays below
 _NIC_PREFIX = 0xFD00 << 112  # fd00:0::/32, the hosts' NIC addresses (docs/wire-format.md §3.3)
 
 
-class TopologyError(ValueError):
+class TopologyError(FabricError, ValueError):
     """Invalid fabric parameters; the message says what to change."""
 
 

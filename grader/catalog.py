@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader import regions
+from grader.errors import GraderError
 
 ROOT = Path(__file__).resolve().parent.parent
 EXERCISES = ROOT / "exercises"
@@ -29,7 +30,7 @@ KINDS = ("p4", "python", "lab")
 _FOLDER = re.compile(r"^(\d\d)-([a-z0-9-]+)$")
 
 
-class CatalogError(ValueError):
+class CatalogError(GraderError, ValueError):
     """An exercise folder that does not say what the grader needs: the message says what."""
 
 

@@ -15,10 +15,12 @@ import random
 import re
 import secrets
 
+from grader.errors import GraderError
+
 _FORM = re.compile(r"^[0-9a-f]{32}$")
 
 
-class ChallengeError(ValueError):
+class ChallengeError(GraderError, ValueError):
     """Not a challenge this module made."""
 
 

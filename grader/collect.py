@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from grader.errors import GraderError
+
 REFUSED = ".collect-refused"  # file name written inside a refused student's folder
 # The project's top-level folders: an archive's single top folder with one of these names is
 # part of the hand-in's paths, never a wrapper to strip.
@@ -61,7 +63,7 @@ class Collected:
     error: str | None  # None = collected; else the reason it was refused
 
 
-class _Refused(Exception):
+class _Refused(GraderError):
     """A hand-in we will not collect; the message is the reason reported."""
 
 

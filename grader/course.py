@@ -24,12 +24,13 @@ import stat
 from pathlib import Path
 
 from grader.catalog import ROOT
+from grader.errors import GraderError
 
 KEY_ENV = "MRC_COURSE_KEY"  # another key file (tests; a course kept outside the checkout)
 KEY_BYTES = 32
 
 
-class CourseKeyError(ValueError):
+class CourseKeyError(GraderError, ValueError):
     """The course key is missing or unsafe: the message says what to do."""
 
 

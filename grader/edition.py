@@ -28,6 +28,7 @@ from pathlib import Path
 
 from grader import catalog, regions
 from grader.catalog import Exercise
+from grader.errors import GraderError
 
 EDITION_FILE = "exercises/edition.json"
 # Files that are the instructor's alone: the notes hold the lab's answer key.
@@ -37,7 +38,7 @@ GIT_TIMEOUT_S = 120
 _BROKEN = "its markers"  # a region whose BEGIN/END markers no longer parse
 
 
-class EditionError(ValueError):
+class EditionError(GraderError, ValueError):
     """A student edition that cannot be made or used as asked: the message says what to do."""
 
 

@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from grader.errors import GraderError
+
 # The project's packages the grading needs (the inner process, the exercises' checks, the
 # simulator and the live stage's Mininet fabric); nothing else of the checkout is copied.
 PACKAGES = ("controller", "demo", "emulation", "fabric", "grader", "host_agent", "nodes", "p4rt",
@@ -39,7 +41,7 @@ RESULTS_BYTES = 64 << 20  # the results tmpfs: a report is at most judging.MAX_R
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-class UnsafeFile(OSError):
+class UnsafeFile(GraderError, OSError):
     """A file the grader will not read: a link, not a regular file, or too big."""
 
 

@@ -26,12 +26,13 @@ from types import ModuleType
 from typing import Any
 
 from grader.catalog import Exercise
+from grader.errors import GraderError
 from grader.report import Check, CheckSpec, failed
 
 MAX_REPORT_BYTES = 8 << 20  # far above any exercise's observations (the P4 ones: ~200 KB)
 
 
-class MalformedReport(ValueError):
+class MalformedReport(GraderError, ValueError):
     """The sandbox's report is not what the exercise's observe writes: the message says where."""
 
 

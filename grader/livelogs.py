@@ -18,6 +18,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from grader.errors import GraderError
+
 LOG_TAIL_BYTES = 4096  # the end of each log: where a failure shows
 MAX_FILES = 24  # an 8-switch fabric: 8 switch logs, 4 agents, the network's log, packets
 RESULTS, LIVE = "results", "live"  # <submission>/results/live/
@@ -26,7 +28,7 @@ NETWORK = "network.log"
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # whole name: fullmatch
 
 
-class LiveLogError(OSError):
+class LiveLogError(GraderError, OSError):
     """The results folder is not one the grader may write into (a link, another user's)."""
 
 

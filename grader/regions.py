@@ -17,11 +17,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from grader.errors import GraderError
+
 _MARK = re.compile(r"^(?P<indent>[ \t]*)(?://|#)\s*(?P<kind>BEGIN|END) exercise "
                    r"(?P<number>\d+) (?P<name>[a-z0-9-]+)\s*$")
 
 
-class RegionError(ValueError):
+class RegionError(GraderError, ValueError):
     """Markers that do not pair up, or a region asked for that the file does not have."""
 
 

@@ -58,6 +58,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader.errors import GraderError
+
 BWRAP, SETPRIV, PRLIMIT = "/usr/bin/bwrap", "/usr/bin/setpriv", "/usr/bin/prlimit"
 SANDBOX_UID = SANDBOX_GID = BASE_UID = 64_321  # dedicated: see the module docstring
 MAX_SLOTS = 64  # grading jobs at once (grader.batch): slot k's uid is BASE_UID + k
@@ -130,7 +132,7 @@ class SandboxResult:
     seconds: float
 
 
-class SandboxError(RuntimeError):
+class SandboxError(GraderError, RuntimeError):
     """The sandbox cannot be set up here (bwrap missing, user namespaces off, bad paths)."""
 
 

@@ -28,11 +28,12 @@ from pathlib import Path
 from types import TracebackType
 
 from grader import sandbox
+from grader.errors import GraderError
 
 _EXIT_GRACE_S = 2.0
 
 
-class PipeError(RuntimeError):
+class PipeError(GraderError, RuntimeError):
     """The sandboxed command did not answer as the protocol says: it exited, timed out, or
     wrote more than a reply may hold. The message is for the student."""
 

@@ -28,13 +28,14 @@ from pathlib import Path
 from grader import challenge as challenges
 from grader import collect, edition, gradingcopy, judging, regions, sandbox
 from grader.catalog import EXERCISES, ROOT, WORK, Exercise
+from grader.errors import GraderError
 from grader.report import Grade
 
 FileSet = dict[str, str]
 CHECKS_TIMEOUT_S = 900  # one submission's checks, all stages: beyond it something hangs
 
 
-class SubmissionError(ValueError):
+class SubmissionError(GraderError, ValueError):
     """A submission folder the grader cannot use: the message says what to fix."""
 
 

@@ -21,6 +21,8 @@ import stat
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from host_agent.errors import HostAgentError
+
 log = logging.getLogger(__name__)
 
 MAX_LINE = 1 << 20  # a request longer than this is refused and the client dropped
@@ -28,7 +30,7 @@ Reply = Callable[[dict[str, Any]], None]
 Handler = Callable[[dict[str, Any], Reply], None]
 
 
-class ControlError(RuntimeError):
+class ControlError(HostAgentError, RuntimeError):
     """The agent refused a request, or could not be reached; the message says why."""
 
 
@@ -44,7 +46,7 @@ class Loop(Protocol):
     def remove(self, sock: socket.socket) -> None: ...
 
 
-class RequestError(ValueError):
+class RequestError(HostAgentError, ValueError):
     """A request names an unknown command or carries bad arguments (answered, not fatal)."""
 
 

@@ -14,9 +14,10 @@ from ipaddress import IPv6Address
 from fabric.hostpaths import HostPath, all_host_paths, host_paths
 from fabric.topology import Fabric
 from host_agent.core import PathInfo
+from host_agent.errors import HostAgentError
 
 
-class HostConfigError(ValueError):
+class HostConfigError(HostAgentError, ValueError):
     """The path set does not describe this host; the message says what to fix."""
 
 

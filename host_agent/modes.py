@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from host_agent.core import EndpointConfig, EvConfig, PathInfo, RecoveryMode
+from host_agent.errors import HostAgentError
 from host_agent.hostconfig import Carrier, HostConfig
 
 MAX_QPS = 64  # QPs per peer a roce agent opens: the paper's largest sweep is 16
@@ -27,7 +28,7 @@ MODE_HELP = ("mrc (spray one QP over every plane and spine, default), roce (one 
 _SPEC = re.compile(r"^(mrc|single_port|roce)(?::(\d+))?$")
 
 
-class ModeError(ValueError):
+class ModeError(HostAgentError, ValueError):
     """An agent mode that does not parse; the message lists the valid forms."""
 
 

@@ -30,6 +30,7 @@ import subprocess
 from collections import Counter, deque
 from collections.abc import Callable
 
+from host_agent.errors import HostAgentError
 from host_agent.hostconfig import NicConfig
 from host_agent.loop import EventLoop
 from wire import ETH_TYPE_IPV6
@@ -59,7 +60,7 @@ OFFLOADS_OFF = ("tx", "off", "rx", "off", "gro", "off", "gso", "off", "tso", "of
 _TX_DOWN = {errno.ENETDOWN, errno.ENXIO, errno.ENODEV, errno.ENETUNREACH}
 
 
-class NicError(RuntimeError):
+class NicError(HostAgentError, RuntimeError):
     """A NIC cannot be opened; the message says what to fix."""
 
 

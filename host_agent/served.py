@@ -28,6 +28,7 @@ from typing import Any, Protocol, TypeVar
 import wire
 from host_agent import served_codec as codec
 from host_agent.core import EvState, PathInfo, RxMeta, TxPacket
+from host_agent.errors import HostAgentError
 
 T = TypeVar("T")
 MAX_PAYLOAD = 1 << 16  # a UDP payload
@@ -35,7 +36,7 @@ CALL_TIMEOUT_S = 20.0  # one request: far above any endpoint's work on one packe
 MAX_REPLY = 32 << 20
 
 
-class RemoteCoreError(RuntimeError):
+class RemoteCoreError(HostAgentError, RuntimeError):
     """The served endpoint failed the run: its code raised, it stopped answering, or it
     answered what the protocol does not allow. The message says which, for the student."""
 

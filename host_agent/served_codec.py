@@ -25,6 +25,7 @@ from typing import Any
 
 from host_agent import core as core_events
 from host_agent.core import EvState
+from host_agent.errors import HostAgentError
 
 OPS = ("new", "connect", "disconnect", "register", "deregister", "post_write", "receive", "timer",
        "plane", "pump", "counters", "stats", "ev_states", "deny", "peer_planes")
@@ -35,7 +36,7 @@ EVENT_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
 MAX_EVENTS = 100_000  # in one reply: an endpoint that emits more is looping
 
 
-class ProtocolViolation(ValueError):
+class ProtocolViolation(HostAgentError, ValueError):
     """A line from the sandbox that the protocol does not allow: the message says what."""
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from mininet.node import Switch
 
 from fabric.topology import GRPC_BASE_PORT, THRIFT_BASE_PORT
+from nodes.errors import NodeError
 from p4rt.names import PRIORITY_QUEUES
 from safety import listeners
 from safety.credentials import RunCredentials
@@ -31,7 +32,7 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
 
 
-class SwitchProcessError(RuntimeError):
+class SwitchProcessError(NodeError, RuntimeError):
     """The switch process failed to start, or its runtime control refused a command."""
 
 

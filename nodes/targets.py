@@ -13,12 +13,13 @@ from mininet.node import Switch
 
 from fabric.options import TARGETS, resolve_target
 from nodes.bmv2_switch import Bmv2Switch
+from nodes.errors import NodeError
 from nodes.softswitch_node import SoftSwitch
 
 BMV2_BINARY = "simple_switch_grpc"
 
 
-class TargetError(ValueError):
+class TargetError(NodeError, ValueError):
     """Unknown target, or BMv2 requested where it is not installed."""
 
 

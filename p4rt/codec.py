@@ -21,10 +21,11 @@ from p4rt.entities import (
     TableEntry,
     Update,
 )
+from p4rt.errors import P4rtError
 from p4rt.p4info import COMMITTED_P4INFO, P4InfoIndex, load_text
 
 
-class P4InfoError(ValueError):
+class P4InfoError(P4rtError, ValueError):
     """An entity names something the P4Info lacks, or a value does not fit its field."""
 
 

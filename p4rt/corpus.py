@@ -21,13 +21,14 @@ from typing import Any
 from p4rt import names as p4names
 from p4rt.codec import Codec
 from p4rt.entities import Action, Entity, Exact, Lpm, RegisterCell, TableEntry
+from p4rt.errors import P4rtError
 from p4rt.program import ecmp_group, ecmp_member
 
 CASES_PATH = Path(__file__).resolve().parents[1] / "tests" / "golden" / "cases.json"  # data
 FORMAT_VERSION = 2  # 2: optional `prelude`
 
 
-class CorpusError(ValueError):
+class CorpusError(P4rtError, ValueError):
     """The corpus file does not follow README.md; the message names the case and field."""
 
 

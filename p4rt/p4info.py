@@ -13,6 +13,8 @@ from pathlib import Path
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
+from p4rt.errors import P4rtError
+
 MATCH_EXACT = p4info_pb2.MatchField.EXACT
 MATCH_LPM = p4info_pb2.MatchField.LPM
 MATCH_TERNARY = p4info_pb2.MatchField.TERNARY
@@ -22,7 +24,7 @@ MATCH_OPTIONAL = p4info_pb2.MatchField.OPTIONAL
 COMMITTED_P4INFO = Path(__file__).resolve().parent.parent / "p4src" / "mrc.p4info.txtpb"
 
 
-class PipelineMismatch(ValueError):
+class PipelineMismatch(P4rtError, ValueError):
     """The offered P4Info lacks something the software pipeline needs; message says what."""
 
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import grpc
 
+from p4rt.errors import P4rtError
+
 CA_CERT = "p4rt-ca.pem"
 SERVER_CERT = "p4rt-server.pem"
 SERVER_KEY = "p4rt-server.key"
@@ -31,7 +33,7 @@ ADDRESSES = "p4rt-addresses.json"  # switch name -> "127.0.0.1:PORT" of the runn
 MAX_PEM_BYTES = 64 * 1024
 
 
-class TlsError(RuntimeError):
+class TlsError(P4rtError, RuntimeError):
     """A key or certificate file that is missing or not safe to use: the message names it."""
 
 

@@ -18,6 +18,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from safety.errors import SafetyError
+
 TCP_TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
 LISTEN = 0x0A  # include/net/tcp_states.h: TCP_LISTEN
 
@@ -75,7 +77,7 @@ def describe_uid(uid: int) -> str:
         return f"uid {uid}"
 
 
-class ForeignListener(RuntimeError):
+class ForeignListener(SafetyError, RuntimeError):
     """Someone other than the process we started listens on a port of its switch."""
 
 

@@ -36,6 +36,7 @@ from typing import BinaryIO
 # here beside open_new_file, for the files root makes safely.
 from fabric.outfile import UnsafeOutputError as UnsafeOutputError
 from fabric.outfile import open_output_file as open_output_file
+from safety.errors import SafetyError
 
 RUN_DIR_ENV = "MRC_RUN_DIR"
 ROOT_RUN_DIR = Path("/run/mrc-testbed")
@@ -44,7 +45,7 @@ FILE_MODE = 0o600
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-class UnsafePathError(RuntimeError):
+class UnsafePathError(SafetyError, RuntimeError):
     """A path another user could have made or changed: refused, never acted on."""
 
 

@@ -27,9 +27,10 @@ from dataclasses import dataclass
 
 from fabric.topology import EPHEMERAL_PORT_START, GRPC_BASE_PORT, THRIFT_BASE_PORT, Fabric
 from safety import listeners
+from safety.errors import SafetyError
 
 
-class PortPlanError(RuntimeError):
+class PortPlanError(SafetyError, RuntimeError):
     """No free replacement for a port in use (the message says which)."""
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from fabric.topology import Fabric
 from safety import shield
+from safety.errors import SafetyError
 from safety.privdir import PrivateDir, UnsafePathError, default_run_dir
 
 LOCK_NAME = "fabric.lock"
@@ -42,7 +43,7 @@ KILL_WAIT_S = 5.0
 MAX_MANIFEST_BYTES = 4 << 20
 
 
-class RunStateError(RuntimeError):
+class RunStateError(SafetyError, RuntimeError):
     """Another fabric holds the machine; emulation.network.NetworkError derives from it."""
 
 

@@ -27,6 +27,8 @@ import shutil
 import subprocess
 from collections.abc import Callable
 
+from safety.errors import SafetyError
+
 TABLE_PREFIX = "mrc_shield_"
 _NAME = re.compile(r"^mrc_shield_[0-9a-f]{8}$")
 PRIORITY = -10  # before the filter hook's usual rules
@@ -38,7 +40,7 @@ GUARD_FAMILIES = {TABLE_PREFIX: "inet", VXLAN_GUARD_PREFIX: "inet", PORT_GUARD_P
 _GUARD_NAME = re.compile(r"^(mrc_[a-z]+_)[0-9a-f]{8}$")
 
 
-class ShieldError(RuntimeError):
+class ShieldError(SafetyError, RuntimeError):
     """nftables is missing or refused the table: the message says why."""
 
 

@@ -6,8 +6,10 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
+from sim.errors import SimError
 
-class SimulationError(RuntimeError):
+
+class SimulationError(SimError, RuntimeError):
     """The simulation cannot continue (event budget exhausted, time went backwards)."""
 
 

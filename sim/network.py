@@ -42,6 +42,7 @@ from p4rt import names as N
 from p4rt.codec import Codec
 from p4rt.entities import Entity
 from sim.engine import EventLoop
+from sim.errors import SimError
 from softswitch.pipeline import Pipeline
 from softswitch.queues import DEFAULT_DEPTH
 from softswitch.store import DeviceState
@@ -50,7 +51,7 @@ from wire.layout import HIGH_PRIORITY_DSCPS, OUTER, TC_SHIFT, TRIMMABLE_DSCPS
 _TC_BYTE_SHIFT = TC_SHIFT - 16  # traffic class inside the first 16 bits of the IPv6 header
 
 
-class NetworkConfigError(ValueError):
+class NetworkConfigError(SimError, ValueError):
     """Invalid simulator parameters; the message says what to change."""
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fabric.topology import Fabric
+from sim.errors import SimError
 from sim.harness import Harness
 from sim.host import HostAdapter
 from wire import DATA_DSCPS, decode_frame
@@ -29,7 +30,7 @@ TIME_LIMIT_FACTOR = 50  # give up after this many ideal transfer times (+ 50 ms)
 Finisher = Callable[[dict[str, Any]], None]
 
 
-class ScenarioError(ValueError):
+class ScenarioError(SimError, ValueError):
     """Unknown scenario name or unusable parameters."""
 
 

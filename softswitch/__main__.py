@@ -36,7 +36,7 @@ from p4.v1 import p4runtime_pb2
 from p4rt.p4info import load_text as load_p4info
 from p4rt.tls import TlsError, read_private, server_credentials
 from softswitch.dataplane import Dataplane
-from softswitch.errors import P4RTError
+from softswitch.errors import P4RTError, SoftSwitchError
 from softswitch.loop import EventLoop
 from softswitch.router import Router, serve_router
 from softswitch.server import Device, P4RuntimeService
@@ -50,7 +50,7 @@ CLOSE_THREADS = 16  # 288 packet sockets: 5.4 s closed one by one
 EXIT_LOOP_FAILED = 70  # EX_SOFTWARE: the event loop raised (a bug; logged first)
 
 
-class ConfigError(ValueError):
+class ConfigError(SoftSwitchError, ValueError):
     """Bad command line; the message says what to fix."""
 
 

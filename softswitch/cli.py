@@ -23,12 +23,13 @@ from typing import BinaryIO
 
 from p4rt.tls import TlsError, read_private
 from softswitch import control_auth as auth
+from softswitch.errors import SoftSwitchError
 
 TIMEOUT_S = 5.0
 MAX_REPLY = 16 << 20  # a switch's largest reply (queues of 510 ports) is far smaller
 
 
-class ControlError(RuntimeError):
+class ControlError(SoftSwitchError, RuntimeError):
     """The switch refused a command, or could not be reached."""
 
 

@@ -23,6 +23,8 @@ import hashlib
 import hmac
 import secrets
 
+from softswitch.errors import SoftSwitchError
+
 NONCE_BYTES = 32
 _DOMAIN = b"mrc-softswitch-control/1 "
 SERVER = _DOMAIN + b"server-proof\0"
@@ -30,7 +32,7 @@ REQUEST = _DOMAIN + b"request\0"
 REPLY = _DOMAIN + b"reply\0"
 
 
-class AuthError(ValueError):
+class AuthError(SoftSwitchError, ValueError):
     """A nonce, proof or MAC is malformed or does not match."""
 
 

@@ -1,11 +1,16 @@
-"""The one error type the P4Runtime layer raises; the server maps it to a gRPC status."""
+"""The software switch's exceptions: their one base (SoftSwitchError), and the one error type
+the P4Runtime layer raises, which the server maps to a gRPC status."""
 
 from __future__ import annotations
 
 import grpc
 
 
-class P4RTError(Exception):
+class SoftSwitchError(Exception):
+    """Anything the software switch refuses or fails at."""
+
+
+class P4RTError(SoftSwitchError):
     """A request the switch refuses; `code` is the gRPC status the client receives."""
 
     def __init__(self, code: grpc.StatusCode, message: str) -> None:

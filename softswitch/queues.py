@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from softswitch.errors import SoftSwitchError
+
 DEFAULT_DEPTH = 64  # simple_switch's default queue depth, packets
 
 
@@ -122,7 +124,7 @@ class PortQueues:
                  "sent": f.sent, "tail_drops": f.drops} for i, f in enumerate(self.fifos)]
 
 
-class QueueConfigError(ValueError):
+class QueueConfigError(SoftSwitchError, ValueError):
     """A bad queue setting; the message says the valid range."""
 
 

@@ -28,6 +28,7 @@ from typing import Any
 from aiohttp import web
 
 from emulation.netconfig import flow_capacity_bps
+from views.errors import ViewError
 from views.runreport import render
 from views.runview import RunRecorder
 
@@ -37,7 +38,7 @@ START_TIMEOUT_S = 10.0
 MAX_SAMPLES_PER_ANSWER = 2000  # a page that fell behind catches up in a few polls
 
 
-class LiveViewError(RuntimeError):
+class LiveViewError(ViewError, RuntimeError):
     """The view could not start (its port taken, say)."""
 
 

@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from safety.privdir import new_file_problem, open_new_file
+from views.errors import ViewError
 
 VIEW = Path(__file__).resolve().parent / "page"
 
 
-class ReportError(ValueError):
+class ReportError(ViewError, ValueError):
     """The report cannot be written where asked."""
 
 

@@ -33,6 +33,7 @@ from scapy.packet import Packet
 
 import wire
 from wire import layers
+from wire.errors import PacketError
 
 PROTO = "mrc"
 # (abbreviation, scapy layer) in the order the dissector may meet them
@@ -44,7 +45,7 @@ LAYERS: tuple[tuple[str, type[Packet]], ...] = (
 _UINT = {8: "uint8", 16: "uint16", 24: "uint24", 32: "uint32", 64: "uint64"}
 
 
-class DissectorError(ValueError):
+class DissectorError(PacketError, ValueError):
     """A layer the generator cannot express in Lua (a field group that is not byte-aligned)."""
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from ipaddress import IPv6Address
 
+from wire.errors import PacketError
 from wire.layout import (
     DEFAULT_HOP_LIMIT,
     ETH_LEN,
@@ -32,7 +33,7 @@ from wire.layout import (
 )
 
 
-class WireError(ValueError):
+class WireError(PacketError, ValueError):
     """Base of every codec error: the packet is malformed and must be counted and dropped."""
 
 

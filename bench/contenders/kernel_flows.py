@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.errors import BenchmarkError
+
 IPPROTO_MPTCP = 262  # Linux; socket.IPPROTO_MPTCP exists only from Python 3.10 on some builds
 PROTOS = ("tcp", "mptcp")
 SAMPLE_EVERY = 0.0005  # s: coalesce receive samples closer than this
@@ -35,7 +37,7 @@ CHUNK = 256 * 1024
 MAX_BYTES = 1 << 34
 
 
-class FlowError(RuntimeError):
+class FlowError(BenchmarkError, RuntimeError):
     """A flow could not be set up (bad address, no MPTCP in this kernel, ...)."""
 
 

@@ -21,13 +21,14 @@ from typing import Any
 
 from bench.contenders.kernel_flows import mptcp_host_commands
 from bench.contenders.mrc_flows import FlowSpec
+from bench.errors import BenchmarkError
 
 REPO = Path(__file__).resolve().parents[2]
 _ports = itertools.count(5201)
 STARTUP_S = 20.0
 
 
-class KernelRunError(RuntimeError):
+class KernelRunError(BenchmarkError, RuntimeError):
     """A server did not come up or a host command failed."""
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from bench import metrics
 from bench.contenders.mrc_flows import FlowSpec
+from bench.errors import BenchmarkError
 from bench.runner import Injector, set_mode
 from emulation.network import MrcNetwork
 from host_agent.control import ControlClient, ControlError
@@ -25,7 +26,7 @@ from host_agent.control import ControlClient, ControlError
 _seeds = itertools.count(5_000_000, 100_000)
 
 
-class AllreduceError(RuntimeError):
+class AllreduceError(BenchmarkError, RuntimeError):
     """A phase failed (write refused or timed out, or data did not verify)."""
 
 

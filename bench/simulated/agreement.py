@@ -33,6 +33,7 @@ from typing import Any
 
 from bench import metrics, scenarios
 from bench.context import QUICK, Context, Sizes
+from bench.errors import BenchmarkError
 from bench.experiments import failures, paper
 from bench.simulated.sim_bench import data_packets_sent, payload_share
 from emulation.nicpacing import CONTROL_RATE_FACTOR
@@ -236,7 +237,7 @@ def run(names: list[str], target: str, repeat: int, seeds: int,
             "seeds": seeds, "agree": all(r["agrees"] for r in rows)}
 
 
-class AgreementError(RuntimeError):
+class AgreementError(BenchmarkError, RuntimeError):
     """An experiment could not be compared (the emulation skipped MRC)."""
 
 

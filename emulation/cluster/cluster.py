@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from emulation.errors import EmulationError
 from wire.layout import FULL_DATA_FRAME_LEN
 
 ETHERNET_HEADER = 14
@@ -42,7 +43,7 @@ FILE_KEYS = {"user", "ssh_config", "underlay_mtu", "servers"}
 SERVER_KEYS = {"name", "address"}
 
 
-class ClusterError(ValueError):
+class ClusterError(EmulationError, ValueError):
     """A cluster that cannot be used as given; the message says what to fix."""
 
 

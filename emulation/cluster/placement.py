@@ -19,12 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from emulation.errors import EmulationError
 from fabric.topology import ROLE_T0, ROLE_T1, Fabric, Link
 
 STRATEGIES = ("plane", "rack")
 
 
-class PlacementError(ValueError):
+class PlacementError(EmulationError, ValueError):
     """A fabric cannot be placed as asked; the message says why and what would work."""
 
 

@@ -24,13 +24,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from emulation.errors import EmulationError
 from safety.procs import stop_process
 
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 5.0
 
 
-class RemoteError(RuntimeError):
+class RemoteError(EmulationError, RuntimeError):
     """A remote command or tunnel failed; the message names the server and what it said."""
 
 

@@ -42,6 +42,7 @@ from typing import Any
 from emulation.cluster import vxguard
 from emulation.cluster.cablecut import CableCuts
 from emulation.cluster.remote import DIE_WITH_PARENT, RemoteError, SshTarget, end_session
+from emulation.errors import EmulationError
 from safety import credentials, portguard, shield
 from safety.privdir import PrivateDir
 from safety.runstate import (
@@ -137,7 +138,7 @@ def _answer(obj: dict[str, Any]) -> None:
         print(f"{ANSWER} {json.dumps(obj)}", flush=True)
 
 
-class _Hangup(Exception):
+class _Hangup(EmulationError):
     """SIGHUP or SIGTERM: the session is over; release."""
 
 

@@ -23,6 +23,7 @@ import shlex
 from typing import Any, Protocol
 
 from emulation.cluster.cluster import VXLAN_OVERHEAD
+from emulation.errors import EmulationError
 
 VXLAN_PORT = 4789  # IANA's VXLAN port (RFC 7348)
 MAX_VNI = (1 << 24) - 1
@@ -30,7 +31,7 @@ MAX_RUN_VNIS = 1 << 16  # links between servers one run may have (each its own r
 TEMP_PREFIX = "mrcvx"  # + the VNI in hex, at most 6 digits: 11 characters, under IFNAMSIZ
 
 
-class VxlanError(RuntimeError):
+class VxlanError(EmulationError, RuntimeError):
     """A tunnel end could not be made; the message names the server and the command."""
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grader.challenge import rng
+from grader.errors import GraderError
 from grader.exercises.ex3_observe import crash_text, entities_from_json, usid_fwd_rows
 from grader.live import LIVE_FABRIC, judge_transfer, measure_transfer
 from grader.report import Check, CheckSpec, not_run
@@ -253,7 +254,7 @@ def tables_pass(tables: Tables, asked: Shapes = FABRICS) -> bool:
 
 
 # ---- stage 2: the walk through the software pipeline ----------------------------------------
-class _Refused(Exception):
+class _Refused(GraderError):
     """A switch would not take the reported tables: the text says which and why."""
 
 

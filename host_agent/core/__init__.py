@@ -20,6 +20,7 @@ from host_agent.core.errors import (
     ConfigError,
     LocalProtocolError,
     MalformedPacket,
+    ProtocolError,
     RemoteProtocolError,
 )
 from host_agent.core.events import (
@@ -41,6 +42,6 @@ __all__ = [
     "ConfigError", "Endpoint", "EndpointConfig", "EvConfig", "EvState", "EvStateChanged",
     "EvTrigger", "Event", "FailReason", "FixedWindow", "LocalProtocolError", "MalformedPacket",
     "MemoryRegion", "MessageReceived", "Nscc", "NsccConfig", "PathInfo", "PeerPlaneChanged",
-    "PlaneStateChanged", "Pool", "RecoveryMode", "RemoteProtocolError", "RxMeta", "TxPacket",
-    "WriteCompleted", "WriteFailed",
+    "PlaneStateChanged", "Pool", "ProtocolError", "RecoveryMode", "RemoteProtocolError",
+    "RxMeta", "TxPacket", "WriteCompleted", "WriteFailed",
 ]  # fmt: skip

@@ -5,11 +5,15 @@ from __future__ import annotations
 import wire
 
 
-class LocalProtocolError(Exception):
+class ProtocolError(Exception):
+    """Any error of the MRC core: Local (the caller's misuse) or Remote (the peer's packet)."""
+
+
+class LocalProtocolError(ProtocolError):
     """The caller used the API wrongly (illegal transition, unknown QP, bad argument)."""
 
 
-class RemoteProtocolError(Exception):
+class RemoteProtocolError(ProtocolError):
     """The peer sent something invalid; the endpoint counts it and drops the packet."""
 
 

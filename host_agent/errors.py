@@ -1,0 +1,7 @@
+"""The one base of host_agent's exceptions: a caller catches it to catch anything
+host_agent refuses (each class also keeps the builtin it always was, so older callers
+still catch it by that)."""
+
+
+class HostAgentError(Exception):
+    """Anything a host agent, its control socket or its NICs refuse or fail at."""
