@@ -63,8 +63,7 @@ def routes_through(net: MrcNetwork, src: int, dst: int, a: str, b: str,
         return {str(net.fabric.nic(dst, 0).address)}
     out = set()
     for path in net.fabric.all_paths(src, dst):
-        hops = (net.fabric.host_name(src), *path.hops, net.fabric.host_name(dst))
-        if any({hops[i], hops[i + 1]} == {a, b} for i in range(len(hops) - 1)):
+        if any({x, y} == {a, b} for x, y in net.fabric.path_links(path)):
             out.add(str(path.address))
     return out
 
@@ -99,9 +98,7 @@ def _crossing_link(net: MrcNetwork, src: int, dst: int) -> tuple[str, str] | Non
     fabric = net.fabric
     found: list[tuple[int, str, str]] = []
     for path in fabric.all_paths(src, dst):
-        hops = (fabric.host_name(src), *path.hops, fabric.host_name(dst))
-        for i in range(len(hops) - 1):
-            a, b = hops[i], hops[i + 1]
+        for a, b in fabric.path_links(path):
             if server(a) != server(b):
                 switches = a in fabric.by_name and b in fabric.by_name
                 rank = 0 if switches else 1 if b == fabric.host_name(dst) else 2

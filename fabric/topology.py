@@ -264,3 +264,14 @@ class Fabric:
 
     def all_paths(self, src_host: int, dst_host: int) -> list[Path]:
         return [p for plane in range(self.planes) for p in self.paths(src_host, dst_host, plane)]
+
+    def path_nodes(self, path: Path) -> tuple[str, ...]:
+        """Every node a packet of `path` visits, in order: its source host, the switches,
+        its destination host (the one definition of a route's geometry: the demo's cut
+        links, the simulator's RTTs and a cluster's crossing links all walk it)."""
+        return (self.host_name(path.src.host), *path.hops, self.host_name(path.dst.host))
+
+    def path_links(self, path: Path) -> list[tuple[str, str]]:
+        """The cables `path` crosses, in order, as (nearer node, farther node)."""
+        nodes = self.path_nodes(path)
+        return list(zip(nodes, nodes[1:], strict=False))

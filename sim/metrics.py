@@ -24,10 +24,8 @@ _SINK = "__sink__"
 
 def path_rtt(net: Network, path: Path, data_bytes: int, ack_bytes: int) -> float:
     """Unloaded RTT: a data frame out along `path` and an ack frame back, store-and-forward."""
-    fabric = net.fabric
-    nodes = [fabric.host_name(path.src.host), *path.hops, fabric.host_name(path.dst.host)]
     total = 0.0
-    for a, b in zip(nodes, nodes[1:], strict=False):
+    for a, b in net.fabric.path_links(path):
         out, back = _hop_times(net, a, b, data_bytes, ack_bytes)
         total += out
         total += back

@@ -160,3 +160,12 @@ def test_a_fabric_of_1024_hosts_gives_every_nic_its_own_address_usid_and_mac() -
     assert fabric.nic(1023, 1).mac == "02:00:00:01:0d:ff"
     switch_usids = {sw.usid for sw in fabric.switches}
     assert switch_usids.isdisjoint(n.usid for n in nics)
+
+
+def test_a_paths_geometry_is_its_hosts_and_switches_in_order() -> None:
+    fabric = Fabric(planes=2, t0_per_plane=2, t1_per_plane=2, hosts_per_t0=1)
+    across, local = fabric.paths(0, 1, 1)[1], Fabric(1, 1, 1, 2).paths(0, 1, 0)[0]
+    assert fabric.path_nodes(across) == ("h0", "p1l0", "p1s1", "p1l1", "h1")
+    assert fabric.path_links(across) == [("h0", "p1l0"), ("p1l0", "p1s1"), ("p1s1", "p1l1"),
+                                         ("p1l1", "h1")]
+    assert Fabric(1, 1, 1, 2).path_nodes(local) == ("h0", "p0l0", "h1")  # one T0: no spine
