@@ -349,6 +349,12 @@ class Controller:
         return session.read(self.codec)
 
     def close(self) -> None:
-        for session in self.sessions.values():
+        """Close every session. An interrupted install_all may still be opening sessions in
+        its threads, so each is taken out of the dict before it is closed (CI saw iterating
+        the dict raise 'changed size during iteration' on Ctrl-C during the install)."""
+        while self.sessions:
+            try:
+                _, session = self.sessions.popitem()
+            except KeyError:  # emptied by a racing thread between the test and the pop
+                break
             session.close()
-        self.sessions.clear()
