@@ -66,6 +66,13 @@ from wire.packets import (
     SackPacket,
 )
 
+# What `import wire` re-exports from this module.
+__all__ = [
+    "DataFields", "SackFields", "decode_data_fields", "decode_packet", "decode_probe_fields",
+    "decode_sack_fields", "encode_data_fields", "encode_packet", "encode_probe_fields",
+    "encode_sack_fields", "psn_add", "psn_diff",
+]
+
 _PSN_MASK = PSN_MAX
 _PSN_HALF = PSN_MOD >> 1
 

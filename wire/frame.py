@@ -32,6 +32,13 @@ from wire.layout import (
     UDP_LENGTH_FIELD,
 )
 
+# What `import wire` re-exports from this module.
+__all__ = [
+    "BadField", "Envelope", "TruncatedPacket", "UnknownOpcode", "WireError", "address_pair",
+    "decode_frame", "decode_frame_fields", "encode_frame", "encode_frame_parts", "eth_header",
+    "ev_from_fields", "ev_to_fields", "trim_frame",
+]
+
 
 class WireError(PacketError, ValueError):
     """Base of every codec error: the packet is malformed and must be counted and dropped."""

@@ -9,6 +9,18 @@ from dataclasses import dataclass
 
 from wire.fields import PSN
 
+# What `import wire` re-exports from this module.
+__all__ = [
+    "DATA_OPCODES", "EXT_CC_STATE", "EXT_NACK", "EXT_PORT_STATUS", "EXT_PROBE", "EXT_SACK",
+    "IMM_OPCODES", "M_ALWAYS_SKIP", "M_NONE", "M_SKIP_ONCE", "NACK_BOUNDS_VIOLATION",
+    "NACK_NO_BITMAP", "NACK_PSN_OOR_WINDOW", "NACK_RKEY_VIOLATION", "NACK_TRIMMED",
+    "NACK_TRIMMED_LASTHOP", "OP_ACK", "OP_EP_REQ", "OP_EP_RSP", "OP_NACK", "OP_PROBE",
+    "OP_SACK", "OP_WRITE_FIRST", "OP_WRITE_LAST", "OP_WRITE_LAST_IMM", "OP_WRITE_MIDDLE",
+    "OP_WRITE_ONLY", "OP_WRITE_ONLY_IMM", "PSN_BITS", "PSN_MAX", "PSN_MOD", "QPN_ENDPOINT",
+    "Bth", "CcState", "DataPacket", "Meth", "NackExt", "NackPacket", "Packet", "PortStatusExt",
+    "PortStatusPacket", "ProbeExt", "ProbePacket", "Reth", "SackExt", "SackPacket",
+]
+
 OP_WRITE_FIRST = 0xC6
 OP_WRITE_MIDDLE = 0xC7
 OP_WRITE_LAST = 0xC8
