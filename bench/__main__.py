@@ -43,15 +43,16 @@ from bench.runner import CONTENDERS  # noqa: E402
 from bench.view import BenchView  # noqa: E402
 from emulation import fidelity
 from emulation.cluster.cluster import (  # noqa: E402
-    ClusterError,
     add_cluster_args,
     cluster_from_args,
 )
+from emulation.errors import EmulationError  # noqa: E402
 from emulation.netconfig import (  # noqa: E402
     DEFAULT_PORT_RATE_PPS,
     DEFAULT_RX_HOLD_MS,
     MAX_RX_HOLD_MS,
 )
+from fabric.errors import FabricError  # noqa: E402
 from fabric.options import (  # noqa: E402
     add_fabric_args,
     add_json_arg,
@@ -61,10 +62,9 @@ from fabric.options import (  # noqa: E402
     link_delay_s,
     named_fabric,
 )
-from fabric.topology import TopologyError  # noqa: E402
-from safety.privdir import UnsafePathError  # noqa: E402
-from views.liveview import LiveViewError, add_view_args  # noqa: E402
-from views.runreport import ReportError  # noqa: E402
+from safety.errors import SafetyError  # noqa: E402
+from views.errors import ViewError  # noqa: E402
+from views.liveview import add_view_args  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,7 +99,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     try:
         args.fabric_model = named_fabric(args)
         args.cluster_model = cluster_from_args(args)
-    except (TopologyError, ClusterError) as exc:
+    except (FabricError, EmulationError) as exc:  # each unit's base: refused
         p.error(str(exc))
     if not 0.0 <= args.rx_hold_ms <= MAX_RX_HOLD_MS:
         p.error(f"--rx-hold-ms {args.rx_hold_ms}: use 0 (off) to {MAX_RX_HOLD_MS:g} ms")
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             url = view.start()
             if url is not None:
                 print(f"live view: {url}", file=sys.stderr)
-    except (UnsafePathError, ReportError, LiveViewError) as exc:
+    except (SafetyError, ViewError) as exc:  # each unit's base: refused
         print(f"bench: {exc}", file=sys.stderr)
         return 2
     try:

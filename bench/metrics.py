@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from bench.errors import BenchmarkError
+from fabric.capacity import max_flow
 from fabric.topology import Fabric
 
 Timeline = Sequence[tuple[float, int]]
@@ -132,16 +133,6 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 def capacity_pps(fabric: Fabric, port_rate_pps: float, senders: Iterable[int],
                  receivers: Iterable[int], dead_links: Iterable[tuple[str, str]] = ()) -> float:
-    """Max-flow in packets/s from the senders' NICs to the receivers' NICs.
-
-    Reuses the simulator's max-flow over the same fabric model, with every port at
-    `port_rate_pps` (the unit is whatever the rate is in: here packets/s).
-    """
-    from sim.engine import EventLoop
-    from sim.metrics import capacity_bps
-    from sim.network import Network
-
-    net = Network(fabric, EventLoop(), rate_bps=port_rate_pps)
-    for a, b in dead_links:
-        net.set_link_up(net.link(a, b), False)
-    return capacity_bps(net, senders, receivers)
+    """Max-flow in packets/s from the senders' NICs to the receivers' NICs, every port at
+    `port_rate_pps` (fabric.capacity, the one definition)."""
+    return max_flow(fabric, senders, receivers, port_rate_pps, down_links=dead_links)

@@ -23,8 +23,10 @@ if __name__ == "__main__":  # before grpc is imported: re-run with .venv if it i
     venv_entry.ensure(("grpc", "p4runtime_sh"), "python -m controller", module="controller")
 
 from controller import convergence, install, shell  # noqa: E402
+from controller.errors import ControllerError  # noqa: E402
 from controller.tables import PortThresholds, fabric_tables  # noqa: E402
 from fabric import hostpaths  # noqa: E402
+from fabric.errors import FabricError  # noqa: E402
 from fabric.options import (  # noqa: E402
     add_convergence_delay_arg,
     add_deprecated_spelling,
@@ -37,7 +39,8 @@ from fabric.options import (  # noqa: E402
     write_json,
 )
 from fabric.topology import TopologyError  # noqa: E402
-from p4rt.tls import ClientTls, TlsError, load_addresses  # noqa: E402
+from p4rt.errors import P4rtError  # noqa: E402
+from p4rt.tls import ClientTls, load_addresses  # noqa: E402
 
 
 def fabric_args(p: argparse.ArgumentParser) -> None:
@@ -172,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             return code
         finally:
             ctl.close()
-    except (TopologyError, install.InstallError, TlsError) as err:
+    except (FabricError, ControllerError, P4rtError) as err:  # each unit's base: refused
         print(f"controller: {err}", file=sys.stderr)
         return 2
 

@@ -28,12 +28,20 @@ ramp excluded) until the failure; report["checks"] holds the demo's pass/fail cr
 
 from __future__ import annotations
 
-import itertools
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from demo.failed_link import capacity_left, pick_failed_link, routes_through
+from demo.goodput import ProgressSampler, goodput_around_failure
+from demo.retirements import (
+    await_reinstated,
+    classify_retirements,
+    delta,
+    ev_layout,
+    last_event_seq,
+    no_bypass_note,
+)
 from emulation.agents import TransferHandle
 from emulation.cpupressure import EMULATION_BOUND_SHARE, CpuPressure
 from emulation.fidelity import EMULATION_BOUND, Monitor
@@ -42,187 +50,13 @@ from emulation.network import MrcNetwork
 from views.runview import RunRecorder
 
 RTT_SAMPLES = 5
-SAMPLE_S = 0.05  # goodput timeline: receiver counters polled this often
-CLEAN_FROM_S = 0.4  # the clean goodput reference starts this long after the transfer
-AFTER_FAILURE_S = 1.0  # goodput window after the failure begins
 GOODPUT_AFTER_FAILURE_MIN = 0.8  # check: that goodput / clean goodput
-REINSTATE_MIN_S = 5.0  # how long the report waits for probes to reinstate retired EVs ...
-REINSTATE_RTTS = 50  # ... or this many base RTTs, if longer
 
 
 def measure_rtt(net: MrcNetwork, src: int, dst: int, single_path: bool) -> float:
     """Minimum duration of one-packet writes: one data packet and its SACK."""
     return min(net.transfer(src, dst, 64, single_path=single_path)["duration_s"]
                for _ in range(RTT_SAMPLES))
-
-
-def routes_through(net: MrcNetwork, src: int, dst: int, a: str, b: str,
-                   single_path: bool) -> set[str]:
-    """Sender routes (outer DAs) whose source route crosses cable a-b."""
-    if single_path:  # LPM-routed: the route is the destination NIC address on plane 0
-        return {str(net.fabric.nic(dst, 0).address)}
-    out = set()
-    for path in net.fabric.all_paths(src, dst):
-        if any({x, y} == {a, b} for x, y in net.fabric.path_links(path)):
-            out.add(str(path.address))
-    return out
-
-
-def pick_failed_link(net: MrcNetwork, src: int, dst: int, single_path: bool) -> tuple[str, str]:
-    """MRC: plane 0, source T0 to spine 0; over a cluster, a link between two servers on the
-    flow's paths, a switch link if one crosses, else the destination's NIC on the lowest such
-    plane. Single path: the uplink the flow was hashed onto."""
-    if net.cluster_run is not None and not single_path:
-        crossing = _crossing_link(net, src, dst)
-        if crossing is not None:
-            return crossing
-    t0 = net.fabric.t0(0, net.fabric.nic(src, 0).t0)
-    if single_path:
-        sent = net.port_sent(t0.name)
-        uplinks = {net.fabric.uplink_port(j): j for j in range(net.fabric.t1_per_plane)}
-        busiest = max(uplinks, key=lambda port: sent.get(port, 0))
-        return t0.name, net.fabric.t1(0, uplinks[busiest]).name
-    return t0.name, net.fabric.t1(0, 0).name
-
-
-def capacity_left(fabric, a: str, b: str, single_path: bool) -> float:
-    """The share of the flow's capacity a failed link a-b leaves: a host NIC takes its plane
-    (1/planes of an MRC flow), a switch link leaves the hosts' NICs, the bottleneck."""
-    nic = a not in fabric.by_name or b not in fabric.by_name
-    return 1.0 - 1.0 / fabric.planes if nic and not single_path else 1.0
-
-
-def _crossing_link(net: MrcNetwork, src: int, dst: int) -> tuple[str, str] | None:
-    assert net.cluster_run is not None
-    server = net.cluster_run.server_of
-    fabric = net.fabric
-    found: list[tuple[int, str, str]] = []
-    for path in fabric.all_paths(src, dst):
-        for a, b in fabric.path_links(path):
-            if server(a) != server(b):
-                switches = a in fabric.by_name and b in fabric.by_name
-                rank = 0 if switches else 1 if b == fabric.host_name(dst) else 2
-                found.append((rank, a, b))
-    return min(found)[1:] if found else None
-
-
-def _delta(after: dict, before: dict, key: str) -> int:
-    return int(after[key]) - int(before[key])
-
-
-class ProgressSampler:
-    """Polls an agent's `rx_data_bytes` in a thread: (monotonic time, bytes) pairs."""
-
-    def __init__(self, net: MrcNetwork, host: int, period: float = SAMPLE_S) -> None:
-        self._agent, self._period = net.agent(host), period
-        self.samples: list[tuple[float, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"progress-h{host}", daemon=True)
-
-    def start(self) -> ProgressSampler:
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                got = self._agent.call("counters", wait=5.0)
-            except Exception:  # noqa: BLE001 (a missed sample only thins the timeline)
-                got = None
-            if got is not None:
-                self.samples.append((time.monotonic(), int(got["counters"]["rx_data_bytes"])))
-            self._stop.wait(self._period)
-
-    def stop(self) -> list[tuple[float, int]]:
-        self._stop.set()
-        self._thread.join(10.0)
-        return self.samples
-
-
-def bytes_at(samples: list[tuple[float, int]], t: float) -> float | None:
-    """Received bytes at time t, interpolated between samples; None outside them."""
-    for (t0, b0), (t1, b1) in itertools.pairwise(samples):
-        if t0 <= t <= t1:
-            return b0 + (b1 - b0) * ((t - t0) / (t1 - t0) if t1 > t0 else 1.0)
-    return None
-
-
-def rate_bps(samples: list[tuple[float, int]], start: float, end: float) -> float | None:
-    b0, b1 = bytes_at(samples, start), bytes_at(samples, end)
-    if b0 is None or b1 is None or end <= start:
-        return None
-    return (b1 - b0) * 8 / (end - start)
-
-
-def goodput_around_failure(samples: list[tuple[float, int]], started: float,
-                           fail_begin: float) -> dict[str, Any]:
-    """Clean goodput (CLEAN_FROM_S after the start until the failure) and goodput in the
-    AFTER_FAILURE_S after the failure began (module docstring)."""
-    clean = rate_bps(samples, started + CLEAN_FROM_S, fail_begin)
-    end = fail_begin + AFTER_FAILURE_S
-    after = rate_bps(samples, fail_begin, end)
-    times = [t for t, _ in samples]
-    inside = [b - a for a, b in itertools.pairwise(times) if b > started + CLEAN_FROM_S and a < end]
-    return {"clean_bps": clean, "after_failure_bps": after,
-            "after_failure_of_clean": after / clean if clean and after is not None else None,
-            "window_s": AFTER_FAILURE_S,
-            "max_sample_gap_s": max(inside, default=None)}
-
-
-def ev_layout(net: MrcNetwork, src: int, dst: int) -> tuple[int, dict[int, dict]]:
-    """src's QPN towards dst and its EVs (route, state) from the agent's per-EV stats."""
-    (qpn,) = net.agent(src).call("status")["qps"][str(dst)]  # an MRC agent: one QP per peer
-    per_ev = net.stats(src, per_ev=True)["per_ev"][f"{qpn:#x}"]
-    return qpn, {int(ev): info for ev, info in per_ev.items()}
-
-
-def last_event_seq(net: MrcNetwork, host: int) -> int:
-    return int(net.agent(host).call("events", since=(1 << 62))["last"])
-
-
-def classify_retirements(events: list[dict], qpn: int, evs: dict[int, dict],
-                         failed_routes: set[str], fail_begin: float | None) -> dict[str, Any]:
-    """EVs retired (moved into ASSUMED_BAD) per route and cause (module docstring), and how
-    many of the failed routes' EVs were ASSUMED_BAD when the failure began. Counts are of
-    retirements; an EV retired, reinstated by probes and retired again while the link is
-    down counts twice, so `failed_route_evs_retired` also gives the distinct EVs (at most
-    failed_route_evs: never "3 retired of its 2")."""
-    state = {ev: info["state"] for ev, info in evs.items()}
-    retired_after: set[int] = set()
-    on_failed = [ev for ev, info in evs.items() if info["route"] in failed_routes]
-    bad_at_failure: int | None = None
-    out: dict[str, Any] = {"healthy_routes": 0, "failed_route_after_failure": 0,
-                           "failed_route_before_failure": 0, "healthy_by_route": {},
-                           "reasons": {}, "first_healthy_s": None}
-    for e in sorted(events, key=lambda e: e["seq"]):
-        if e.get("type") != "EvStateChanged" or e.get("qpn") != qpn or e["ev"] not in evs:
-            continue
-        if fail_begin is not None and bad_at_failure is None and e["time"] >= fail_begin:
-            bad_at_failure = sum(state[ev] == "ASSUMED_BAD" for ev in on_failed)
-        old, new = state[e["ev"]], e["new"]
-        state[e["ev"]] = new
-        if new != "ASSUMED_BAD" or old == "ASSUMED_BAD":
-            continue
-        route = evs[e["ev"]]["route"]
-        if route not in failed_routes:
-            key = "healthy_routes"
-            out["healthy_by_route"][route] = out["healthy_by_route"].get(route, 0) + 1
-            if out["first_healthy_s"] is None:
-                out["first_healthy_s"] = e["time"]
-        elif fail_begin is not None and e["time"] >= fail_begin:
-            key = "failed_route_after_failure"
-            retired_after.add(e["ev"])
-        else:
-            key = "failed_route_before_failure"
-        out[key] += 1
-        reasons = out["reasons"].setdefault(key, {})
-        reasons[e["reason"]] = reasons.get(e["reason"], 0) + 1
-    if fail_begin is not None and bad_at_failure is None:
-        bad_at_failure = sum(state[ev] == "ASSUMED_BAD" for ev in on_failed)
-    out["failed_route_evs"] = len(on_failed)
-    out["failed_route_evs_retired"] = len(retired_after)
-    out["failed_route_evs_bad_at_failure"] = bad_at_failure
-    return out
 
 
 def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
@@ -233,7 +67,7 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
     fabric = net.fabric
     src, dst = 0, fabric.hosts - 1  # first and last host: different T0s when t0 > 1
     rate = net.config.port_rate_pps
-    capacity = flow_capacity_bps(fabric, rate, single_path)
+    capacity = flow_capacity_bps(fabric, rate, single_path, src, dst)
     nbytes = int(seconds * capacity / 8) if capacity else 20_000_000
     rtt = measure_rtt(net, src, dst, single_path)
     log(f"unloaded RTT h{src} -> h{dst}: {rtt * 1e3:.1f} ms; sending {nbytes} bytes")
@@ -263,7 +97,7 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
     consumed = {name: frames[name]["consumed"] - frames_before[name]["consumed"]
                 for name in frames}
     if failure:  # let probes reinstate the retired EVs before counting them
-        failure["reinstated_after_up"] = _await_reinstated(net, src, before[src], after[src])
+        failure["reinstated_after_up"] = await_reinstated(net, src, before[src], after[src])
         after[src] = net.stats(src)
     recording = recorder.stop() if recorder is not None else None
     report = build_report(net, src, dst, result, before, after, failure, rtt, capacity,
@@ -272,8 +106,10 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
     if recording is not None:
         report["recording"] = recording
     report["bringup_s"] = dict(net.timings)
-    if net.cluster_run is not None:
-        report["cluster"] = net.cluster_run.summary()
+    assert net.builder is not None
+    spread = net.builder.summary()  # {} on one machine
+    if spread:
+        report["cluster"] = spread
     report["cpu_pressure"] = cpu_pressure
     report["fidelity"] = fidelity
     report["emulation_bound"] = emulation_bound(fidelity, cpu_pressure)
@@ -287,7 +123,7 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
         failure["retired"] = retired
         failure["goodput"] = goodput_around_failure(samples, t0, fail_begin)
         if failure["bypass_s"] is None:
-            failure["bypass_note"] = _no_bypass_note(retired)
+            failure["bypass_note"] = no_bypass_note(retired)
         report["checks"] = demo_checks(failure, report["emulation_bound"])
     return report
 
@@ -325,7 +161,7 @@ def _fail_and_recover(net: MrcNetwork, handle: TransferHandle, src: int, dst: in
                is not None else None,
                "bypass_unloaded_rtts": bypass / rtt if bypass is not None else None,
                "routing_repairs_while_down": repairs,
-               "capacity_left": capacity_left(net.fabric, a, b, single_path)}
+               "capacity_left": capacity_left(net.fabric, src, dst, a, b, single_path)}
     return failure, routes, fail_begin
 
 
@@ -334,15 +170,6 @@ def emulation_bound(fidelity: dict[str, Any], cpu_pressure: float | None) -> boo
     task waited for a CPU most of the transfer (PSI)."""
     return (fidelity.get("verdict") == EMULATION_BOUND
             or (cpu_pressure is not None and cpu_pressure >= EMULATION_BOUND_SHARE))
-
-
-def _no_bypass_note(retired: dict[str, Any]) -> str:
-    bad, total = retired["failed_route_evs_bad_at_failure"], retired["failed_route_evs"]
-    if bad:
-        return (f"nothing to bypass: no data went onto the failed route after the failure "
-                f"began; {bad} of its {total} EVs were already retired before it "
-                f"({retired['reasons'].get('failed_route_before_failure', {})})")
-    return "nothing to bypass: no data went onto the failed route after the failure began"
 
 
 def demo_checks(failure: dict[str, Any], bound: bool = False) -> dict[str, Any]:
@@ -367,22 +194,6 @@ def _sleep_unless_done(handle, seconds: float) -> None:
         time.sleep(0.02)
 
 
-def _await_reinstated(net: MrcNetwork, src: int, before: dict, after: dict) -> bool:
-    """Probes run in the background; wait until reinstated catches up with retired. Probes
-    pace with the RTT, so the wait does too: REINSTATE_RTTS base RTTs, REINSTATE_MIN_S at
-    least (at 40 packets/s, BMv2 on paths-128, 5 s was not enough: 0.38 s base RTT)."""
-    timeout = max(REINSTATE_MIN_S, REINSTATE_RTTS * net.config.effective_base_rtt)
-    end = time.monotonic() + timeout
-    while True:
-        ep = net.stats(src)["endpoint"]
-        if _delta(ep, before["endpoint"], "ev_reinstated") >= _delta(
-                ep, before["endpoint"], "ev_retired"):
-            return True
-        if time.monotonic() > end:
-            return False
-        threading.Event().wait(0.1)
-
-
 def build_report(net: MrcNetwork, src: int, dst: int, result: dict, before: dict, after: dict,
                  failure: dict, rtt: float, capacity: float | None,
                  single_path: bool) -> dict[str, Any]:
@@ -396,8 +207,8 @@ def build_report(net: MrcNetwork, src: int, dst: int, result: dict, before: dict
         sent = info["tx_data_packets"] - r0.get(route, {}).get("tx_data_packets", 0)
         if sent:
             paths.append({"route": route, "plane": info["plane"], "data_packets": sent})
-    packets = {h: _delta(after[h]["endpoint"], before[h]["endpoint"], "tx_packets")
-               + _delta(after[h]["endpoint"], before[h]["endpoint"], "rx_packets")
+    packets = {h: delta(after[h]["endpoint"], before[h]["endpoint"], "tx_packets")
+               + delta(after[h]["endpoint"], before[h]["endpoint"], "rx_packets")
                for h in (src, dst)}
     cpu = {h: after[h]["cpu_seconds"] - before[h]["cpu_seconds"] for h in (src, dst)}
     return {
@@ -415,14 +226,14 @@ def build_report(net: MrcNetwork, src: int, dst: int, result: dict, before: dict
                      "capacity_bps": capacity,
                      "goodput_of_capacity": (result["goodput_bps"] / capacity
                                              if capacity and result.get("goodput_bps") else None)},
-        "counters": {"retransmits": _delta(s1, s0, "retransmits"),
-                     "timeouts": _delta(s1, s0, "timeouts"),
-                     "nacks_received": _delta(s1, s0, "nacks_received"),
-                     "trims_received": _delta(d1, d0, "trims_received"),
-                     "ecn_marks_received": _delta(d1, d0, "ecn_marks_received"),
-                     "ev_retired": _delta(s1, s0, "ev_retired"),
-                     "ev_reinstated": _delta(s1, s0, "ev_reinstated"),
-                     "probes_sent": _delta(s1, s0, "probes_sent")},
+        "counters": {"retransmits": delta(s1, s0, "retransmits"),
+                     "timeouts": delta(s1, s0, "timeouts"),
+                     "nacks_received": delta(s1, s0, "nacks_received"),
+                     "trims_received": delta(d1, d0, "trims_received"),
+                     "ecn_marks_received": delta(d1, d0, "ecn_marks_received"),
+                     "ev_retired": delta(s1, s0, "ev_retired"),
+                     "ev_reinstated": delta(s1, s0, "ev_reinstated"),
+                     "probes_sent": delta(s1, s0, "probes_sent")},
         "per_plane_tx_packets": planes,
         "per_path": paths,
         "failure": failure,

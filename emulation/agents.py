@@ -13,11 +13,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from emulation.cluster.remote import RemoteProcess
 from emulation.errors import EmulationError
 from fabric.topology import Fabric
 from host_agent.control import ControlClient, ControlError
@@ -51,23 +50,55 @@ class AgentProxy:
             raise AgentError(f"h{self.host}: {exc}") from exc
 
 
+class Launcher(Protocol):
+    """How a process starts and stops on a node: here (LocalLauncher), or on the node's own
+    server (emulation.cluster.clusternet's, over ssh); emulation.builder picks it per node."""
+
+    def start(self, node: Any, argv: Sequence[str], cwd: str, env: dict[str, str],
+              log: Path) -> tuple[Any, int]:
+        """The process's handle here (Popen-like: pid, poll, returncode) and its PID where
+        it runs."""
+
+    def stop(self, proc: Any, timeout: float) -> None:
+        """SIGTERM, SIGKILL if it is still there after `timeout`; reaped either way."""
+
+
+class LocalLauncher:
+    """A process in the node's namespaces on this machine, output discarded (the agent
+    keeps its own log)."""
+
+    def start(self, node: Any, argv: Sequence[str], cwd: str, env: dict[str, str],
+              log: Path) -> tuple[Any, int]:
+        proc = node.popen(list(argv), cwd=cwd, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        return proc, proc.pid
+
+    def stop(self, proc: Any, timeout: float) -> None:
+        stop_process(proc, timeout)
+
+
+LOCAL = LocalLauncher()
+
+
 class AgentProcess:
     """One agent: its Popen (by PID), log file, socket and proxy."""
 
     def __init__(self, node, host: int, fabric: Fabric, workdir: Path, *, base_rtt: float,
                  keep_ipv6: bool, mode: AgentMode, rx_hold_ms: float = 0.0,
                  nic_rate_pps: int | None = None, server_dir: Path | None = None,
-                 record: Callable[[str, int], None] | None = None,
+                 launcher: Launcher = LOCAL,
                  served_core: str | None = None) -> None:
         """`server_dir`: the run's directory on the node's server when that is another one
         (emulation.cluster.clusternet): the agent's socket and log live there, and `socket_path`
-        here is the forwarded end; `record` hears of the agent's PID there."""
+        here is the forwarded end; `launcher` starts and stops the process where the node runs
+        (emulation.builder: the node's builder says how)."""
         self.node, self.host, self.fabric = node, host, fabric
         self.socket_path = workdir / f"h{host}.sock"
         home = workdir if server_dir is None else server_dir
         self.server_socket = home / f"h{host}.sock"
         self.log_path = home / f"h{host}-agent.log"
-        self.record = record
+        self.launcher = launcher
+        self._pid: int | None = None  # where it runs
         self.base_rtt, self.keep_ipv6, self.mode = base_rtt, keep_ipv6, mode
         self.rx_hold_ms = rx_hold_ms
         self.nic_rate_pps = nic_rate_pps  # the window starts at the path's BDP (agent --nic-rate)
@@ -98,26 +129,13 @@ class AgentProcess:
 
     def start(self) -> None:
         env = {"PYTHONPATH": str(self.repo), "PATH": AGENT_PATH}
-        if getattr(self.node, "isRemote", False):  # a Cluster Edition node on another server
-            proc = RemoteProcess(self.node.target, ["mnexec", "-a", str(self.node.pid),
-                                                    *self.command()],
-                                 cwd=str(self.repo), env=env,
-                                 log_path=str(self.log_path.with_suffix(".out")))
-            pid = proc.start()
-            self.proc = proc
-            if self.record is not None:
-                self.record(self.node.server, pid)
-            return
-        self.proc = self.node.popen(self.command(), cwd=str(self.repo),
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, env=env)
+        self.proc, self._pid = self.launcher.start(self.node, self.command(), str(self.repo),
+                                                   env, self.log_path.with_suffix(".out"))
 
     @property
     def pid(self) -> int | None:
         """The agent's PID where it runs (on its server, for a remote host)."""
-        if self.proc is None:
-            return None
-        return getattr(self.proc, "remote_pid", None) or self.proc.pid
+        return None if self.proc is None else self._pid
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         """Until the agent answers `status` (it has opened its NICs and QPs by then)."""
@@ -153,10 +171,8 @@ class AgentProcess:
     def stop(self) -> None:
         """SIGTERM our PID, SIGKILL if it does not go; idempotent."""
         proc, self.proc = self.proc, None
-        if isinstance(proc, RemoteProcess):
-            proc.stop(STOP_TIMEOUT_S)  # and its ssh session
-        elif proc is not None:
-            stop_process(proc, STOP_TIMEOUT_S)
+        if proc is not None:
+            self.launcher.stop(proc, STOP_TIMEOUT_S)
 
 
 _seeds = itertools.count(1)

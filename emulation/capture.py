@@ -39,21 +39,22 @@ def check_request(seconds: float, path: Path) -> None:
         raise NetworkError("tcpdump is not installed (apt install tcpdump)")
 
 
-def local_end(link: Any) -> Any:
-    """The link's interface whose node runs on this server (a switch end first)."""
-    ends = [i for i in (link.intf1, link.intf2) if not getattr(i.node, "isRemote", False)]
+def local_end(link: Any, is_here: Callable[[str], bool]) -> Any:
+    """The link's interface whose node runs on this server (a switch end first); `is_here`
+    is the run's builder's (emulation.builder)."""
+    ends = [i for i in (link.intf1, link.intf2) if is_here(i.node.name)]
     if not ends:
         raise NetworkError(f"{link.intf1.node.name} - {link.intf2.node.name}: both ends run "
                            "on other servers; capture a link with an end on this one")
     return ends[0]
 
 
-def capture(link: Any, seconds: float, path: Path,
+def capture(link: Any, seconds: float, path: Path, is_here: Callable[[str], bool],
             record: Callable[[int], None] | None = None) -> int:
     """Capture `link` for `seconds` into the new file `path`; the frames captured. `record`
     is told tcpdump's PID (the run manifest: a killed run's capture goes with its cleanup)."""
     check_request(seconds, path)
-    intf = local_end(link)
+    intf = local_end(link, is_here)
     with tempfile.TemporaryDirectory(prefix="mrc-capture-") as tmp:
         raw = Path(tmp) / "link.pcap"
         proc = intf.node.popen(["tcpdump", "-i", intf.name, "-w", str(raw), "-U", "-Z", "root",

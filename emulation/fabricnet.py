@@ -60,16 +60,20 @@ def veth_pairs(fabric: Fabric, net: Mininet) -> list[VethPair]:
     return pairs
 
 
-def add_nodes(config: NetworkConfig, target: str, workdir: Path,
-              credentials: RunCredentials | None, ports: PortPlan) -> Mininet:
-    """A Mininet with the switch and host nodes of the fabric's graph (MrcTopo, the switches
-    on the run's `ports`; host shells running, no links yet: start() adds them from the same
-    graph)."""
+def empty_net() -> Mininet:
+    """The Mininet a builder fills (the caller holds it first, so that a failure halfway
+    through still stops the nodes made). Not topo=: build() would add the graph itself."""
+    return Mininet(topo=None, controller=None, build=False, autoSetMacs=False,
+                   autoStaticArp=False, waitConnected=False)
+
+
+def add_nodes(net: Mininet, config: NetworkConfig, target: str, workdir: Path,
+              credentials: RunCredentials | None, ports: PortPlan) -> None:
+    """The switch and host nodes of the fabric's graph (MrcTopo, the switches on the run's
+    `ports`; host shells running, no links yet: start() adds them from the same graph)."""
     fabric = config.fabric
     topo = MrcTopo(fabric=fabric, switch_opts={"credentials": credentials}, ports=ports)
     cls = switch_class(target)
-    net = Mininet(topo=None, controller=None, build=False, autoSetMacs=False,
-                  autoStaticArp=False, waitConnected=False)  # not topo=: build() would add it
     net.fabric_topo = topo  # type: ignore[attr-defined] (start() adds its links)
     groups = switch_processes(fabric, config.soft_processes, workdir, credentials) \
         if cls is SoftSwitch else {}
@@ -79,7 +83,6 @@ def add_nodes(config: NetworkConfig, target: str, workdir: Path,
                       **topo.nodeInfo(name), **extra)
     for name in topo.hosts(sort=False):
         net.addHost(name, cls=Host, **topo.nodeInfo(name))
-    return net
 
 
 def start(net: Mininet, fabric: Fabric,
@@ -169,13 +172,14 @@ def port_counters(net: Mininet, name: str, counter: str) -> dict[int, int]:
     return dict(zip(ports, values, strict=True))
 
 
-def switch_frames(net: Mininet, fabric: Fabric) -> dict[str, dict[str, int]]:
+def switch_frames(net: Mininet, fabric: Fabric,
+                  is_here: Callable[[str], bool]) -> dict[str, dict[str, int]]:
     """Frames each switch took in and sent out, from its interfaces' kernel counters.
     `consumed` = in - out: P4 drops, queue tail drops and anything the switch process itself
     lost (BMv2 was reported to lose frames of large bursts before any queue). Read before
     and after a run, the difference charges such losses to the switch rather than to MRC."""
     out = {}
-    for name, ports in switch_packet_counts(net, fabric).items():
+    for name, ports in switch_packet_counts(net, fabric, is_here).items():
         rx = sum(r for r, _ in ports.values())
         tx = sum(t for _, t in ports.values())
         out[name] = {"in": rx, "out": tx, "consumed": rx - tx}
@@ -198,13 +202,14 @@ def local_packet_counts() -> dict[str, tuple[int, int]]:
     return out
 
 
-def switch_packet_counts(net: Mininet, fabric: Fabric) -> dict[str, dict[int, tuple[int, int]]]:
+def switch_packet_counts(net: Mininet, fabric: Fabric, is_here: Callable[[str], bool]
+                         ) -> dict[str, dict[int, tuple[int, int]]]:
     """Switch -> port -> (rx, tx) packets: local ports from /proc/net/dev at once, a switch on
     another server through its node's shell (port_counters)."""
     local = local_packet_counts()
     out = {}
-    for name, (ports, remote) in _port_map(net, fabric).items():
-        if not remote and all(n in local for n in ports.values()):
+    for name, (ports, here) in _port_map(net, fabric, is_here).items():
+        if here and all(n in local for n in ports.values()):
             out[name] = {p: local[n] for p, n in ports.items()}
             continue
         rx = port_counters(net, name, "rx_packets")
@@ -216,13 +221,13 @@ def switch_packet_counts(net: Mininet, fabric: Fabric) -> dict[str, dict[int, tu
 _PORT_MAPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _port_map(net: Mininet, fabric: Fabric) -> dict[str, tuple[dict[int, str], bool]]:
-    """Switch -> (port -> interface, on another server), built once per Mininet: sampled
+def _port_map(net: Mininet, fabric: Fabric,
+              is_here: Callable[[str], bool]) -> dict[str, tuple[dict[int, str], bool]]:
+    """Switch -> (port -> interface, on this machine), built once per Mininet: sampled
     twice a second, and a switch's interfaces outlive its process (a reboot keeps them)."""
     found = _PORT_MAPS.get(net)
     if found is None:
-        found = {sw.name: (net[sw.name]._data_ports(), bool(getattr(net[sw.name], "isRemote",
-                                                                    False)))
+        found = {sw.name: (net[sw.name]._data_ports(), is_here(sw.name))
                  for sw in fabric.switches}
         _PORT_MAPS[net] = found
     return found

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from controller.convergence import Convergence
     from controller.install import Controller
-    from emulation.cluster.clusternet import ClusterRun
+    from emulation.builder import Builder
     from safety.runguard import RunGuard
 
 # Drops every frame sent (limit 0 also disables the empty-queue bypass); see _set_link.
@@ -45,7 +45,7 @@ class FaultInjection:
     """link_down/cut/up, nic_down/up, kill_switch, switch_down, reboot_switch."""
 
     fabric: Fabric
-    cluster_run: ClusterRun | None
+    builder: Builder | None
     config: NetworkConfig
     link_log: list[dict[str, Any]]
     convergence: Convergence | None
@@ -82,7 +82,8 @@ class FaultInjection:
         agent watches, goes down for real (its switch end then has no carrier)."""
         _key, link = self._link(a, b)
         state = "up" if up else "down"
-        if self.cluster_run is not None and self.cluster_run.is_cut(a, b):
+        assert self.builder is not None
+        if self.builder.is_cut(a, b):
             if not up:
                 raise NetworkError(f"{a} - {b} is cut: bring it up first")
             self._mend(a, b)
@@ -104,27 +105,25 @@ class FaultInjection:
         """A pcap of the link a - b for `seconds` (emulation.capture); the frames captured."""
         _key, link = self._link(a, b)
         manifest = getattr(self, "_manifest", None)
-        return capture_link(link, seconds, path,
+        assert self.builder is not None
+        return capture_link(link, seconds, path, self.builder.is_here,
                             record=manifest.add_pid if manifest is not None else None)
 
     def link_cut(self, a: str, b: str) -> None:
         """Cut the cable a - b between two servers: both ends stay up and every frame is lost
         on the underlay (emulation.cluster.cablecut); link_up mends it."""
         self._link(a, b)  # a cable of this fabric, or NetworkError
-        if self.cluster_run is None:
-            raise NetworkError("a cable cut drops a tunnel's packets on the underlay: only "
-                               "links between servers (--servers) have one; take the link "
-                               "down instead")
-        if self.cluster_run.is_cut(a, b):
+        assert self.builder is not None
+        if self.builder.is_cut(a, b):
             raise NetworkError(f"{a} - {b} is already cut")
-        self.cluster_run.cut(a, b, on=True)
+        self.builder.cut(a, b, on=True)
         self.link_log.append({"time": time.monotonic(), "event": "cut", "a": a, "b": b})
         assert self.convergence is not None
         self.convergence.link_down(a, b)
 
     def _mend(self, a: str, b: str) -> None:
-        assert self.cluster_run is not None and self.convergence is not None
-        dropped = self.cluster_run.cut(a, b, on=False)
+        assert self.builder is not None and self.convergence is not None
+        dropped = self.builder.cut(a, b, on=False)
         self.link_log.append({"time": time.monotonic(), "event": "up", "a": a, "b": b,
                               "cut_dropped": dropped})
         self.convergence.link_up(a, b)
@@ -187,7 +186,7 @@ class FaultInjection:
             node.reboot()
         except SwitchProcessError as exc:
             if not isinstance(exc.__cause__, ForeignListener) or self._guard is None \
-                    or self.cluster_run is not None:  # a cluster's forwarders fix its ports
+                    or self.builder is None or not self.builder.replace_ports:
                 raise
             self._move_and_start(name, node)
         self.link_log.append({"time": start, "event": "reboot", "a": name, "b": ""})

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from controller.convergence import DEFAULT_DELAY
 from controller.tables import DEFAULT_ECN_THRESHOLD, DEFAULT_TRIM_THRESHOLD, PortThresholds
 from emulation.cluster.cluster import Cluster
+from fabric.capacity import max_flow
 from fabric.topology import Fabric
 from host_agent.agent import AGENT_OVERHEAD_S
 from host_agent.loop import MAX_HOLD
@@ -100,7 +101,7 @@ class NetworkConfig:
     lock_timeout: float = 600.0  # seconds to wait for another fabric on this machine to stop
     rx_hold_ms: float = DEFAULT_RX_HOLD_MS  # agents' interrupt moderation (host_agent.loop)
     # host -> Unix socket of a core served from elsewhere (agent --served-core): the grader's
-    # live stage, whose student cores run in its sandbox (grader.remote_core.served_cores)
+    # live stage, whose student cores run in its sandbox (rubrics.remote_core.served_cores)
     served_cores: tuple[tuple[int, str], ...] = ()
     # software switches: how many processes serve them (planes split among them); None: one
     # per CPU. BMv2 always runs one process per switch.
@@ -163,9 +164,12 @@ class NetworkConfig:
         return base_rtt_for(self.port_rate_pps, self.link_delay_s)
 
 
-def flow_capacity_bps(fabric: Fabric, rate_pps: int | None, single_path: bool) -> float | None:
-    """One flow's bottleneck in payload bits/s at `rate_pps` data packets/s per port: the
-    destination's host-facing port on each plane it uses (the demo and the live view)."""
+def flow_capacity_bps(fabric: Fabric, rate_pps: int | None, single_path: bool, src: int,
+                      dst: int) -> float | None:
+    """The flow src -> dst's capacity in payload bits/s at `rate_pps` data packets/s per
+    port (the demo and the live view): fabric.capacity's max-flow for MRC, one port's rate
+    for a single path (one route: its slowest port)."""
     if rate_pps is None:
         return None
-    return (1 if single_path else fabric.planes) * rate_pps * DEFAULT_MTU * 8
+    pps = rate_pps if single_path else max_flow(fabric, [src], [dst], rate_pps)
+    return pps * DEFAULT_MTU * 8

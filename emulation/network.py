@@ -40,9 +40,9 @@ from controller.convergence import Convergence
 from controller.install import Controller, InstallError
 from emulation import capacity, fabricnet
 from emulation.agents import AgentError, AgentProcess, AgentProxy, TransferHandle, exchange_qps
+from emulation.builder import Builder
 from emulation.calibration import CalibrationError, calibrate_transfer
-from emulation.cluster.clusternet import ClusterRun
-from emulation.cluster.remote import RemoteProcess
+from emulation.cluster.clusternet import builder_type
 from emulation.faults import FaultInjection
 from emulation.hostsetup import configure_kernel_ipv6, delay_nics, pace_nics
 from emulation.impair import remove_loss
@@ -83,7 +83,8 @@ class MrcNetwork(FaultInjection):
         if workdir is not None:
             check_workdir(workdir)
         self._guard: RunGuard | None = None  # the run's lock, manifest, keys and shield
-        self.cluster_run: ClusterRun | None = None  # config.cluster: the other servers
+        self._builder_type = builder_type(config)  # this machine, or several servers
+        self.builder: Builder | None = None  # made by start(), once the run is recorded
         self.thresholds = config.port_thresholds
         self.net: Mininet | None = None
         self.controller: Controller | None = None
@@ -153,7 +154,7 @@ class MrcNetwork(FaultInjection):
         make = (lambda: make_workdir(self)) if self._own_workdir else None  # mkdtemp, 0700
         self._guard = RunGuard(self.fabric, None if make else self.workdir, self._own_workdir,
                                self.config.lock_timeout, self.log, make_workdir=make,
-                               replace_ports=self.config.cluster is None)
+                               replace_ports=self._builder_type.replace_ports)
         self.workdir = self._guard.workdir or self.workdir
         self._manifest.add_interfaces(fabric_interfaces(self.fabric))
         wait_interfaces_gone(self.fabric, deadline, self.log)
@@ -192,24 +193,13 @@ class MrcNetwork(FaultInjection):
 
     def _build(self) -> None:
         assert self._manifest is not None
-        record_table = self._manifest.add_nft_table  # the run's guards, cable cuts
-        if self.config.cluster is not None:
-            self.cluster_run = ClusterRun(self.config, self.workdir, self.credentials, self.log,
-                                          record_table)
-            self.log(f"placement over {', '.join(self.config.cluster.names)}: "
-                     f"{self.cluster_run.placement.summary(self.fabric)}")
-            self.cluster_run.open_servers()
-            self.net = self.cluster_run.new_net()
-            self.cluster_run.add_nodes(self.net, self.target)
-        else:
-            self.net = fabricnet.add_nodes(self.config, self.target, self.workdir,
-                                           self.credentials, self.ports)
+        self.builder = self._builder_type(self.config, self.workdir, self.credentials, self.log,
+                                          self._manifest.add_nft_table, ports=self.ports)
+        self.net = fabricnet.empty_net()
+        self.builder.build(self.net, self.target)
         self.record_pids()
         try:
-            if self.cluster_run is not None:
-                self.cluster_run.start(self.net)
-            else:
-                fabricnet.start(self.net, self.fabric, record_table)
+            self.builder.start(self.net)
         finally:
             self.record_pids()
         delay = link_end_qdisc(self.config)  # BMv2 with --link-delay: netem (linkdelay)
@@ -225,9 +215,9 @@ class MrcNetwork(FaultInjection):
         call it after starting a process behind the network's back (bench.costs.soak)."""
         if self._manifest is None or self.net is None:
             return
-        for node in self.net.hosts + self.net.switches:  # a remote node: its ssh client here
-            self._manifest.add_pid(node.shell.pid if getattr(node, "isRemote", False)
-                                   and node.shell is not None else node.pid)
+        assert self.builder is not None
+        for node in self.net.hosts + self.net.switches:
+            self._manifest.add_pid(self.builder.own_pid(node))
             proc = getattr(node, "proc", None)
             self._manifest.add_pid(proc.pid if proc is not None else None)
         for agent in self.agents.values():
@@ -252,10 +242,9 @@ class MrcNetwork(FaultInjection):
 
     def _start_agent(self, host: int, mode: AgentMode, wait: bool = True) -> None:
         node = self._host_node(host)
-        extra: dict = {"served_core": dict(self.config.served_cores).get(host)}
-        if self.cluster_run is not None and getattr(node, "isRemote", False):
-            extra.update(server_dir=self.cluster_run.dir_on(node.server),
-                         record=self.cluster_run.record)
+        assert self.builder is not None
+        extra: dict = {"served_core": dict(self.config.served_cores).get(host),
+                       **self.builder.agent_options(node)}
         agent = AgentProcess(node, host, self.fabric, self.workdir,
                              base_rtt=self.config.effective_base_rtt,
                              keep_ipv6=self.config.keep_ipv6, mode=mode,
@@ -313,10 +302,8 @@ class MrcNetwork(FaultInjection):
                 self._in_mininet_stop = True
                 try:
                     fabricnet.stop_switches(self.net)
-                    if self.cluster_run is not None:
-                        self.cluster_run.remove_links()
-                    else:
-                        fabricnet.remove_links(self.net)
+                    if self.builder is not None:
+                        self.builder.remove_links(self.net)
                     self.net.stop()  # switch processes by PID (node.stop), veths, host shells
                 except _MininetAbandoned:
                     errors.append("second interrupt: Mininet stop abandoned, swept by PID and "
@@ -325,8 +312,8 @@ class MrcNetwork(FaultInjection):
                     errors.append(f"Mininet stop: {exc!r}")
                 finally:
                     self._in_mininet_stop = False
-        if self.cluster_run is not None:  # every other server: logs copied, then released
-            for server, swept in self.cluster_run.close().items():
+        if self.builder is not None:  # every other server: logs copied, then released
+            for server, swept in self.builder.close().items():
                 if swept is None or swept.get("error") or swept.get("processes") \
                         or swept.get("interfaces"):
                     errors.append(f"{server}: {swept}")
@@ -353,12 +340,15 @@ class MrcNetwork(FaultInjection):
         """The agent's PID on this machine; None for one on another server (its PID there
         means nothing here)."""
         proc = self.agents[i].proc if i in self.agents else None
-        return proc.pid if proc is not None and not _remote(proc) else None
+        return self._local_pid(proc)
 
     def switch_pid(self, name: str) -> int | None:
         """As agent_pid, for a switch's process."""
         node = self._need_net()[name]
-        return node.proc.pid if node.proc is not None and not _remote(node.proc) else None
+        return self._local_pid(node.proc)
+
+    def _local_pid(self, proc: Any) -> int | None:
+        return None if proc is None or self.builder is None else self.builder.local_pid(proc)
 
     def _need_net(self) -> Mininet:
         if self.net is None or self._stopped:
@@ -415,7 +405,9 @@ class MrcNetwork(FaultInjection):
 
     def switch_packet_counts(self) -> dict[str, dict[int, tuple[int, int]]]:
         """Switch -> port -> (rx, tx) frames, every switch at once (the run view's reading)."""
-        return fabricnet.switch_packet_counts(self._need_net(), self.fabric)
+        assert self.builder is not None
+        return fabricnet.switch_packet_counts(self._need_net(), self.fabric,
+                                              self.builder.is_here)
 
     def switch_counters(self, name: str, counters: tuple[str, ...], ports: list[int]
                         ) -> dict[str, dict[int, int]]:
@@ -433,14 +425,11 @@ class MrcNetwork(FaultInjection):
 
     def switch_frames(self) -> dict[str, dict[str, int]]:
         """Frames each switch took in and sent out (fabricnet.switch_frames)."""
-        return fabricnet.switch_frames(self._need_net(), self.fabric)
+        assert self.builder is not None
+        return fabricnet.switch_frames(self._need_net(), self.fabric, self.builder.is_here)
 
     def events(self, host: int, since: int = 0) -> list:
         return self.agent(host).call("events", since=since)["events"]
-
-
-def _remote(proc: Any) -> bool:
-    return isinstance(proc, RemoteProcess)
 
 
 def _mode(single_path: bool) -> AgentMode:

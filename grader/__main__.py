@@ -16,7 +16,7 @@ Exit status of grade: 0 every submission got full marks; 1 all were graded (or c
 be read: the student's error) and some got less; 2 the command was wrong; 3 the grader itself
 failed on some submission (no sandbox here, a crash of ours): those grades say nothing.
 
-Each submission runs in a sandbox (grader.sandbox: bubblewrap, an unprivileged uid, limits);
+Each submission runs in a sandbox (sandbox.contain: bubblewrap, an unprivileged uid, limits);
 where none can be had, grading refuses unless --trust-submissions says the code is trusted.
 """
 
@@ -40,11 +40,14 @@ from grader import (
     judging,
     livelogs,
     regions,
-    sandbox,
     workspace,
 )
+from grader.errors import GraderError
 from grader.report import Grade, render, summary
-from safety.privdir import UnsafePathError, check_workdir
+from safety.errors import SafetyError
+from safety.privdir import check_workdir
+from sandbox import contain
+from sandbox.errors import ContainmentError
 
 
 def cmd_list(_args: argparse.Namespace) -> int:
@@ -289,7 +292,7 @@ def _jobs(text: str) -> int:
         jobs = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of jobs") from None
-    if not 1 <= jobs <= min(cores, sandbox.MAX_SLOTS):
+    if not 1 <= jobs <= min(cores, contain.MAX_SLOTS):
         raise argparse.ArgumentTypeError(f"--jobs {jobs}: give 1 to {cores} (this machine's "
                                          f"cores)")
     return jobs
@@ -305,8 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (catalog.CatalogError, workspace.SubmissionError, UnsafePathError,
-            course.CourseKeyError, edition.EditionError) as exc:
+    except (GraderError, SafetyError, ContainmentError) as exc:  # each unit's base: refused
         print(f"testbed: {exc}", file=sys.stderr)
         return 2
 

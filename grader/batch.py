@@ -3,7 +3,7 @@ progress line each, and a cache so that an interrupted class resumes where it st
 
 - Jobs. With jobs > 1 each submission is graded in a worker process (multiprocessing's spawn,
   so no lock or thread of ours is inherited). Worker k claims sandbox slot k
-  (grader.sandbox.use_slot): its own uid, so one student's fork bomb cannot spend another's
+  (sandbox.contain.use_slot): its own uid, so one student's fork bomb cannot spend another's
   process budget. The live stages still take the machine's fabric lock one at a time.
 - Resume. A grade is cached under the course folder (.course/graded/, the instructor's, 0700)
   by a digest of the exercise, the target, the student, the submitted files and the grader's
@@ -22,10 +22,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import BrokenExecutor, Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from grader import catalog, course, gradingcopy, sandbox, workspace
+from grader import catalog, course, gradingcopy, workspace
 from grader.catalog import ROOT, Exercise
 from grader.report import Check, Grade
 from safety.privdir import check_workdir
+from sandbox import contain
 
 # name, student ('' outside a class), the files or why they could not be read
 Submission = tuple[str, str, "workspace.FileSet | Exception"]
@@ -156,7 +157,7 @@ def _in_workers(ex: Exercise, todo: Sequence[Submission], pending: list[int], ho
 
 
 def _claim_slot(slots) -> None:
-    sandbox.use_slot(slots.get(timeout=30))
+    contain.use_slot(slots.get(timeout=30))
 
 
 def _grade_in_worker(number: int, name: str, student: str,

@@ -4,11 +4,11 @@ exercise.json: {"title": str, "minutes": [min, max], "kind": "p4" | "python" | "
 "files": [project-relative paths the student edits]}. Beside it: README.md, stubs/REGION
 (a skeleton's body for each region of the exercise) and wrong/NAME/ fixtures (REGION files
 plus expect.json: {"fails": CHECK_ID, "why": str}). The checks live in
-grader/exercises/exN.py.
+rubrics/exN.py.
 
 A lab ("kind": "lab") has no code to cut: its files are what the student hands in (e.g.
 answers.json), at the root of the submission folder. Its skeleton is the folder's
-template/FILE; its solution is computed by grader/exercises/exN.py's `solution(ex)` (the
+template/FILE; its solution is computed by rubrics/exN.py's `solution(ex)` (the
 measurement answered by the grader itself); a wrong/NAME/FILE fixture holds JSON that is
 merged over that solution (only the answers it gets wrong).
 """

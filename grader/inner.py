@@ -1,5 +1,5 @@
 """The sandboxed half of grading: runs one exercise's `observe` inside a grading copy of the
-project (grader.workspace starts it there, in grader.sandbox) and writes what it saw as JSON.
+project (grader.workspace starts it there, in sandbox.contain) and writes what it saw as JSON.
 
 This process imports the student's modules, so nothing it writes is believed: it reports raw
 observations (frames, counts, entries, transfer results), never verdicts, and the grader's own
@@ -41,7 +41,7 @@ def observe(number: int, target: str, challenge: str) -> dict[str, Any]:
     """{"challenge", "observations": ...} from the exercise's `observe`, or {"challenge",
     "crash": traceback}."""
     ex = catalog.load(number)
-    module = importlib.import_module(f"grader.exercises.ex{number}")
+    module = importlib.import_module(f"rubrics.ex{number}")
     try:
         obs = module.observe(Context(catalog.ROOT, target, ex, challenge))
         return {"challenge": challenge, "observations": obs}

@@ -6,7 +6,7 @@ report that is missing, not JSON, or not shaped as the exercise's judge expects 
 check with the reason. Points come from the exercise's `CHECKS`, never from the report, and
 a check the judge does not reach fails as "not reported".
 
-An exercise module (grader/exercises/exN.py) provides:
+An exercise module (rubrics/exN.py) provides:
   CHECKS: tuple[CheckSpec, ...]            every check, in report order
   observe(ctx: inner.Context) -> dict     in the sandbox: raw, JSON-serialisable data
   judge(obs: dict, ctx: JudgeContext) -> Iterable[Check]   here: the verdicts
@@ -46,14 +46,14 @@ class JudgeContext:
     # stage it runs cannot be forged by the submission's process.
     measured: dict[str, Any] | None = None
     # The grading copy, for a stage the grader runs itself around the student's code served
-    # from the sandbox (grader.remote_core), and whether to contain it (not with
+    # from the sandbox (rubrics.remote_core), and whether to contain it (not with
     # --trust-submissions); only `measure` gets them.
     copy: Path | None = None
     contained: bool = True
 
 
 def module(ex: Exercise) -> ModuleType:
-    return importlib.import_module(f"grader.exercises.ex{ex.number}")
+    return importlib.import_module(f"rubrics.ex{ex.number}")
 
 
 def specs(ex: Exercise) -> tuple[CheckSpec, ...]:

@@ -4,7 +4,7 @@ a submission is graded in.
 A file set maps project-relative paths to their text. Grading lays one over a fresh copy of
 the project's allow-listed sources (grader.gradingcopy: never the whole checkout, never
 through a link) and runs `python -m grader.inner` there
-inside grader.sandbox: as an unprivileged uid in namespaces of its own, the copy read-only, a
+inside sandbox.contain: as an unprivileged uid in namespaces of its own, the copy read-only, a
 results folder its only writable host path, with limits on time, memory, processes, file size
 and output. Its report holds observations only; grader.judging decides the grade here, in a
 process that never runs the student's code. Where no sandbox can be had, grading refuses
@@ -26,10 +26,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from grader import challenge as challenges
-from grader import collect, edition, gradingcopy, judging, regions, sandbox
+from grader import collect, edition, gradingcopy, judging, regions
 from grader.catalog import EXERCISES, ROOT, WORK, Exercise
 from grader.errors import GraderError
 from grader.report import Grade
+from sandbox import contain
 
 FileSet = dict[str, str]
 CHECKS_TIMEOUT_S = 900  # one submission's checks, all stages: beyond it something hangs
@@ -47,7 +48,7 @@ def skeleton(ex: Exercise) -> FileSet:
 
 def solution(ex: Exercise) -> FileSet:
     if ex.kind == "lab":  # computed: the grader answers its own questions by measuring
-        module = importlib.import_module(f"grader.exercises.ex{ex.number}")
+        module = importlib.import_module(f"rubrics.ex{ex.number}")
         return dict(module.solution(ex))
     return {rel: (ROOT / rel).read_text() for rel in ex.files}
 
@@ -179,7 +180,7 @@ def project_copy(files: FileSet) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix="mrc-grade-"))
     try:
         if os.geteuid() == 0:
-            os.chown(tmp, 0, sandbox.SANDBOX_GID)
+            os.chown(tmp, 0, contain.SANDBOX_GID)
             tmp.chmod(0o710)
         copy = tmp / "project"
         skipped = gradingcopy.copy_sources(ROOT, copy, EXERCISES)
@@ -219,9 +220,9 @@ def _run_trusted(argv: list[str], root: Path, timeout_s: float) -> tuple[int, bo
 
 
 def _run_contained(argv: list[str], root: Path, timeout_s: float) -> tuple[int, bool, str]:
-    result = sandbox.run(argv, copy=root, results=root.parent / "results",
+    result = contain.run(argv, copy=root, results=root.parent / "results",
                          venv=Path(sys.prefix), env=_passed_env(root),
-                         limits=sandbox.Limits(wall_s=timeout_s),
+                         limits=contain.Limits(wall_s=timeout_s),
                          live=os.geteuid() == 0)  # root stages run as root of a user namespace
     stderr = result.stderr + (f"\n[stopped by the sandbox's {result.limit} limit]"
                               if result.limit else "")
@@ -231,13 +232,13 @@ def _run_contained(argv: list[str], root: Path, timeout_s: float) -> tuple[int, 
 def grade(ex: Exercise, files: FileSet, name: str, target: str,
           trust: bool = False, student: str = "", timeout_s: float | None = None) -> Grade:
     """Observe exercise `ex`'s checks on `files` in a project copy, contained in
-    grader.sandbox (or, with `trust`, in a plain process), then judge what it reported here
+    sandbox.contain (or, with `trust`, in a plain process), then judge what it reported here
     (grader.judging), never trusting its verdicts. The run's challenge (grader.challenge) is
     fresh: a report written for another run is refused. `student` names a class's student
     (their submission folder): a lab's assignment derives from it (grader.course).
     `timeout_s` bounds the checks (default CHECKS_TIMEOUT_S)."""
     timeout_s = CHECKS_TIMEOUT_S if timeout_s is None else timeout_s
-    why = "" if trust else sandbox.available(live=os.geteuid() == 0)
+    why = "" if trust else contain.available(live=os.geteuid() == 0)
     if why:
         return Grade(ex.number, name, target, (), error=(
             f"cannot contain the submission's code on this machine: {why}. Grading runs a "
@@ -253,17 +254,17 @@ def grade(ex: Exercise, files: FileSet, name: str, target: str,
         try:
             code, timed_out, stderr = (_run_trusted if trust else _run_contained)(
                 argv, root, timeout_s)
-        except sandbox.SandboxError as exc:  # e.g. a venv the sandbox uid cannot reach
+        except contain.SandboxError as exc:  # e.g. a venv the sandbox uid cannot reach
             return Grade(ex.number, name, target, (), error=f"cannot sandbox: {exc}")
         if timed_out:
             return Grade(ex.number, name, target, judged(None, (
                 f"the checks did not finish in {timeout_s:g} s: does your code loop "
                 f"forever or wait on something that never comes?")))
         try:
-            data = sandbox.read_result(root.parent / "results", REPORT,
+            data = contain.read_result(root.parent / "results", REPORT,
                                        judging.MAX_REPORT_BYTES)
             report = judging.parse_report(data, token)
-        except (OSError, sandbox.SandboxError, judging.MalformedReport) as exc:
+        except (OSError, contain.SandboxError, judging.MalformedReport) as exc:
             why = f"no usable report ({exc}; exit {code}): {stderr[-1500:]}"
             return Grade(ex.number, name, target, judged(None, why))
         measured = judging.measure(ex, report, target, challenge=token, copy=root,

@@ -34,17 +34,18 @@ import socket
 import sys
 
 from fabric import hostpaths
+from fabric.errors import FabricError
 from fabric.options import add_fabric_args, fabric_from_args
-from fabric.outfile import UnsafeOutputError, open_log_file
-from fabric.topology import TopologyError
+from fabric.outfile import open_log_file
 from host_agent.commands import Commands
 from host_agent.control import ControlServer, RequestError
 from host_agent.core import Endpoint, EndpointConfig
 from host_agent.driver import Driver
+from host_agent.errors import HostAgentError
 from host_agent.hostconfig import HostConfig, HostConfigError
 from host_agent.modes import MODE_HELP, MRC_MODE, AgentMode, roce_endpoint_config
-from host_agent.nic import NicError, kernel_setup
-from host_agent.served import RemoteCoreError, RemoteEndpoint, SocketLink
+from host_agent.nic import kernel_setup
+from host_agent.served import RemoteEndpoint, SocketLink
 from wire.layout import FULL_DATA_FRAME_LEN
 
 log = logging.getLogger("host_agent")
@@ -208,7 +209,7 @@ def agent_endpoint_config(mode: AgentMode, base_rtt: float, line_rate: float | N
                           write_timeout: float) -> EndpointConfig:
     """The agent's core configuration: timers from the base RTT, the window from the line
     rate (roce modes: the RoCE-like configuration). One definition: a core the grader
-    serves from a sandbox (grader.core_server) is built by it too."""
+    serves from a sandbox (rubrics.core_server) is built by it too."""
     if not mode.is_mrc:
         return roce_endpoint_config(base_rtt, line_rate_bps=line_rate,
                                     write_timeout=write_timeout)
@@ -220,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:  # root may run an agent by hand: the file is opened as fabric.outfile says
         stream = open_log_file(args.log) if args.log else None
-    except UnsafeOutputError as exc:
+    except FabricError as exc:  # fabric.outfile refused the file (its unit's base)
         print(f"agent: --log: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(
@@ -242,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         Agent(config, endpoint_config, args.socket, args.seed, mode,
               args.exchange_qps, rx_hold=args.rx_hold_ms / 1000,
               served=served).run(args.connect_all)
-    except (NicError, TopologyError, ValueError, OSError, RemoteCoreError) as exc:
+    except (HostAgentError, FabricError, ValueError, OSError) as exc:  # each unit's base
         log.error("%s", exc)
         print(f"host agent: {exc}", file=sys.stderr)
         return 2

@@ -3,7 +3,7 @@ protocol (host_agent.served_codec) by a process that holds the real one.
 
 Why: grading a student's endpoint without trusting it. The grader's simulator and the
 agents' raw-socket drivers run the fabric, the clock and every measurement; the student's
-core runs contained elsewhere (grader.core_server in grader.sandbox) and answers for its
+core runs contained elsewhere (rubrics.core_server in sandbox.contain) and answers for its
 endpoint only. Nothing it answers is believed where the caller can see for itself:
 - a packet may only go where the caller let it (a route index from the caller's own book),
   and its plane and peer are the route's, not the served process's word;
@@ -13,7 +13,7 @@ endpoint only. Nothing it answers is believed where the caller can see for itsel
 - every field and event is type- and range-checked, and any violation ends the run with the
   reason (RemoteCoreError), for the student's feedback.
 
-A Link carries one request and returns one reply: grader.remote_core's over a sandbox's pipe,
+A Link carries one request and returns one reply: rubrics.remote_core's over a sandbox's pipe,
 SocketLink over a Unix socket (an agent whose core the grader serves: --served-core).
 """
 

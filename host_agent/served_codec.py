@@ -1,6 +1,6 @@
 """The protocol between an endpoint's user and the process that serves it, declared once for
 both sides: host_agent.served (the user: the grader's simulator, an agent) and
-grader.core_server (the student's endpoints, in the sandbox).
+rubrics.core_server (the student's endpoints, in the sandbox).
 
 One JSON object per line. A request names an operation ("op"), the endpoint ("h") and its
 arguments; the reply holds the endpoint's timer ("timer") and, for "pump", the packets to send

@@ -1,7 +1,7 @@
 """Loader for the golden packet corpus (tests/golden/cases.json, format in tests/golden/README.md).
 
 One truth for every data plane: the BMv2 runner (rigs/bmv2_corpus.py), the software
-switch's and the simulator's tests and the P4 exercises' grader (grader/p4.py) feed these cases
+switch's and the simulator's tests and the P4 exercises' grader (rubrics/p4.py) feed these cases
 to their pipeline and compare. It lives here, not in tests/, because the grader is production
 code and must not import tests (docs/architecture.md). API:
 

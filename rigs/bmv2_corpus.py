@@ -6,7 +6,7 @@ pushes the pipeline over P4Runtime and, per case: installs the entries, presets 
 queue-depth register, sends the frame on the host end of the ingress port, collects what
 arrives on every host end, reads counters, removes the entries. Everything it creates is
 removed by name/PID in close(), also on failure. Used by tests/switch/test_p4_bmv2.py and by
-the P4 exercises' grader (grader/p4.py), which runs it inside a grading copy of the project so
+the P4 exercises' grader (rubrics/p4.py), which runs it inside a grading copy of the project so
 that p4build compiles (or finds) the student's program.
 """
 

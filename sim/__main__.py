@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import Any
 
+from fabric.errors import FabricError
 from fabric.options import (
     add_convergence_delay_arg,
     add_deprecated_spelling,
@@ -22,10 +23,11 @@ from fabric.options import (
     named_fabric,
     write_json,
 )
-from fabric.topology import TopologyError
-from host_agent.modes import MODE_HELP, ModeError
+from host_agent.errors import HostAgentError
+from host_agent.modes import MODE_HELP
+from sim.errors import SimError
 from sim.harness import SimSettings
-from sim.network import NetworkConfigError, QueueConfig
+from sim.network import QueueConfig
 from sim.scenarios import SCENARIOS, ScenarioError, run_scenario
 
 DEFAULT_SIZE = 32 * 1024 * 1024
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ScenarioError("--convergence-delay must be at least 0 seconds")
         result = run_scenario(args.scenario, size=args.size, settings=settings,
                               fabric=named_fabric(args))
-    except (ScenarioError, NetworkConfigError, TopologyError, ModeError) as exc:
+    except (SimError, FabricError, HostAgentError) as exc:  # each unit's base: refused
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if not json_to_stdout(args):

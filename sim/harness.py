@@ -116,7 +116,7 @@ class Harness:
         self.planned_bytes = 0  # bytes the whole run moves, when more than the transfers hold
         self.starting: list[Transfer] | None = None  # what start() posts; None: every transfer
         self._rtt_table: metrics.RttTable | None = None
-        # builds each host's endpoint instead of Endpoint(...): grader.remote_core's, whose
+        # builds each host's endpoint instead of Endpoint(...): rubrics.remote_core's, whose
         # endpoints live in a sandbox (set before the first transfer)
         self.endpoints: Callable[[Harness, int], Any] | None = None
 

@@ -1,25 +1,17 @@
 """Reference figures a scenario is judged against: base RTT and usable capacity.
 
-Capacity is a max-flow: for the set of sending hosts and the set of receiving hosts it is
-the most bits/s the *live* fabric could carry from the senders' NICs to the receivers'
-NICs, summed over planes, using each port's rate. Hosts other than the senders and
-receivers do not relay. A host that both sends and receives (a permutation) is two nodes, its
-sending and its receiving half, so its own traffic cannot short-cut the fabric; the figure is
-then the aggregate max-flow, which bounds what the flows can carry together (on a
-non-blocking fabric, as the presets are, it is what they can carry). Background traffic is
-not subtracted: a scenario that injects it (ecn) therefore cannot reach a ratio of 1.
+Capacity is fabric.capacity's max-flow over the *live* simulated fabric (each port's rate;
+links and switches that are down carry nothing). Background traffic is not subtracted: a
+scenario that injects it (ecn) therefore cannot reach a ratio of 1.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable
 
+from fabric.capacity import max_flow
 from fabric.topology import Path
-from sim.network import HostNode, Network, SwitchNode
-
-_SOURCE = "__source__"
-_SINK = "__sink__"
+from sim.network import Network
 
 
 def path_rtt(net: Network, path: Path, data_bytes: int, ack_bytes: int) -> float:
@@ -30,14 +22,6 @@ def path_rtt(net: Network, path: Path, data_bytes: int, ack_bytes: int) -> float
         total += out
         total += back
     return total
-
-
-def _tx(host: str) -> str:
-    return host + "/tx"
-
-
-def _rx(host: str) -> str:
-    return host + "/rx"
 
 
 def _hop_times(net: Network, a: str, b: str, data_bytes: int,
@@ -134,54 +118,14 @@ def _worst_but(top: list[tuple[float, int]], key: int) -> float | None:
 
 
 def capacity_bps(net: Network, senders: Iterable[int], receivers: Iterable[int]) -> float:
-    """Max-flow (Edmonds-Karp) from the senders' NICs to the receivers' NICs over live links."""
-    send, recv = set(senders), set(receivers)
-    cap: dict[str, dict[str, float]] = {}
-
-    def edge(a: str, b: str, c: float) -> None:
-        cap.setdefault(a, {})
-        cap.setdefault(b, {})
-        cap[a][b] = cap[a].get(b, 0.0) + c
-        cap[b].setdefault(a, 0.0)
-
+    """fabric.capacity.max_flow over the simulated fabric as it is now: its links' rates,
+    links and switches that are down carry nothing."""
+    rates: dict[tuple[str, str], float] = {}
+    down: list[tuple[str, str]] = []
     for link in net.links.values():
-        if not link.up:
-            continue
         for port in link.ports:
-            a, b = port.node, port.peer.node  # type: ignore[union-attr]
-            if isinstance(a, SwitchNode) and not a.up or isinstance(b, SwitchNode) and not b.up:
-                continue
-            if isinstance(a, HostNode) and a.index not in send:
-                continue
-            if isinstance(b, HostNode) and b.index not in recv:
-                continue
-            edge(_tx(a.name) if isinstance(a, HostNode) else a.name,
-                 _rx(b.name) if isinstance(b, HostNode) else b.name, port.rate_bps)
-    for h in send:
-        edge(_SOURCE, _tx(net.hosts[h].name), float("inf"))
-    for h in recv:
-        edge(_rx(net.hosts[h].name), _SINK, float("inf"))
-    flow = 0.0
-    while True:
-        parent: dict[str, str] = {_SOURCE: _SOURCE}
-        todo = deque([_SOURCE])
-        while todo and _SINK not in parent:
-            u = todo.popleft()
-            for v, c in cap[u].items():
-                if c > 1e-9 and v not in parent:
-                    parent[v] = u
-                    todo.append(v)
-        if _SINK not in parent:
-            return flow
-        bottleneck = float("inf")
-        v = _SINK
-        while v != _SOURCE:
-            bottleneck = min(bottleneck, cap[parent[v]][v])
-            v = parent[v]
-        v = _SINK
-        while v != _SOURCE:
-            u = parent[v]
-            cap[u][v] -= bottleneck
-            cap[v][u] += bottleneck
-            v = u
-        flow += bottleneck
+            rates[port.node.name, port.peer.node.name] = port.rate_bps  # type: ignore[union-attr]
+        if not link.up:
+            down.append(tuple(port.node.name for port in link.ports))  # type: ignore[arg-type]
+    return max_flow(net.fabric, senders, receivers, lambda a, b: rates[a, b], down_links=down,
+                    down_switches=[n for n, sw in net.switches.items() if not sw.up])

@@ -33,10 +33,11 @@ from pathlib import Path
 import grpc
 from p4.v1 import p4runtime_pb2
 
+from p4rt.errors import P4rtError
 from p4rt.p4info import load_text as load_p4info
-from p4rt.tls import TlsError, read_private, server_credentials
+from p4rt.tls import read_private, server_credentials
 from softswitch.dataplane import Dataplane
-from softswitch.errors import P4RTError, SoftSwitchError
+from softswitch.errors import SoftSwitchError
 from softswitch.loop import EventLoop
 from softswitch.router import Router, serve_router
 from softswitch.server import Device, P4RuntimeService
@@ -286,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         credentials = _server_tls(args)
         token = read_private(args.control_token_file).decode().strip() \
             if args.control_token_file else None
-    except (ConfigError, TlsError) as err:
+    except (SoftSwitchError, P4rtError) as err:  # each unit's base: refused
         print(f"softswitch: {err}", file=sys.stderr)
         return 2
     ids = [s.device_id for s in specs]
@@ -299,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         for spec in specs:
             process.add(spec)
         process.serve()
-    except (OSError, P4RTError) as err:
+    except (OSError, SoftSwitchError) as err:
         print(f"softswitch: {err}", file=sys.stderr)
         process.close()
         return 1

@@ -1,7 +1,7 @@
 """In a student edition (grader/edition.py), which tests wait for an exercise: a test needs a
 region that still holds its stub when its module imports, directly or through the project,
 a Python file with such a region; when the region is P4 (ingress.p4), when it runs BMv2 (the
-`bmv2` mark) or compiles the program (imports grader.p4 or nodes.targets); and the
+`bmv2` mark) or compiles the program (imports rubrics.p4 or nodes.targets); and the
 grader's own tests of exercise N (tests/grader/test_exN.py, one that loads or grades
 exercise N, or one marked `exercise(N)`) wait for exercise N. Those tests
 skip, naming the exercise and the file, and run again as soon as the student's region is no
@@ -16,7 +16,7 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-_P4_USERS = ("grader.p4", "nodes.targets")
+_P4_USERS = ("rubrics.p4", "nodes.targets")
 _EX_TEST = re.compile(r"^test_ex(\d+)\.py$")
 # A grader test that grades an exercise's reference or fixtures names the exercise so.
 _NAMES_EXERCISE = re.compile(r"catalog\.load\((\d+)\)|\[\"(?:grade|check)\", \"(\d+)\"")

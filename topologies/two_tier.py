@@ -113,16 +113,19 @@ def main(argv: list[str] | None = None) -> int:
 
     from demo.report import format_report
     from demo.run import run_demo
-    from emulation.calibration import CalibrationError
-    from emulation.cluster.cluster import ClusterError, cluster_from_args
-    from emulation.network import MrcNetwork, NetworkConfig, NetworkError
+    from emulation.cluster.cluster import cluster_from_args
+    from emulation.errors import EmulationError
+    from emulation.network import MrcNetwork, NetworkConfig
+    from fabric.errors import FabricError
     from fabric.options import fabric_from_args, json_to_stdout, link_delay_s, write_json
-    from fabric.topology import Fabric, TopologyError
-    from nodes.targets import TargetError
+    from fabric.topology import Fabric
+    from nodes.errors import NodeError
+    from safety.errors import SafetyError
     from safety.runstate import terminate_as_interrupt
     from topologies.cli_commands import MrcCLI
-    from views.liveview import LiveViewError, start_view
-    from views.runreport import ReportError, check_report_path, write_report
+    from views.errors import ViewError
+    from views.liveview import start_view
+    from views.runreport import check_report_path, write_report
 
     args = build_parser().parse_args(argv)
     if os.geteuid() != 0:
@@ -146,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                                link_delay_s=link_delay_s(args))
         if args.report:
             check_report_path(Path(args.report))
-    except (TopologyError, NetworkError, ClusterError, ValueError, ReportError) as exc:
+    except (FabricError, EmulationError, SafetyError, ViewError, ValueError) as exc:
         print(f"two_tier.py: {exc}", file=sys.stderr)
         return 2
     terminate_as_interrupt()  # so the `with` block below cleans up on SIGTERM too
@@ -178,8 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: everything started was stopped", file=sys.stderr)
         return 130
-    except (NetworkError, TargetError, TopologyError, OSError, CalibrationError,
-            LiveViewError) as exc:
+    except (EmulationError, SafetyError, NodeError, FabricError, ViewError, OSError) as exc:
         print(f"two_tier.py: {exc}", file=sys.stderr)
         return 1
     return 0

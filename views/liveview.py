@@ -166,7 +166,8 @@ def start_view(net: Any, stack: ExitStack, port: int, single_path: bool = False)
     """A live view of `net`'s first-to-last-host transfer (the demo's), stopped when `stack`
     closes; its address."""
     fabric = net.fabric
-    capacity = flow_capacity_bps(fabric, net.config.port_rate_pps, single_path)
+    capacity = flow_capacity_bps(fabric, net.config.port_rate_pps, single_path, 0,
+                                 fabric.hosts - 1)
     recorder = RunRecorder(net, [(0, fabric.hosts - 1)], name="h0 -> last host",
                            capacity_bps=capacity)
     view = LiveView(port=port,

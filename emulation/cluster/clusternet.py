@@ -32,11 +32,18 @@ from mininet.net import Mininet
 from mininet.node import Host
 
 from controller.tables import LinkKey, link_key
+from emulation.builder import OneMachine
 from emulation.cluster import vxguard
 from emulation.cluster.cablecut import CableCuts
 from emulation.cluster.clusternodes import REPO, remote_classes
 from emulation.cluster.placement import Placement, place
-from emulation.cluster.remote import Forwarder, RemoteError, SshTarget
+from emulation.cluster.remote import (
+    Forwarder,
+    RemoteError,
+    RemoteLauncher,
+    RemoteProcess,
+    SshTarget,
+)
 from emulation.cluster.serverrun import ServerRun
 from emulation.cluster.vxlan import (
     VniAllocator,
@@ -61,15 +68,21 @@ from nodes.softswitch_node import SoftSwitch, SoftSwitchProcess
 from nodes.targets import switch_class
 from safety import portguard, shield
 from safety.credentials import RunCredentials
+from safety.runports import PortPlan
 from safety.shield import ShieldError
 
 
 class ClusterRun:
-    """One run's placement, server sessions, tunnels and forwarders (module docstring)."""
+    """One run's placement, server sessions, tunnels and forwarders (module docstring): the
+    several-server emulation.builder.Builder."""
+
+    replace_ports = False  # each server's ports are fixed: its forwarder brings them here
 
     def __init__(self, config: NetworkConfig, workdir: Path,
                  credentials: RunCredentials | None, log=print,
-                 record_table: Callable[[str], None] = lambda _name: None) -> None:
+                 record_table: Callable[[str], None] = lambda _name: None,
+                 ports: PortPlan | None = None) -> None:
+        """`ports` is the one-machine builder's: a cluster keeps the default ports."""
         assert config.cluster is not None
         self.config, self.cluster, self.fabric = config, config.cluster, config.fabric
         self.workdir, self.credentials, self.log = workdir, credentials, log
@@ -122,6 +135,24 @@ class ClusterRun:
         if server != self.first:
             self.runs[server].add_pids([pid])
 
+    def is_here(self, node: str) -> bool:
+        return self.server_of(node) == self.first
+
+    def own_pid(self, node: Any) -> int | None:
+        """A node on another server: its ssh client here (its PID there means nothing here)."""
+        if getattr(node, "isRemote", False) and node.shell is not None:
+            return node.shell.pid
+        return node.pid
+
+    def local_pid(self, proc: Any) -> int | None:
+        return None if isinstance(proc, RemoteProcess) else proc.pid
+
+    def agent_options(self, node: Any) -> dict[str, Any]:
+        """A host on another server: its agent's files there, started there over ssh."""
+        if not getattr(node, "isRemote", False):
+            return {}
+        return {"server_dir": self.dir_on(node.server), "launcher": RemoteLauncher(self.record)}
+
     def summary(self) -> dict[str, Any]:
         return {**self.placement.summary(self.fabric), "servers": self.cluster.names,
                 "timings": self.timings}
@@ -147,12 +178,12 @@ class ClusterRun:
                 run.put_keys(self.credentials.directory)
         self.timings["servers_s"] = time.monotonic() - start
 
-    @staticmethod
-    def new_net() -> Mininet:
-        """The empty Mininet add_nodes fills (the caller holds it first, so that a failure
-        halfway through still stops the nodes made)."""
-        return Mininet(topo=None, controller=None, build=False, autoSetMacs=False,
-                       autoStaticArp=False, waitConnected=False)
+    def build(self, net: Mininet, target: str) -> None:
+        """The placement logged, every other server taken, every node on its server."""
+        self.log(f"placement over {', '.join(self.cluster.names)}: "
+                 f"{self.placement.summary(self.fabric)}")
+        self.open_servers()
+        self.add_nodes(net, target)
 
     def add_nodes(self, net: Mininet, target: str) -> None:
         """Every node on its server (shells running there, no links yet)."""
@@ -361,7 +392,7 @@ class ClusterRun:
 
     # ---- teardown ----------------------------------------------------------------------------
 
-    def remove_links(self) -> None:
+    def remove_links(self, _net: Mininet | None = None) -> None:
         """Veth pairs and root-namespace tunnel ends, one batch per server (host ends go with
         their namespaces)."""
         errors = []
@@ -396,3 +427,9 @@ class ClusterRun:
             self.released[server] = run.stop()
         self.runs = {}
         return self.released
+
+
+def builder_type(config: NetworkConfig) -> type[OneMachine] | type[ClusterRun]:
+    """The builder of a run (emulation.builder): several servers when the config names a
+    cluster, else this machine. The one place that asks."""
+    return OneMachine if config.cluster is None else ClusterRun

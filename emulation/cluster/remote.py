@@ -20,9 +20,10 @@ import shlex
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from emulation.errors import EmulationError
 from safety.procs import stop_process
@@ -158,6 +159,26 @@ class RemoteProcess:
         if self.session is not None:
             end_session(self.session)
             self.session = None
+
+
+class RemoteLauncher:
+    """emulation.agents.Launcher for a node on another server: the process runs there in the
+    node's namespaces (mnexec), over ssh; `record` hears of its PID there (that server's
+    serverrun sweeps it if need be)."""
+
+    def __init__(self, record: Callable[[str, int], None]) -> None:
+        self.record = record
+
+    def start(self, node: Any, argv: Sequence[str], cwd: str, env: dict[str, str],
+              log: Path) -> tuple[RemoteProcess, int]:
+        proc = RemoteProcess(node.target, ["mnexec", "-a", str(node.pid), *argv], cwd=cwd,
+                             env=env, log_path=str(log))
+        pid = proc.start()
+        self.record(node.server, pid)
+        return proc, pid
+
+    def stop(self, proc: RemoteProcess, timeout: float) -> None:
+        proc.stop(timeout)  # and its ssh session
 
 
 class Forwarder:

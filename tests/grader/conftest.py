@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader import live
+from rubrics import live
 
 
 @pytest.fixture

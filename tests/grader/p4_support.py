@@ -7,8 +7,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from grader import catalog, p4_judge, workspace
+from grader import catalog, workspace
 from grader.report import Grade
+from rubrics import p4_judge
 from tests.e2e.support import skip_reason
 from tests.grader.support import assert_nothing_leaks
 from tests.support import require_bmv2, require_root

@@ -7,8 +7,9 @@ import shutil
 
 import pytest
 
-from grader import batch, catalog, sandbox, workspace
+from grader import batch, catalog, workspace
 from grader.report import Check, Grade
+from sandbox import contain
 
 EX = catalog.load(3)
 
@@ -83,12 +84,12 @@ def test_a_cached_grade_reads_back_whole(tmp_path):
 
 
 def test_slots_give_each_job_its_own_uid(monkeypatch):
-    monkeypatch.setattr(sandbox, "SANDBOX_UID", sandbox.BASE_UID)
-    monkeypatch.setattr(sandbox, "SANDBOX_GID", sandbox.BASE_UID)
-    sandbox.use_slot(3)
-    assert sandbox.SANDBOX_UID == sandbox.SANDBOX_GID == sandbox.BASE_UID + 3
-    with pytest.raises(sandbox.SandboxError):
-        sandbox.use_slot(sandbox.MAX_SLOTS)
+    monkeypatch.setattr(contain, "SANDBOX_UID", contain.BASE_UID)
+    monkeypatch.setattr(contain, "SANDBOX_GID", contain.BASE_UID)
+    contain.use_slot(3)
+    assert contain.SANDBOX_UID == contain.SANDBOX_GID == contain.BASE_UID + 3
+    with pytest.raises(contain.SandboxError):
+        contain.use_slot(contain.MAX_SLOTS)
 
 
 def test_jobs_beyond_the_cores_are_refused(capsys):

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from grader import catalog, sandbox, workspace
+from grader import catalog, workspace
 from grader.__main__ import main
+from sandbox import contain
 
 EX = catalog.load(4)
 
@@ -91,7 +92,7 @@ def test_an_oversized_file_is_refused(tmp_path, monkeypatch):
 
 @pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="grading sandboxes the submissions: root")
-@pytest.mark.skipif(bool(sandbox.available(True)), reason=sandbox.available(True) or "")
+@pytest.mark.skipif(bool(contain.available(True)), reason=contain.available(True) or "")
 def test_one_students_folder_never_stops_the_class(tmp_path, no_live, deadline, capsys):
     """A folder missing a file aborted everyone (exit 2, no grades); a file linked to
     /proc/kmsg hung the grader. Now each is that student's error and the others are graded."""

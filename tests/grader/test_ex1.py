@@ -1,4 +1,4 @@
-"""Exercise 1 (uSID forwarding in P4) and the P4 grading machinery (grader.p4).
+"""Exercise 1 (uSID forwarding in P4) and the P4 grading machinery (rubrics.p4).
 
 Fast: the file sets, the shift model and the decoy entries against the corpus, compiler
 message mapping, the compile cache (with a stand-in compiler), what the P4 stages say without
@@ -17,9 +17,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from grader import catalog, challenge, judging, p4, p4_judge, regions, workspace
-from grader.exercises import ex1
+from grader import catalog, challenge, judging, regions, workspace
 from grader.report import Check
+from rubrics import ex1, p4, p4_judge
 from tests.grader import p4_support as S
 from tests.support import require_bmv2
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from grader import catalog, challenge, judging, p4_judge, regions, workspace
-from grader.exercises import ex2
+from grader import catalog, challenge, judging, regions, workspace
 from p4rt import names as n
+from rubrics import ex2, p4_judge
 from tests.grader import p4_support as S
 
 EX = catalog.load(2)

@@ -18,8 +18,8 @@ def test_reachability_walk_names_the_switch_that_drops(monkeypatch):
     import dataclasses
 
     from controller import tables
-    from grader.exercises import ex3, ex3_observe
     from p4rt import names as N
+    from rubrics import ex3, ex3_observe
 
     real = tables.switch_tables
 
@@ -41,7 +41,7 @@ def test_reachability_walk_names_the_switch_that_drops(monkeypatch):
 
 
 def _reference_observations(token: str) -> dict:
-    from grader.exercises import ex3, ex3_observe
+    from rubrics import ex3, ex3_observe
 
     return {"tables": ex3_observe.observe_tables(ex3.shapes(token))}
 
@@ -76,8 +76,8 @@ def test_live_tables_are_the_reported_ones_as_the_controller_writes_them():
     from controller.tables import fabric_tables
     from fabric.topology import Fabric
     from grader import challenge
-    from grader.exercises import ex3
-    from grader.live import LIVE_FABRIC
+    from rubrics import ex3
+    from rubrics.live import LIVE_FABRIC
 
     token = challenge.new()
     got = ex3.live_tables(_reference_observations(token)["tables"], ex3.shapes(token))
@@ -100,9 +100,9 @@ def test_the_live_stage_installs_the_reported_tables(monkeypatch):
     import dataclasses
 
     from controller import install
-    from grader import challenge, live
-    from grader.exercises import ex3
+    from grader import challenge
     from p4rt import names as N
+    from rubrics import ex3, live
 
     token = challenge.new()
     reported = ex3.live_tables(_reference_observations(token)["tables"], ex3.shapes(token))

@@ -11,8 +11,8 @@ EX = catalog.load(4)
 def test_simulator_stage_sees_a_plane_left_out(monkeypatch):
     """The simulator stage itself (every fixture fails a unit check first): an agent that
     sprays on plane 0 only still completes, but sim.every-plane fails."""
-    from grader.exercises import ex4
     from host_agent.core.evs import EvSet
+    from rubrics import ex4
 
     real = EvSet.choose
 

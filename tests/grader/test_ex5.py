@@ -18,7 +18,7 @@ def test_the_required_fixtures_exist():
 def test_simulator_figures_of_the_reference():
     """The simulator stage on the project's own code, as the fabric saw it: the bounds leave
     room on both sides."""
-    from grader.exercises import ex5, ex5_observe
+    from rubrics import ex5, ex5_observe
     r = ex5.sim_figures(ex5_observe.simulate())
     assert r["ok"] and len(r["dead"]) > 0 and not r["hurt"]
     assert all(t is not None for t in r["first_probe"].values())
@@ -35,7 +35,7 @@ def test_simulator_figures_of_the_reference():
 
 
 def _reference_record() -> dict:
-    from grader.exercises import ex5_observe
+    from rubrics import ex5_observe
     return ex5_observe.simulate()
 
 
@@ -44,7 +44,7 @@ def _reference_record() -> dict:
 def test_the_simulator_checks_read_states_off_the_wire(lie):
     """Each way an EV's state machine can go wrong shows in what the sender's NIC sent, and
     fails its check (the record is the reference's, changed as that bug would change it)."""
-    from grader.exercises import ex5
+    from rubrics import ex5
     sim = _reference_record()
     r = ex5.sim_figures(sim)
     dead = sorted(r["dead"])

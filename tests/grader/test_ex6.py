@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from grader import catalog, challenge, judging, workspace
-from grader.exercises import ex6
-from grader.exercises.ex6_observe import PLANES, dead_plane
+from rubrics import ex6
+from rubrics.ex6_observe import PLANES, dead_plane
 
 EX = catalog.load(6)
 
@@ -20,7 +20,7 @@ def test_the_required_fixtures_exist():
 
 def test_simulator_figures_of_the_reference():
     """The simulator stage on the project's own code: the bounds leave room."""
-    from grader.exercises import ex6
+    from rubrics import ex6
     r = ex6.simulate()
     m = r["marks"]
     assert r["finished"] and r["verified"] and "down_at" in m and "up_at" in m
@@ -41,7 +41,7 @@ def _judged(obs: dict, plane: int = 1) -> dict:
 def test_the_judge_decides_from_raw_data_only():
     """The sandbox's data of the reference passes; each lie a forger would have to tell
     fails its check; a report of the wrong shape fails every check, never crashes."""
-    from grader.exercises import ex6
+    from rubrics import ex6
     units = ex6.units()
     for scenario in units.values():
         assert "raised" not in scenario, scenario
@@ -74,7 +74,7 @@ _REF_SIM = {"finished": True, "verified": True, "end": 0.01, "rtt": 1e-5, "t_fai
 
 
 def test_simulator_figures_are_judged():
-    from grader.exercises import ex6
+    from rubrics import ex6
     assert all(c.passed for c in ex6.sim_checks(_REF_SIM))
     late = {**_REF_SIM, "marks": {**_REF_SIM["marks"], "down_at": 1e-3 + 6e-5}}
     assert [c.id for c in ex6.sim_checks(late) if not c.passed] == ["ex6.sim.notified"]

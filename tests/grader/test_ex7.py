@@ -15,7 +15,7 @@ import pytest
 
 from grader import catalog, challenge, course, feedback, judging, workspace
 from grader.__main__ import main
-from grader.exercises import ex7
+from rubrics import ex7
 
 EX = catalog.load(7)
 

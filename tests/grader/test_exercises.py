@@ -1,7 +1,7 @@
 """What every Python exercise's grading must do, one test over exercises 3 to 6: the skeleton
 fails first on the check the exercise starts with, with useful messages, and the later stages
 say they were not run; the reference solution gets every point before the live stage (skipped
-here: grader.live.SKIP_ENV), and every point with it, as root, on each target its live stage
+here: rubrics.live.SKIP_ENV), and every point with it, as root, on each target its live stage
 runs. What is particular to one exercise stays in its own test_exN.py; the wrong-solution
 fixtures are held to their named checks in test_python_fixtures.py."""
 

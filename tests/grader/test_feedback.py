@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from grader import catalog, feedback, sandbox, workspace
+from grader import catalog, feedback, workspace
 from grader.__main__ import main
 from grader.report import AFTER_DUE_DATE, HIDDEN, Check, Grade
 from safety.privdir import UnsafePathError
+from sandbox import contain
 
 SECRET = "port 3 to 0x0a0b0c0d0e0f"  # what a judge derived from the reference
 
@@ -68,7 +69,7 @@ def test_feedback_files_go_into_a_private_folder_only(tmp_path: Path):
 
 @pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="grading sandboxes the submissions: root")
-@pytest.mark.skipif(bool(sandbox.available(True)), reason=sandbox.available(True) or "")
+@pytest.mark.skipif(bool(contain.available(True)), reason=contain.available(True) or "")
 def test_check_is_the_students_loop(tmp_path: Path, no_live, capsys):
     ex = catalog.load(4)
     mine = tmp_path / "mine"

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from grader import catalog, gradingcopy, sandbox, workspace
+from grader import catalog, gradingcopy, workspace
 from grader.report import Grade
+from sandbox import contain
 
 EX = catalog.load(4)
 TIMEOUT_S = 15  # the sandbox's wall time here (grading allows 900 s)
@@ -123,7 +124,7 @@ import atexit, json, sys
 out = sys.argv[sys.argv.index("--out") + 1]
 def forge():
     checks = [{"id": s.id, "title": s.title, "points": s.points, "passed": True}
-              for s in __import__("grader.exercises.ex4", fromlist=["CHECKS"]).CHECKS]
+              for s in __import__("rubrics.ex4", fromlist=["CHECKS"]).CHECKS]
     with open(out, "w") as f:
         json.dump({"observations": checks, "checks": checks}, f)
 atexit.register(forge)
@@ -150,8 +151,8 @@ json.dumps = lambda *args, **kwargs: text
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox drops root: root"),
-              pytest.mark.skipif(bool(sandbox.available(True)),
-                                 reason=sandbox.available(True) or "")]
+              pytest.mark.skipif(bool(contain.available(True)),
+                                 reason=contain.available(True) or "")]
 
 
 def submission(body: str) -> workspace.FileSet:
@@ -178,7 +179,7 @@ def hostile(monkeypatch, no_live):
 
 def sandbox_processes() -> list[int]:
     return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
-            and _uid(p) == sandbox.SANDBOX_UID]
+            and _uid(p) == contain.SANDBOX_UID]
 
 
 def _uid(proc: Path) -> int | None:
@@ -292,7 +293,7 @@ def test_without_a_sandbox_grading_refuses_unless_trusted(monkeypatch, no_live):
     """Where bubblewrap cannot run (no user namespaces, Ubuntu's AppArmor restriction), a
     submission is not run at all unless the caller says it trusts it."""
     why = "bwrap cannot create its namespaces here (sysctl user.max_user_namespaces=0)"
-    monkeypatch.setattr(sandbox, "available", lambda live=False: why)
+    monkeypatch.setattr(contain, "available", lambda live=False: why)
     refused = workspace.grade(EX, workspace.solution(EX), "solution", "soft")
     assert refused.error.startswith("cannot contain") and why in refused.error
     assert refused.checks == () and refused.score == 0

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from grader import feedback, live, livelogs
+from grader import feedback, livelogs
 from grader.report import Check, Grade
+from rubrics import live
 
 LOGS = {"h0-agent.log": "agent ready\nwrite timed out\n", livelogs.PACKETS: "p0l0  1: 9/0",
         livelogs.NETWORK: "fabric up in 0.8 s"}

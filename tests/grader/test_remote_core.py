@@ -1,5 +1,5 @@
 """The grader's own simulator around the student's endpoints served from the sandbox
-(grader.remote_core, grader.core_server, grader.sandbox_pipe): nothing the served process says
+(rubrics.remote_core, rubrics.core_server, sandbox.pipe): nothing the served process says
 is believed where the grader can see for itself, and no answer it gives (or withholds) hangs
 or crashes the grader.
 
@@ -19,15 +19,16 @@ from pathlib import Path
 import pytest
 
 import wire
-from grader import catalog, sandbox, workspace
-from grader.sandbox_pipe import PipeError, PipeSession
+from grader import catalog, workspace
 from host_agent import served_codec as core_pipe
 from host_agent.core import PathInfo, RxMeta
 from host_agent.served import RemoteCoreError, RemoteEndpoint
+from sandbox import contain
+from sandbox.pipe import PipeError, PipeSession
 
 EX = catalog.load(4)
 SIM_IDS = ("sim.lossy-transfer", "sim.every-plane")
-ROOT_SANDBOX = pytest.mark.skipif(os.geteuid() != 0 or bool(sandbox.available()),
+ROOT_SANDBOX = pytest.mark.skipif(os.geteuid() != 0 or bool(contain.available()),
                                   reason="the sandbox's uid drop needs root and bubblewrap")
 
 # Appended to the reference evs.py: the unit checks still pass (their paths are tuples), the
@@ -101,7 +102,7 @@ def test_a_forged_simulator_result_earns_nothing(trust, no_live):
 
 # Appended to the reference evs.py: honest on the simulator's clock (which starts at 0), the
 # sender's choose() raises on a real clock (the live agents' time.monotonic(), the machine's
-# uptime), and grader.live.run_transfer reports a success in the submission's own process.
+# uptime), and rubrics.live.run_transfer reports a success in the submission's own process.
 LIVE_FORGER = """
 
 import sys as _sys
@@ -116,7 +117,7 @@ def _choose(self, now):
 
 
 EvSet.choose = _choose
-_live = _sys.modules.get("grader.live")
+_live = _sys.modules.get("rubrics.live")
 if _live is not None:
     _live.run_transfer = lambda *args, **kwargs: {"ok": True, "verified": True, "error": "",
                                                   "started": True}
@@ -236,7 +237,7 @@ def session(tmp_path: Path, script: str, *, contained: bool = False,
         tmp_path.chmod(0o711)
     return PipeSession([sys.executable, "-c", script], copy=copy, results=results,
                        venv=Path(sys.prefix), env={}, contained=contained, max_line=max_line,
-                       limits=sandbox.Limits(wall_s=wall_s, file_bytes=1 << 20))
+                       limits=contain.Limits(wall_s=wall_s, file_bytes=1 << 20))
 
 
 ECHO = "import os, sys\nfor line in sys.stdin:\n    print(os.getuid(), line.strip(), flush=True)\n"
@@ -255,7 +256,7 @@ def test_a_conversation_and_a_clean_end(tmp_path):
 def test_the_served_process_runs_as_the_sandbox_uid():
     with tempfile.TemporaryDirectory(prefix="mrc-pipe-") as tmp, \
             session(Path(tmp), ECHO, contained=True) as s:  # pytest's tmp_path: not searchable
-        assert s.request(b"hi\n", 20.0) == f"{sandbox.SANDBOX_UID} hi".encode()
+        assert s.request(b"hi\n", 20.0) == f"{contain.SANDBOX_UID} hi".encode()
 
 
 @pytest.mark.parametrize("script, why", [

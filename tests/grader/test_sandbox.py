@@ -1,4 +1,4 @@
-"""grader.sandbox contains what it runs: each test runs a tiny Python script inside and checks
+"""sandbox.contain contains what it runs: each test runs a tiny Python script inside and checks
 from the host that the script's attempt stayed inside (files, processes, network, limits).
 
 The scripts print one JSON line with what they saw; the host side never trusts it alone and
@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from grader import sandbox
+from sandbox import contain
 
 pytestmark = pytest.mark.timeout(60)
 VENV = Path(sys.prefix)
 PYTHON = str(VENV / "bin" / "python")
-FAST = replace(sandbox.DEFAULT_LIMITS, wall_s=20.0, output_bytes=64 << 10)
+FAST = replace(contain.DEFAULT_LIMITS, wall_s=20.0, output_bytes=64 << 10)
 
 
 @dataclass
@@ -37,15 +37,15 @@ class Box:
     copy: Path
     results: Path
 
-    def run(self, code: str, *, live: bool = False, **limits: float) -> sandbox.SandboxResult:
-        return sandbox.run([PYTHON, "-c", code], copy=self.copy, results=self.results,
+    def run(self, code: str, *, live: bool = False, **limits: float) -> contain.SandboxResult:
+        return contain.run([PYTHON, "-c", code], copy=self.copy, results=self.results,
                            venv=VENV, env={"PYTHONPATH": str(self.copy)},
                            limits=replace(FAST, **limits), live=live)
 
 
 @pytest.fixture
 def box() -> Iterator[Box]:
-    why = sandbox.available()
+    why = contain.available()
     if why:
         pytest.skip(f"the sandbox cannot run here: {why}")
     root = Path(tempfile.mkdtemp(prefix="mrc-sandbox-test-"))
@@ -60,7 +60,7 @@ def box() -> Iterator[Box]:
         shutil.rmtree(root)
 
 
-def seen(result: sandbox.SandboxResult) -> dict:
+def seen(result: contain.SandboxResult) -> dict:
     """The script's JSON line (its last line of stdout)."""
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -99,13 +99,13 @@ def test_a_result_file_is_written_and_read_back_safely(box: Box) -> None:
     r = box.run(f"import os; open('{box.results}/out.json', 'w').write('{{\"ok\": 1}}');"
                 f"os.symlink('/etc/hostname', '{box.results}/evil'); print('{{}}')")
     seen(r)
-    assert json.loads(sandbox.read_result(box.results, "out.json", 1000)) == {"ok": 1}
+    assert json.loads(contain.read_result(box.results, "out.json", 1000)) == {"ok": 1}
     if os.geteuid() == 0:
-        assert (box.results / "out.json").stat().st_uid == sandbox.SANDBOX_UID
+        assert (box.results / "out.json").stat().st_uid == contain.SANDBOX_UID
     with pytest.raises(OSError):  # ELOOP: the grader never follows the sandbox's symlinks
-        sandbox.read_result(box.results, "evil", 1000)
-    with pytest.raises(sandbox.SandboxError):
-        sandbox.read_result(box.results, "out.json", 5)
+        contain.read_result(box.results, "evil", 1000)
+    with pytest.raises(contain.SandboxError):
+        contain.read_result(box.results, "out.json", 5)
 
 
 def test_host_files_outside_the_binds_cannot_be_read(box: Box) -> None:
@@ -130,8 +130,8 @@ def test_the_environment_is_only_what_the_caller_passes(box: Box,
     r = box.run("import json, os; print(json.dumps(dict(os.environ)))")
     env = seen(r)
     assert "MRC_SANDBOX_HOST_ONLY" not in env
-    assert set(env) == {*sandbox.DEFAULT_ENV, "PYTHONPATH", "PWD"}
-    assert env["PYTHONPATH"] == str(box.copy) and env["HOME"] == sandbox.HOME
+    assert set(env) == {*contain.DEFAULT_ENV, "PYTHONPATH", "PWD"}
+    assert env["PYTHONPATH"] == str(box.copy) and env["HOME"] == contain.HOME
 
 
 def test_host_processes_cannot_be_signalled(box: Box) -> None:
@@ -165,8 +165,8 @@ def test_no_process_holds_a_host_capability(box: Box, live: bool) -> None:
     init, the script) runs as SANDBOX_UID (real, effective, saved) with no_new_privs, and has
     no capability in the host's user namespace (none at all, or only in a user namespace of
     its own). The grader's reaper, this process's child, runs no untrusted code."""
-    if live and sandbox.available(live=True):
-        pytest.skip(f"live sandbox unavailable: {sandbox.available(live=True)}")
+    if live and contain.available(live=True):
+        pytest.skip(f"live sandbox unavailable: {contain.available(live=True)}")
     marker, ready, stop = uuid.uuid4().hex, box.results / "ready", box.results / "stop"
     code = (f"import os, time  # {marker}\nopen('{ready}', 'w').close()\n"
             f"end = time.monotonic() + 15\n"
@@ -184,7 +184,7 @@ def test_no_process_holds_a_host_capability(box: Box, live: bool) -> None:
     inside = [st for st in seen_now if st["PPid"] != [str(os.getpid())]]
     assert len(inside) == 3, seen_now  # bwrap, bwrap's init (PID 1 inside), the script
     for st in inside:
-        assert st["Uid"] == st["Gid"] == [str(sandbox.SANDBOX_UID)] * 4, st
+        assert st["Uid"] == st["Gid"] == [str(contain.SANDBOX_UID)] * 4, st
         assert st["Groups"] == [] and st["NoNewPrivs"] == ["1"], st
         assert st["userns"] != mine or int(st["CapEff"][0], 16) == 0, st
     assert any(st["userns"] == mine for st in inside)  # bwrap itself, without capabilities
@@ -246,8 +246,8 @@ def test_a_sleep_past_the_wall_time_is_killed_with_everything_it_started(box: Bo
 
 
 def test_live_mode_owns_its_network_namespace(box: Box) -> None:
-    if sandbox.available(live=True):
-        pytest.skip(f"live sandbox unavailable: {sandbox.available(live=True)}")
+    if contain.available(live=True):
+        pytest.skip(f"live sandbox unavailable: {contain.available(live=True)}")
     name = f"sbx{os.getpid() % 100000}"
     assert not Path(f"/sys/class/net/{name}").exists()
     r = box.run(ATTEMPT + "import subprocess as sp\n"
@@ -261,26 +261,26 @@ def test_live_mode_owns_its_network_namespace(box: Box) -> None:
     *cmds, uid_map = seen(r)
     assert [rc for rc, _ in cmds] == [0, 0, 0], cmds
     assert "tbf" in cmds[2][1]
-    outer = str(sandbox.SANDBOX_UID if os.geteuid() == 0 else os.geteuid())
+    outer = str(contain.SANDBOX_UID if os.geteuid() == 0 else os.geteuid())
     assert uid_map == ["0", outer, "1"]  # root inside maps to the unprivileged uid outside
     assert not Path(f"/sys/class/net/{name}").exists()
 
 
 def test_available_says_why_not(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sandbox, "BWRAP", "/nonexistent/bwrap")
-    sandbox.available.cache_clear()
+    monkeypatch.setattr(contain, "BWRAP", "/nonexistent/bwrap")
+    contain.available.cache_clear()
     try:
-        assert "bwrap" in sandbox.available()
+        assert "bwrap" in contain.available()
     finally:
         monkeypatch.undo()
-        sandbox.available.cache_clear()
+        contain.available.cache_clear()
 
 
 def test_unreachable_folders_are_refused(box: Box) -> None:
     if os.geteuid() != 0:
         pytest.skip("only a root caller drops to another uid")
     box.root.chmod(0o700)
-    with pytest.raises(sandbox.SandboxError, match="chmod o\\+x"):
+    with pytest.raises(contain.SandboxError, match="chmod o\\+x"):
         box.run("pass")
 
 

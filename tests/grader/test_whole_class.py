@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from grader import catalog, collect, sandbox, workspace
+from grader import catalog, collect, workspace
 from grader.__main__ import main
+from sandbox import contain
 
 EX = catalog.load(3)
 REL = EX.files[0]  # controller/tables.py
@@ -28,8 +29,8 @@ TIMEOUT_S = 30  # the loop's grade: the checks' wall time, as a course would set
 
 pytestmark = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="grading sandboxes: root"),
-              pytest.mark.skipif(bool(sandbox.available(True)),
-                                 reason=sandbox.available(True) or "")]
+              pytest.mark.skipif(bool(contain.available(True)),
+                                 reason=contain.available(True) or "")]
 
 
 def _zip(path: Path, files: workspace.FileSet, top: str = "") -> None:

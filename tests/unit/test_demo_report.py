@@ -8,6 +8,7 @@ import pytest
 
 pytest.importorskip("mininet.net", reason="demo.run imports Mininet")
 
+from demo import goodput, retirements
 from demo import report as demoreport
 from demo import run as demo
 
@@ -34,7 +35,7 @@ def test_retirements_are_split_by_route_and_failure_time() -> None:
         _change(7, 10.4, 3, "GOOD", "ASSUMED_BAD", "loss", qpn=0x99),  # another QP
         {"seq": 8, "time": 10.5, "type": "WriteCompleted", "qpn": QPN, "wr_id": 1},
     ]
-    r = demo.classify_retirements(events, QPN, EVS, {FAILED}, fail_begin=10.0)
+    r = retirements.classify_retirements(events, QPN, EVS, {FAILED}, fail_begin=10.0)
     assert (r["failed_route_before_failure"], r["failed_route_after_failure"],
             r["healthy_routes"]) == (1, 2, 1)
     assert r["healthy_by_route"] == {HEALTHY: 1} and r["first_healthy_s"] == 10.2
@@ -50,9 +51,9 @@ def test_a_route_retired_before_the_failure_has_no_bypass_time() -> None:
     retired before the link failed: there was nothing to bypass, and the report says why."""
     events = [_change(1, 9.0, 1, "GOOD", "ASSUMED_BAD", "path_dark"),
               _change(2, 9.0, 2, "GOOD", "ASSUMED_BAD", "path_dark")]
-    r = demo.classify_retirements(events, QPN, EVS, {FAILED}, fail_begin=10.0)
+    r = retirements.classify_retirements(events, QPN, EVS, {FAILED}, fail_begin=10.0)
     assert r["failed_route_evs_bad_at_failure"] == 2
-    note = demo._no_bypass_note(r)
+    note = retirements.no_bypass_note(r)
     assert "2 of its 2 EVs were already retired" in note and "path_dark" in note
     report = _report(bypass_s=None, bypass_note=note, retired=r)
     text = demoreport.format_report(report)
@@ -67,11 +68,11 @@ def test_goodput_after_the_failure_against_the_clean_goodput_before_it() -> None
         t = start + i * 0.01
         samples.append((t, int(b)))
         b += (1e6 if fail <= t < fail + 1.0 else 2e6) * 0.01
-    gp = demo.goodput_around_failure(samples, start, fail)
+    gp = goodput.goodput_around_failure(samples, start, fail)
     assert gp["clean_bps"] == pytest.approx(16e6, rel=0.02)
     assert gp["after_failure_of_clean"] == pytest.approx(0.5, rel=0.03)
     assert gp["max_sample_gap_s"] == pytest.approx(0.01)
-    assert demo.rate_bps(samples, start - 1.0, fail) is None  # before the first sample
+    assert goodput.rate_bps(samples, start - 1.0, fail) is None  # before the first sample
     checks = demo.demo_checks({"retired": {"healthy_routes": 0}, "goodput": gp})
     assert checks["no_healthy_route_retirements"] and not checks["goodput_after_failure_ok"]
     text = demoreport.format_report(_report(goodput=gp, checks=checks))
@@ -151,7 +152,7 @@ def test_an_ev_retired_twice_counts_once_against_its_route() -> None:
               _change(2, 10.5, 1, "ASSUMED_BAD", "GOOD", "probe_success_enough"),
               _change(3, 10.9, 1, "GOOD", "ASSUMED_BAD", "loss"),
               _change(4, 11.0, 2, "GOOD", "ASSUMED_BAD", "path_dark")]
-    r = demo.classify_retirements(events, QPN, EVS, {FAILED}, fail_begin=10.0)
+    r = retirements.classify_retirements(events, QPN, EVS, {FAILED}, fail_begin=10.0)
     assert (r["failed_route_after_failure"], r["failed_route_evs_retired"],
             r["failed_route_evs"]) == (3, 2, 2)
     text = demoreport.format_report(_report(retired=r))

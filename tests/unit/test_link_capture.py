@@ -42,8 +42,8 @@ def test_the_copy_refuses_a_planted_symlink(tmp_path: Path) -> None:
 
 
 class _Node:
-    def __init__(self, name: str, remote: bool) -> None:
-        self.name, self.isRemote = name, remote
+    def __init__(self, name: str) -> None:
+        self.name = name
 
 
 class _Intf:
@@ -57,7 +57,8 @@ class _Link:
 
 
 def test_the_end_on_this_server_is_captured() -> None:
-    link = _Link(_Node("p0l0", True), _Node("p0s0", False))
-    assert local_end(link).node.name == "p0s0"
+    link = _Link(_Node("p0l0"), _Node("p0s0"))
+    here = {"p0s0"}.__contains__
+    assert local_end(link, here).node.name == "p0s0"
     with pytest.raises(NetworkError, match="other servers"):
-        local_end(_Link(_Node("p0l0", True), _Node("p0s0", True)))
+        local_end(_Link(_Node("p0l0"), _Node("p0s1")), here)

@@ -52,7 +52,8 @@ def test_mininet_nodes_come_from_the_graph(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(fabricnet, "Mininet", FakeNet)
     fabric = Fabric(*PRESETS["default"])
     config = type("C", (), {"fabric": fabric, "soft_processes": 1})()
-    net = fabricnet.add_nodes(config, "bmv2", tmp_path, None, PortPlan.defaults(fabric))
+    net = fabricnet.empty_net()
+    fabricnet.add_nodes(net, config, "bmv2", tmp_path, None, PortPlan.defaults(fabric))
     topo = net.fabric_topo
     assert [n for kind, n, _ in added if kind == "switch"] == topo.switches(sort=False)
     assert [n for kind, n, _ in added if kind == "host"] == topo.hosts(sort=False)

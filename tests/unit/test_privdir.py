@@ -158,7 +158,7 @@ def test_a_p4_compile_cache_another_user_could_write_is_refused(shared_tmp: Path
                                                                 monkeypatch) -> None:
     """The grader runs the cached mrc.json on BMv2 as the program it grades: a cache folder
     another user made (and could fill with any program) is refused, not read."""
-    from grader import p4
+    from rubrics import p4
 
     cache = shared_tmp / "p4c"
     assert as_nobody(f"mkdir -m 777 {cache}").returncode == 0

@@ -33,8 +33,8 @@ def test_no_kill_by_name() -> None:
 
 
 PACKAGES = ("bench", "controller", "demo", "emulation", "emulation/cluster", "fabric", "grader",
-            "host_agent", "host_agent/core", "nodes", "p4rt", "rigs", "safety", "sim", "softswitch",
-            "topologies", "views", "wire")
+            "host_agent", "host_agent/core", "nodes", "p4rt", "rigs", "rubrics", "safety",
+            "sandbox", "sim", "softswitch", "topologies", "views", "wire")
 
 
 def test_every_package_says_what_it_owns() -> None:

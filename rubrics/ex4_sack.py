@@ -1,15 +1,15 @@
-"""Exercise 4's SACK checks, judged in the grader's process: SCRIPT (grader.exercises.ex4_observe)
+"""Exercise 4's SACK checks, judged in the grader's process: SCRIPT (rubrics.ex4_observe)
 replayed on a correct receiver's state gives the right SACK for each arrival, and each SACK the
 student's Receiver._sack sent is held to it (sack.cack, sack.fields, sack.bitmap, sack.far).
-grader.exercises.ex4.judge calls `sack_checks` with the exercise's check specs."""
+rubrics.ex4.judge calls `sack_checks` with the exercise's check specs."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import wire
-from grader.exercises.ex4_observe import SCRIPT, WINDOW, Row, Scenario
 from grader.report import Check, CheckSpec
+from rubrics.ex4_observe import SCRIPT, WINDOW, Row, Scenario
 
 FAR = 64  # a trigger more than this above cack is the sack.far check's
 PAYLOAD = 8  # bytes per data packet of SCRIPT

@@ -1,6 +1,6 @@
-"""The trusted half of grading a P4 program: the verdicts on what grader.p4 observed.
+"""The trusted half of grading a P4 program: the verdicts on what rubrics.p4 observed.
 
-grader.p4 compiles the student's program and runs the golden-corpus cases on BMv2 inside the
+rubrics.p4 compiles the student's program and runs the golden-corpus cases on BMv2 inside the
 sandbox; what it reports is untrusted. This module turns that report into checks in the
 grader's own process: it rebuilds each case's Outcome from the raw frames and counters (the
 cases themselves come from the trusted golden corpus through the exercise's `cases()`),
@@ -8,14 +8,14 @@ compares the student's P4Info names with the committed P4Info read from the trus
 and decides every stage's gating itself. Sizes taken from a report are capped, and a value of
 the wrong type raises TypeError/ValueError, which grader.judging reports as a malformed report.
 
-Observations (grader.p4.observe_stages writes them):
+Observations (rubrics.p4.observe_stages writes them):
   {"compile": {"available": bool, "ok": bool, "messages": str, "seconds": float,
                "cached": bool, "p4info_names": [str, ...]},
    "bmv2": {"missing_tools": [str, ...], "is_root": bool},
    "corpus": {"error": str, "cases": {name: {"outputs": [[port, hex], ...],
                                              "counters": {counter: {"index": delta}},
                                              "error": str}}}   absent when not run
-   "live": grader.live.observe_transfer's report                  absent when not run}
+   "live": rubrics.live.observe_transfer's report                  absent when not run}
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grader import catalog
-from grader.live import judge_transfer
 from grader.report import Check, CheckSpec, not_run
+from rubrics.live import judge_transfer
 
 COMPILER = "p4c-bm2-ss"
 COMMITTED_P4INFO = "p4src/mrc.p4info.txtpb"

@@ -1,5 +1,5 @@
 """Grading a student's P4 program, the sandbox's half: what it observes, in stages, inside a
-grading copy of the project (grader.p4_judge turns the report into checks):
+grading copy of the project (rubrics.p4_judge turns the report into checks):
 
 1. compile p4src/ with p4c-bm2-ss (the flags of p4src/build.sh), compiler messages mapped to
    the student's files as `p4src/include/ingress.p4:123: error: ...`, and the names in the
@@ -7,7 +7,7 @@ grading copy of the project (grader.p4_judge turns the report into checks):
    corpus program the tables by those names);
 2. run golden-corpus cases (tests/golden/cases.json) on simple_switch_grpc with the student's
    JSON (rigs/bmv2_corpus.py): the frames that left and the counters' deltas, raw;
-3. the live transfer, grader.live.observe_transfer.
+3. the live transfer, rubrics.live.observe_transfer.
 
 Each stage runs only when the judge's verdict on the earlier ones (computed here as well, from
 the same data) lets the next run, to save time; the judge decides the gating again itself.
@@ -35,8 +35,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from grader.live import observe_transfer
-from grader.p4_judge import (
+from grader.report import Check
+from rubrics.live import observe_transfer
+from rubrics.p4_judge import (
     BMV2_TOOLS,
     COMPILER,
     MAX_FRAME,
@@ -48,7 +49,6 @@ from grader.p4_judge import (
     passed,
     unavailable,
 )
-from grader.report import Check
 from safety.privdir import check_workdir
 
 FLAGS = ("--arch", "v1model", "--std", "p4-16")
@@ -243,7 +243,7 @@ def run_cases(cases: Sequence[Any], ports: int = 4) -> dict[str, Any]:
 
 def observe_stages(ctx: Any, cases: Sequence[Any], plan: Sequence[Stage],
                    ports: int = 4) -> dict[str, Any]:
-    """A P4 exercise's observations (grader.p4_judge's docstring has their shape), each stage
+    """A P4 exercise's observations (rubrics.p4_judge's docstring has their shape), each stage
     run only when the judge's verdict on the earlier ones would let it."""
     obs: dict[str, Any] = {"compile": observe_compile(ctx.root), "bmv2": bmv2_env(ctx)}
     _, ok = judge_compile(obs["compile"])

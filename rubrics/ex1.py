@@ -2,8 +2,8 @@
 
 Stages: p4.compile, p4.interface -> the golden corpus's uSID and baseline cases on BMv2
 (usid.my-usid, usid.shift, usid.fwd, p4.corpus) -> live.transfer. `observe` (in the sandbox,
-grader.p4) reports what p4c said and each case's frames and counters, raw; `judge` (in the
-grader, grader.p4_judge) rebuilds every case's outcome from them and the trusted corpus.
+rubrics.p4) reports what p4c said and each case's frames and counters, raw; `judge` (in the
+grader, rubrics.p4_judge) rebuilds every case's outcome from them and the trusted corpus.
 
 Diagnostic entries: every uSID case runs with extra usid_fwd entries ("decoys") whose keys
 are what the common mistakes look up (the DA shifted by 8 or 32 bits, the block shifted too,
@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from grader import p4, p4_judge
-from grader.p4_judge import Miss, Outcome, addr, outer_dst
 from grader.report import Check
+from rubrics import p4, p4_judge
+from rubrics.p4_judge import Miss, Outcome, addr, outer_dst
 
 BLOCK_BITS = 32
 USID_BITS = 16

@@ -12,7 +12,7 @@ allows; (3) the live Mininet transfer.
 
 `observe` (in the sandbox) runs the unit scenarios of ex5_observe and reports what the
 student's code did; `measure` runs the simulator in the grader's process around the student's
-endpoints served from the sandbox (grader.remote_core) and records what the sender's NIC put
+endpoints served from the sandbox (rubrics.remote_core) and records what the sender's NIC put
 on the fabric; `judge` holds both against the rules here. The simulator checks read an EV's
 state off the wire (a retired EV carries probes and no data), never off the endpoint's word.
 """
@@ -23,11 +23,11 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from grader.exercises import ex5_observe as scen
-from grader.exercises.ex5_observe import STATES, B
-from grader.live import judge_transfer, measure_served_transfer
-from grader.remote_core import served_run
 from grader.report import Check, CheckSpec, failed, not_run
+from rubrics import ex5_observe as scen
+from rubrics.ex5_observe import STATES, B
+from rubrics.live import judge_transfer, measure_served_transfer
+from rubrics.remote_core import served_run
 
 G, S, D = "GOOD", "SKIP", "DENIED"
 # The reference machine, by trigger (EvTrigger values): state -> next state, None = illegal.
@@ -109,7 +109,7 @@ def observe(ctx: Any) -> dict[str, Any]:
 def measure(obs: dict[str, Any], ctx: Any) -> dict[str, Any]:
     """Here, once the units pass: the simulation, then (if it passes) the live transfer, both
     the grader's own around the student's endpoints served from the sandbox
-    (grader.remote_core); the record is the grader's, so it needs no checking."""
+    (rubrics.remote_core); the record is the grader's, so it needs no checking."""
     if not all(c.passed for c in _unit_checks(obs, scen.reinstate_ks(ctx.challenge))):
         return {}
     sim = served_run(ctx, scen.simulate)

@@ -1,5 +1,5 @@
 """Exercise 6's sandboxed half: the scripted scenarios that run the student's endpoint, and
-what each one saw, as plain JSON data (grader.exercises.ex6 judges it in the trusted process).
+what each one saw, as plain JSON data (rubrics.ex6 judges it in the trusted process).
 
 Every scenario returns raw observations only (which planes data went on, the PORT_STATUS
 packets sent with their masks, the plane events, the timer, the peer's belief) or
@@ -195,7 +195,7 @@ def units(dead: int = DEAD) -> dict[str, dict[str, Any]]:
 def simulate(endpoints: Any = None) -> dict[str, Any]:
     """The receiver's NIC port on plane 0 dies mid-transfer and comes back; figures of the
     sender's reaction (times in s, counts of the sender's data packets on plane 0). Run by
-    the grader (grader.exercises.ex6.measure) with `endpoints` served from the sandbox (None:
+    the grader (rubrics.ex6.measure) with `endpoints` served from the sandbox (None:
     this process's own, for tests): every figure is what the simulated fabric carried, never
     an endpoint's word. The sender counts as told when the receiver's PORT_STATUS request
     saying so reaches its NIC."""

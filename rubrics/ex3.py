@@ -25,9 +25,9 @@ from typing import Any
 
 from grader.challenge import rng
 from grader.errors import GraderError
-from grader.exercises.ex3_observe import crash_text, entities_from_json, usid_fwd_rows
-from grader.live import LIVE_FABRIC, judge_transfer, measure_transfer
 from grader.report import Check, CheckSpec, not_run
+from rubrics.ex3_observe import crash_text, entities_from_json, usid_fwd_rows
+from rubrics.live import LIVE_FABRIC, judge_transfer, measure_transfer
 
 # Several shapes, so a solution cannot hard-code one: the live fabric, the default one, one
 # plane with more spines than T0s, and more T0s than spines with three hosts each.
@@ -365,7 +365,7 @@ def reach_check(tables: Tables, asked: Shapes = FABRICS) -> Check:
 
 def observe(ctx: Any) -> dict[str, Any]:
     """In the sandbox: the student's tables for every shape this run asks."""
-    from grader.exercises.ex3_observe import observe_tables
+    from rubrics.ex3_observe import observe_tables
 
     return {"tables": observe_tables(shapes(ctx.challenge))}
 

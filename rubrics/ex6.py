@@ -10,8 +10,8 @@ plane's return; (2) the simulator: the receiver's NIC port on plane 0 dies mid-t
 comes back; (3) the live Mininet transfer.
 
 `observe` runs the unit scenarios and the live transfer in the sandbox
-(grader.exercises.ex6_observe) and reports what the student's code did; `measure` runs the
-simulator here, around the student's endpoints served from the sandbox (grader.remote_core),
+(rubrics.ex6_observe) and reports what the student's code did; `measure` runs the
+simulator here, around the student's endpoints served from the sandbox (rubrics.remote_core),
 and reads its figures off the simulated fabric; `judge` decides every check from those data
 alone, so it never imports the student's endpoint and believes no verdict from the sandbox.
 """
@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from grader.exercises.ex6_observe import (
+from grader.report import Check, CheckSpec, failed, not_run
+from rubrics.ex6_observe import (
     DEAD,
     NOW,
     PLANES,
@@ -33,10 +34,9 @@ from grader.exercises.ex6_observe import (
     dead_plane,
     units,
 )
-from grader.exercises.ex6_observe import simulate as simulate
-from grader.live import judge_transfer, measure_served_transfer
-from grader.remote_core import served_run
-from grader.report import Check, CheckSpec, failed, not_run
+from rubrics.ex6_observe import simulate as simulate
+from rubrics.live import judge_transfer, measure_served_transfer
+from rubrics.remote_core import served_run
 
 MASK_ALL = (1 << PLANES) - 1
 NOTIFY_BOUND_RTTS = 5  # the reference: about 0.4 base RTTs
@@ -257,7 +257,7 @@ def unit_checks(obs: Any, dead: int = DEAD) -> list[Check]:
 def measure(obs: dict[str, Any], ctx: Any) -> dict[str, Any]:
     """Here, once the units pass: the simulation on the grader's own simulator, then (if it
     passes) the live transfer on the grader's own fabric and agents, the student's endpoints
-    served from the sandbox (grader.remote_core) in both."""
+    served from the sandbox (rubrics.remote_core) in both."""
     if not _passed(unit_checks(obs["units"], dead_plane(ctx.challenge)), 5):
         return {}
     measured: dict[str, Any] = {"sim": served_run(ctx, simulate)}

@@ -5,7 +5,7 @@ host-facing ports), send it on the high-priority queue; ECN marking except on ho
 Stages: p4.compile, p4.interface -> the golden corpus's trimming, priority and ECN cases on
 BMv2 (trim.cut, trim.lengths, trim.dscp, trim.priority, ecn.mark, ecn.host-port, p4.corpus)
 -> live.transfer (`observe` reports the raw frames and counters from the sandbox, `judge`
-decides from them and the trusted corpus: grader.p4, grader.p4_judge). Which queue a packet
+decides from them and the trusted corpus: rubrics.p4, rubrics.p4_judge). Which queue a packet
 took is seen through the corpus's prelude cases: egress records the data queue's depth only
 from packets leaving the data queue, so a trimmed header or SACK sent on the data queue
 resets the depth and the data frame after it is not trimmed.
@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from grader import p4, p4_judge
-from grader.p4_judge import Miss, Outcome, traffic_class, u16
 from grader.report import Check
+from rubrics import p4, p4_judge
+from rubrics.p4_judge import Miss, Outcome, traffic_class, u16
 
 TRIMMED = ["trim_fabric_port", "trim_exact_threshold", "trim_retransmission",
            "trim_cuts_immdt", "trim_last_hop"]

@@ -1,5 +1,5 @@
 """Exercise 5's scenarios: the scripted ones that drive the student's EV state machine and
-probe rule in the sandbox, reported as raw data (grader.exercises.ex5 judges them), and the
+probe rule in the sandbox, reported as raw data (rubrics.ex5 judges them), and the
 simulator run, which the grader runs itself around the student's endpoints (simulate).
 
 Everything here runs inside the grading copy and imports the student's modules late, inside
@@ -196,7 +196,7 @@ def stray_run() -> dict[str, Any]:
 def simulate(endpoints: Any = None) -> dict[str, Any]:
     """Spine link 0 of plane 0 on the sender's T0 dies mid-transfer and heals
     HEAL_AFTER_RTTS base RTTs later; the loop runs until every retired EV could have been
-    reinstated. Run by the grader (grader.exercises.ex5.measure) with `endpoints` served from
+    reinstated. Run by the grader (rubrics.ex5.measure) with `endpoints` served from
     the sandbox (None: this process's own, for tests), so every figure is what the sender's
     NIC put on the simulated fabric, never an endpoint's word: per EV, its route and when it
     carried data and probes. An EV's state shows there: a retired EV carries probes and no

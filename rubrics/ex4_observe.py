@@ -1,7 +1,7 @@
 """Exercise 4's sandboxed half: runs the student's EvSet.choose and Receiver._sack on the
 grader's scenarios and writes down what they did, as plain JSON data.
 
-Nothing here says whether an answer is right: grader.exercises.ex4.judge decides that from
+Nothing here says whether an answer is right: rubrics.ex4.judge decides that from
 these records, in the grader's own process. The student's modules (host_agent.core.evs and
 host_agent.core.receiver, and everything the simulator imports) are imported inside the
 functions, never at module level, because ex4 imports this module's scenario constants in the
@@ -14,8 +14,8 @@ Records:
   spray ("ev" None: choose() returned None "n" times).
 - the SACK script: {"sacks": [SACK row per SCRIPT step], "probe": SACK row} or {"raised"}; a
   SACK row is {"type": the decoded packet's class name} plus, for a SackPacket, its fields.
-The simulator's stage is not here: grader.exercises.ex4.measure runs it in the grader's own
-process, around the student's endpoints served from the sandbox (grader.remote_core).
+The simulator's stage is not here: rubrics.ex4.measure runs it in the grader's own
+process, around the student's endpoints served from the sandbox (rubrics.remote_core).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Exercise 3's canonical table form, and the sandboxed half of its grading.
 
 The sandbox (grader.inner) imports the student's controller/tables.py, so all it reports is
-what switch_tables returned for every switch of every fabric grader.exercises.ex3.shapes asks,
+what switch_tables returned for every switch of every fabric rubrics.ex3.shapes asks,
 each entity in a canonical JSON form, or the text of the exception it raised; the judge
-(grader.exercises.ex3.judge, in the grader's own process) derives the expected entries from
+(rubrics.ex3.judge, in the grader's own process) derives the expected entries from
 the fabric's cables and pushes frames through the software pipeline holding the reported
 tables itself. So a forged report that claims success has to hold tables that really work.
 

@@ -10,11 +10,11 @@ arrivals up to 64 PSNs ahead and beyond); (2) the fabric simulator (sim/, a fake
 transfer under 1 % random loss on every link completes, verified, with data on every plane;
 (3) the live Mininet transfer.
 
-`observe` (in the sandbox) runs the student's code through grader.exercises.ex4_observe and
+`observe` (in the sandbox) runs the student's code through rubrics.ex4_observe and
 reports what it did: the EVs chosen and their states, each SACK's fields, the simulator's
 counts. `judge` (in the grader's process) decides every check from those records alone: the
 fair shares, the right SACK for each arrival (replayed from SCRIPT in
-grader.exercises.ex4_sack) and the gating.
+rubrics.ex4_sack) and the gating.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from grader.exercises.ex4_observe import (
+from grader.report import Check, CheckSpec, failed, not_run
+from rubrics.ex4_observe import (
     DEAD_PLANE,
     PLANES,
     ROUNDS,
@@ -32,10 +33,9 @@ from grader.exercises.ex4_observe import (
     scenario,
     usable,
 )
-from grader.exercises.ex4_sack import Verdict, sack_checks
-from grader.live import judge_transfer, measure_served_transfer
-from grader.remote_core import served_run
-from grader.report import Check, CheckSpec, failed, not_run
+from rubrics.ex4_sack import Verdict, sack_checks
+from rubrics.live import judge_transfer, measure_served_transfer
+from rubrics.remote_core import served_run
 
 TOLERANCE = 0.35  # an EV's (or plane's) share may be off its fair share by this fraction (a
 # random choice over ROUNDS per EV stays within it with a margin of about 5 standard deviations)
@@ -64,7 +64,7 @@ SPEC = {s.id: s for s in CHECKS}
 def observe(ctx: Any) -> dict[str, Any]:
     """In the sandbox: the unit stages' records. The simulator and the live transfer are not
     run here: `measure` runs them in the grader's process around the student's endpoints."""
-    from grader.exercises.ex4_observe import observe_sack, observe_spray
+    from rubrics.ex4_observe import observe_sack, observe_spray
 
     sc = scenario(ctx.challenge)
     return {"spray": observe_spray(sc), "sack": observe_sack(sc)}
@@ -73,7 +73,7 @@ def observe(ctx: Any) -> dict[str, Any]:
 def measure(obs: dict[str, Any], ctx: Any) -> dict[str, Any]:
     """Here, once the units pass: the lossy transfer on the grader's own simulator, then (if
     that passes) the live transfer on the grader's own fabric and agents, the student's
-    endpoints served from the sandbox (grader.remote_core) in both: completion, verification
+    endpoints served from the sandbox (rubrics.remote_core) in both: completion, verification
     and packets per plane are the grader's observations."""
     if not all(c.passed for c in _units(obs, scenario(ctx.challenge))):
         return {}

@@ -1,8 +1,8 @@
 """In the sandbox: the student's endpoints, served to a stage the grader runs itself.
 
-    python -m grader.core_server      (started by grader.remote_core, never by hand)
+    python -m rubrics.core_server      (started by rubrics.remote_core, never by hand)
 
-The grader's simulator (grader.remote_core) owns the fabric, the clock and every measurement;
+The grader's simulator (rubrics.remote_core) owns the fabric, the clock and every measurement;
 this process only holds Endpoint objects built from the grading copy, where the student's
 regions are, and answers host_agent.served_codec's requests on them. Whatever this process says is
 untrusted on the other side: a forged reply can at worst fail the student's own stage.

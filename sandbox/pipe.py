@@ -1,9 +1,9 @@
 """A sandboxed command the grader talks to while it runs: one request line in, one reply line
 out, over the command's stdin and stdout.
 
-grader.sandbox.run waits for a command and reads its report; a stage the grader runs itself
+sandbox.contain.run waits for a command and reads its report; a stage the grader runs itself
 (the simulator, driving a student's endpoints) needs the student's code alive beside it, yet
-still contained. The same chain starts it (grader.sandbox.launch: namespaces, the sandbox uid,
+still contained. The same chain starts it (sandbox.contain.launch: namespaces, the sandbox uid,
 rlimits); this module adds what a conversation with a hostile peer needs:
 - every read and write has a deadline (the call's, and the session's wall time), so a
   command that stops answering or stops reading costs a timeout, never a hang;
@@ -27,13 +27,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-from grader import sandbox
-from grader.errors import GraderError
+from sandbox import contain, supervise
+from sandbox.errors import ContainmentError
 
 _EXIT_GRACE_S = 2.0
 
 
-class PipeError(GraderError, RuntimeError):
+class PipeError(ContainmentError):
     """The sandboxed command did not answer as the protocol says: it exited, timed out, or
     wrote more than a reply may hold. The message is for the student."""
 
@@ -55,13 +55,13 @@ def _plain(argv: Sequence[str], cwd: Path, env: dict[str, str],
 
 class PipeSession:
     def __init__(self, argv: Sequence[str], *, copy: Path, results: Path, venv: Path,
-                 env: dict[str, str], limits: sandbox.Limits, max_line: int = 32 << 20,
+                 env: dict[str, str], limits: contain.Limits, max_line: int = 32 << 20,
                  contained: bool = True) -> None:
         self._err = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close())
         stdio = (subprocess.PIPE, subprocess.PIPE, self._err)
         try:
             if contained:
-                self.proc, self._info_r, start = sandbox.launch(
+                self.proc, self._info_r, start = contain.launch(
                     argv, copy=copy, results=results, venv=venv, env=env, limits=limits,
                     live=False, scratch=(), stdio=stdio)
             else:  # --trust-submissions: a plain process of ours, as grader.workspace's
@@ -121,7 +121,7 @@ class PipeSession:
             sel.unregister(self._info_r)
             return
         self._info += chunk
-        self._init = self._init or sandbox.init_of(self._info)
+        self._init = self._init or supervise.init_of(self._info)
 
     def _write(self, data: bytes, deadline: float) -> None:
         view = memoryview(data)
@@ -170,15 +170,15 @@ class PipeSession:
         try:
             assert self.proc.stdin is not None and self.proc.stdout is not None
             self._info += self._drain_info()
-            self._init = self._init or sandbox.init_of(self._info)
+            self._init = self._init or supervise.init_of(self._info)
             self.proc.stdin.close()  # EOF: a well-behaved server exits by itself
             try:
                 self.proc.wait(timeout=_EXIT_GRACE_S)
             except subprocess.TimeoutExpired:
-                sandbox.kill(self.proc, self._init)
+                supervise.kill(self.proc, self._init)
                 self.proc.wait(timeout=30)
             if self._init is not None:
-                sandbox.wait_gone(*self._init)
+                supervise.wait_gone(*self._init)
         finally:
             self.proc.stdout.close()
             os.close(self._info_r)

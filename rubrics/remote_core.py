@@ -1,6 +1,6 @@
 """The grader's half of a stage it runs itself around the student's endpoints: the
 simulator's hosts or the live fabric's agents here, the endpoints in the sandbox
-(grader.core_server), host_agent.served between them.
+(rubrics.core_server), host_agent.served between them.
 
 Why: a stage run inside the submission's process reports whatever that process likes (a
 forged "completed and verified"). Here the fabric, the clock, the frames and every figure are
@@ -27,13 +27,13 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from grader import sandbox
-from grader.sandbox_pipe import PipeError, PipeSession
 from host_agent import served_codec as codec
 from host_agent.served import CALL_TIMEOUT_S, MAX_REPLY, RemoteCoreError, RemoteEndpoint, reply_of
+from sandbox import contain
+from sandbox.pipe import PipeError, PipeSession
 
 T = TypeVar("T")
-LIMITS = sandbox.Limits(wall_s=600.0, file_bytes=8 << 20, cpu_s=600)
+LIMITS = contain.Limits(wall_s=600.0, file_bytes=8 << 20, cpu_s=600)
 
 
 class CoreLink:
@@ -73,7 +73,7 @@ def _session(copy: Path, contained: bool) -> PipeSession:
     grader.workspace lays), in the sandbox unless `contained` is False (the grader's
     --trust-submissions)."""
     env = {"PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
-    return PipeSession([sys.executable, "-m", "grader.core_server"], copy=copy,
+    return PipeSession([sys.executable, "-m", "rubrics.core_server"], copy=copy,
                        results=copy.parent / "results", venv=Path(sys.prefix), env=env,
                        limits=LIMITS, contained=contained)
 

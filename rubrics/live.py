@@ -62,10 +62,10 @@ def measure_transfer(target: str, tables: dict[str, Any],
 def measure_served_transfer(ctx: Any, nbytes: int = LIVE_BYTES) -> dict[str, Any]:
     """In the grader's own process: the same write on the instructor's fabric and agents,
     each agent's core served from the sandbox on the grading copy (the student's endpoint,
-    grader.remote_core.served_cores); observe_transfer's answer. The agents' I/O, the frames
+    rubrics.remote_core.served_cores); observe_transfer's answer. The agents' I/O, the frames
     and the receiver's memory (its shadow of what its NICs received) are the grader's."""
     from fabric.topology import Fabric
-    from grader.remote_core import served_cores
+    from rubrics.remote_core import served_cores
 
     why = _not_here(os.geteuid() == 0)
     if why:
