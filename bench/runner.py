@@ -29,7 +29,7 @@ from bench.contenders.kernel_flows import mptcp_enabled
 from bench.contenders.kernel_run import run_kernel_flows
 from bench.contenders.mrc_flows import CHUNK, DEPTH, FlowSpec, run_flows
 from bench.errors import BenchmarkError
-from demo.retirements import ev_layout
+from demo.flow import ev_layout
 from emulation.network import MrcNetwork, NetworkConfig
 from host_agent.core import DEFAULT_MTU
 from host_agent.modes import AgentMode, ModeError

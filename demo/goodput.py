@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any
 
-from emulation.network import MrcNetwork
+from emulation.agents import AgentProxy
 
 SAMPLE_S = 0.05  # goodput timeline: receiver counters polled this often
 CLEAN_FROM_S = 0.4  # the clean goodput reference starts this long after the transfer
@@ -19,11 +19,12 @@ AFTER_FAILURE_S = 1.0  # goodput window after the failure begins
 class ProgressSampler:
     """Polls an agent's `rx_data_bytes` in a thread: (monotonic time, bytes) pairs."""
 
-    def __init__(self, net: MrcNetwork, host: int, period: float = SAMPLE_S) -> None:
-        self._agent, self._period = net.agent(host), period
+    def __init__(self, agent: AgentProxy, period: float = SAMPLE_S) -> None:
+        self._agent, self._period = agent, period
         self.samples: list[tuple[float, int]] = []
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"progress-h{host}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"progress-h{agent.host}",
+                                        daemon=True)
 
     def start(self) -> ProgressSampler:
         self._thread.start()

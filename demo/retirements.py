@@ -8,21 +8,11 @@ import threading
 import time
 from typing import Any
 
+from demo.flow import Flow, delta
 from emulation.network import MrcNetwork
 
 REINSTATE_MIN_S = 5.0  # how long the report waits for probes to reinstate retired EVs ...
 REINSTATE_RTTS = 50  # ... or this many base RTTs, if longer
-
-
-def ev_layout(net: MrcNetwork, src: int, dst: int) -> tuple[int, dict[int, dict]]:
-    """src's QPN towards dst and its EVs (route, state) from the agent's per-EV stats."""
-    (qpn,) = net.agent(src).call("status")["qps"][str(dst)]  # an MRC agent: one QP per peer
-    per_ev = net.stats(src, per_ev=True)["per_ev"][f"{qpn:#x}"]
-    return qpn, {int(ev): info for ev, info in per_ev.items()}
-
-
-def last_event_seq(net: MrcNetwork, host: int) -> int:
-    return int(net.agent(host).call("events", since=(1 << 62))["last"])
 
 
 def classify_retirements(events: list[dict], qpn: int, evs: dict[int, dict],
@@ -79,21 +69,21 @@ def no_bypass_note(retired: dict[str, Any]) -> str:
     return "nothing to bypass: no data went onto the failed route after the failure began"
 
 
-def delta(after: dict, before: dict, key: str) -> int:
-    return int(after[key]) - int(before[key])
-
-
-def await_reinstated(net: MrcNetwork, src: int, before: dict, after: dict) -> bool:
-    """Probes run in the background; wait until reinstated catches up with retired. Probes
-    pace with the RTT, so the wait does too: REINSTATE_RTTS base RTTs, REINSTATE_MIN_S at
-    least (at 40 packets/s, BMv2 on paths-128, 5 s was not enough: 0.38 s base RTT)."""
+def await_reinstated(net: MrcNetwork, flow: Flow) -> bool:
+    """Probes run in the background; wait until reinstated catches up with retired, then
+    read the sender's counters again (flow.after). Probes pace with the RTT, so the wait
+    does too: REINSTATE_RTTS base RTTs, REINSTATE_MIN_S at least (at 40 packets/s, BMv2 on
+    paths-128, 5 s was not enough: 0.38 s base RTT)."""
     timeout = max(REINSTATE_MIN_S, REINSTATE_RTTS * net.config.effective_base_rtt)
     end = time.monotonic() + timeout
+    before = flow.before[flow.src]["endpoint"]
     while True:
-        ep = net.stats(src)["endpoint"]
-        if delta(ep, before["endpoint"], "ev_reinstated") >= delta(
-                ep, before["endpoint"], "ev_retired"):
+        stats = net.stats(flow.src)
+        ep = stats["endpoint"]
+        if delta(ep, before, "ev_reinstated") >= delta(ep, before, "ev_retired"):
+            flow.after[flow.src] = stats
             return True
         if time.monotonic() > end:
+            flow.after[flow.src] = stats
             return False
         threading.Event().wait(0.1)

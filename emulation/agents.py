@@ -110,7 +110,8 @@ class AgentProcess:
 
     def command(self) -> list[str]:
         f = self.fabric
-        cmd = [sys.executable, "-m", "host_agent.agent", "--host", str(self.host),
+        program = "served_core.agent" if self.served_core else "host_agent.agent"
+        cmd = [sys.executable, "-m", program, "--host", str(self.host),
                "--planes", str(f.planes), "--t0", str(f.t0_per_plane), "--t1",
                str(f.t1_per_plane), "--hosts-per-t0", str(f.hosts_per_t0),
                "--socket", str(self.server_socket), "--log", str(self.log_path),

@@ -66,11 +66,6 @@ from safety.runstate import (
 )
 
 
-class _MininetAbandoned(BaseException):
-    """Raised from the second-interrupt handler into a running Mininet stop: a BaseException,
-    so that no `except Exception` inside Mininet carries on with the killed shells."""
-
-
 class MrcNetwork(FaultInjection):
     def __init__(self, config: NetworkConfig, *, workdir: Path | None = None, log=print) -> None:
         self.config = config
@@ -232,7 +227,10 @@ class MrcNetwork(FaultInjection):
             kill_all(self._manifest.live_pids())
         self._killed = True
         if self._in_mininet_stop:
-            raise _MininetAbandoned
+            # into the running Mininet stop: an interrupt passes every `except Exception` in
+            # Mininet, so nothing there carries on with the killed shells; signals are held
+            # during stop() (deferred_signals), so no other interrupt can arrive there
+            raise KeyboardInterrupt("second interrupt: Mininet stop abandoned")
 
     def _set_queues(self, name: str) -> None:
         fabricnet.set_queues(self._need_net(), [name], self.config)
@@ -305,7 +303,7 @@ class MrcNetwork(FaultInjection):
                     if self.builder is not None:
                         self.builder.remove_links(self.net)
                     self.net.stop()  # switch processes by PID (node.stop), veths, host shells
-                except _MininetAbandoned:
+                except KeyboardInterrupt:  # _kill_tracked's, the only one stop() lets in
                     errors.append("second interrupt: Mininet stop abandoned, swept by PID and "
                                   "name")
                 except Exception as exc:  # noqa: BLE001 (Mininet raises bare ones; swept next)

@@ -32,8 +32,8 @@ from grader.errors import GraderError
 # The project's packages the grading needs (the inner process, the exercises' checks, the
 # simulator and the live stage's Mininet fabric); nothing else of the checkout is copied.
 PACKAGES = ("controller", "demo", "emulation", "fabric", "grader", "host_agent", "nodes", "p4rt",
-            "p4src", "rigs", "rubrics", "safety", "sandbox", "sim", "softswitch", "topologies",
-            "views", "wire")
+            "p4src", "rigs", "rubrics", "safety", "sandbox", "served_core", "sim", "softswitch",
+            "topologies", "views", "wire")
 DATA_FILES = ("tests/golden/cases.json",)  # the golden corpus the P4 exercises' checks run
 SOURCE_SUFFIXES = (".py", ".p4", ".json", ".txtpb", ".css", ".js", ".sh")  # build.sh: p4c
 SKIP_DIRS = frozenset({"__pycache__", "build", "results", "work"})

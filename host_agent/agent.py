@@ -32,6 +32,8 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from fabric import hostpaths
 from fabric.errors import FabricError
@@ -39,13 +41,11 @@ from fabric.options import add_fabric_args, fabric_from_args
 from fabric.outfile import open_log_file
 from host_agent.commands import Commands
 from host_agent.control import ControlServer, RequestError
-from host_agent.core import Endpoint, EndpointConfig
+from host_agent.core import Endpoint, EndpointConfig, MrcHostError
 from host_agent.driver import Driver
-from host_agent.errors import HostAgentError
 from host_agent.hostconfig import HostConfig, HostConfigError
 from host_agent.modes import MODE_HELP, MRC_MODE, AgentMode, roce_endpoint_config
 from host_agent.nic import kernel_setup
-from host_agent.served import RemoteEndpoint, SocketLink
 from wire.layout import FULL_DATA_FRAME_LEN
 
 log = logging.getLogger("host_agent")
@@ -61,15 +61,14 @@ class Agent:
 
     def __init__(self, config: HostConfig, endpoint_config: EndpointConfig, socket_path: str,
                  seed: int | None, mode: AgentMode = MRC_MODE, exchange: bool = False,
-                 rx_hold: float = 0.0, served: tuple | None = None) -> None:
-        """`served`: (socket path, line rate, base RTT, write timeout) of a core served over
-        a socket (--served-core) instead of one in this process."""
+                 rx_hold: float = 0.0, endpoint: Any = None) -> None:
+        """`endpoint`: one built elsewhere (served_core.agent: a core served from another
+        process) instead of one in this process."""
         self.config = config
         self.exchange = exchange
         self.mode = mode
-        self.endpoint = Endpoint(endpoint_config, planes=config.planes,
-                                 name=f"h{config.host}", seed=seed) if served is None else \
-            _served_endpoint(config, endpoint_config, mode, seed, *served)
+        self.endpoint = endpoint if endpoint is not None else Endpoint(
+            endpoint_config, planes=config.planes, name=f"h{config.host}", seed=seed)
         self.commands = Commands(self)
         self.driver = Driver(self.endpoint, config, on_event=self.commands.on_event, mode=mode,
                              rx_hold=rx_hold)
@@ -127,19 +126,9 @@ class Agent:
             return
 
 
-def _served_endpoint(config: HostConfig, endpoint_config: EndpointConfig, mode: AgentMode,
-                     seed: int | None, path: str, line_rate: float | None, base_rtt: float,
-                     write_timeout: float) -> RemoteEndpoint:
-    """The endpoint behind --served-core, built there as agent_endpoint_config says."""
-    name = f"h{config.host}"
-    link = SocketLink(path)
-    link.call({"op": "new", "h": config.host, "kind": "agent", "mode": mode.name,
-               "planes": config.planes, "base_rtt": base_rtt, "line_rate_bps": line_rate,
-               "write_timeout": write_timeout, "name": name, "seed": seed})
-    return RemoteEndpoint(link, config.host, config.planes, name, endpoint_config)
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None,
+               extend: Callable[[argparse.ArgumentParser], None] | None = None
+               ) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m host_agent.agent", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", type=int, required=True, help="this host's global index")
@@ -176,10 +165,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="interrupt moderation: after a wake-up with frames, read the NICs "
                    "again only this many ms later unless a timer is due (default 0: off; "
                    "host_agent.loop)")
-    p.add_argument("--served-core", metavar="SOCKET",
-                   help="the endpoint lives in another process, reached over this Unix socket "
-                        "(host_agent.served): the grader's live stage, whose student core "
-                        "runs in a sandbox")
+    if extend is not None:
+        extend(p)
     return p.parse_args(argv)
 
 
@@ -217,8 +204,18 @@ def agent_endpoint_config(mode: AgentMode, base_rtt: float, line_rate: float | N
                                        write_timeout=write_timeout)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+# An endpoint built instead of the agent's own: (args, host config, endpoint config, mode,
+# line rate) -> endpoint (served_core.agent's, a core served from another process).
+MakeEndpoint = Callable[[argparse.Namespace, HostConfig, EndpointConfig, AgentMode,
+                         float | None], Any]
+
+
+def main(argv: list[str] | None = None, *,
+         extend: Callable[[argparse.ArgumentParser], None] | None = None,
+         make_endpoint: MakeEndpoint | None = None) -> int:
+    """The agent process; `extend` adds options and `make_endpoint` builds the endpoint
+    from them (served_core.agent), else the agent runs its own core."""
+    args = parse_args(argv, extend)
     try:  # root may run an agent by hand: the file is opened as fabric.outfile says
         stream = open_log_file(args.log) if args.log else None
     except FabricError as exc:  # fabric.outfile refused the file (its unit's base)
@@ -238,12 +235,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.seed is not None:
             log.warning("--seed %d: keys and EV tags are predictable (reproducible run, "
                         "insecure)", args.seed)
-        served = None if args.served_core is None else \
-            (args.served_core, line, args.base_rtt, args.write_timeout)
+        endpoint = None if make_endpoint is None else \
+            make_endpoint(args, config, endpoint_config, mode, line)
         Agent(config, endpoint_config, args.socket, args.seed, mode,
               args.exchange_qps, rx_hold=args.rx_hold_ms / 1000,
-              served=served).run(args.connect_all)
-    except (HostAgentError, FabricError, ValueError, OSError) as exc:  # each unit's base
+              endpoint=endpoint).run(args.connect_all)
+    except (MrcHostError, FabricError, ValueError, OSError) as exc:  # each unit's base
         log.error("%s", exc)
         print(f"host agent: {exc}", file=sys.stderr)
         return 2

@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from host_agent.control import AgentUnreachable, ControlClient, ControlError
-from host_agent.errors import HostAgentError
+from host_agent.core import MrcHostError
 
 WRITE_SLACK = 30.0  # seconds the CLI waits beyond the agent's own write timeout
 
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     except AgentUnreachable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except HostAgentError as exc:  # the agent's answer was an error, or none came
+    except MrcHostError as exc:  # the agent's answer was an error, or none came
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(result) if args.json else format_result(args.cmd, result))

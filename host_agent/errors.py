@@ -3,5 +3,8 @@ host_agent refuses (each class also keeps the builtin it always was, so older ca
 still catch it by that)."""
 
 
-class HostAgentError(Exception):
+from host_agent.core import MrcHostError
+
+
+class HostAgentError(MrcHostError):
     """Anything a host agent, its control socket or its NICs refuse or fail at."""

@@ -3,7 +3,7 @@
 The controller, the software data plane and the tests refer to tables, match
 fields, actions, parameters, counters and registers only through these
 constants, so a rename in the P4 program is a one-line change here (and a test,
-tests/switch/test_p4_p4info.py, fails until the committed P4Info agrees).
+tests/switch/p4/test_p4_p4info.py, fails until the committed P4Info agrees).
 """
 
 from __future__ import annotations

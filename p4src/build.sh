@@ -2,7 +2,7 @@
 # Compile p4src/mrc.p4 for BMv2 simple_switch(_grpc) into p4src/build/:
 #   build/mrc.json            BMv2 pipeline configuration
 #   build/mrc.p4info.txtpb    P4Info (text format), to compare with the committed
-#                             p4src/mrc.p4info.txtpb (tests/switch/test_p4_bmv2.py does this)
+#                             p4src/mrc.p4info.txtpb (tests/switch/p4/test_p4_bmv2.py does this)
 # Usage: p4src/build.sh [output-dir]
 set -euo pipefail
 

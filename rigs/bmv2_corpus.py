@@ -5,7 +5,7 @@ simple_switch_grpc on the switch ends (gRPC on 127.0.0.1, Thrift for register wr
 pushes the pipeline over P4Runtime and, per case: installs the entries, presets the
 queue-depth register, sends the frame on the host end of the ingress port, collects what
 arrives on every host end, reads counters, removes the entries. Everything it creates is
-removed by name/PID in close(), also on failure. Used by tests/switch/test_p4_bmv2.py and by
+removed by name/PID in close(), also on failure. Used by tests/switch/p4/test_p4_bmv2.py and by
 the P4 exercises' grader (rubrics/p4.py), which runs it inside a grading copy of the project so
 that p4build compiles (or finds) the student's program.
 """

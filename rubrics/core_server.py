@@ -4,7 +4,7 @@
 
 The grader's simulator (rubrics.remote_core) owns the fabric, the clock and every measurement;
 this process only holds Endpoint objects built from the grading copy, where the student's
-regions are, and answers host_agent.served_codec's requests on them. Whatever this process says is
+regions are, and answers served_core.codec's requests on them. Whatever this process says is
 untrusted on the other side: a forged reply can at worst fail the student's own stage.
 
 The protocol's output is a private copy of stdout; fd 1 itself is pointed at stderr first,
@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from grader.report import raised
-from host_agent import served_codec as codec
+from served_core import codec as codec
 
 
 class Served:

@@ -1,17 +1,17 @@
 """The grader's half of a stage it runs itself around the student's endpoints: the
 simulator's hosts or the live fabric's agents here, the endpoints in the sandbox
-(rubrics.core_server), host_agent.served between them.
+(rubrics.core_server), served_core.endpoint between them.
 
 Why: a stage run inside the submission's process reports whatever that process likes (a
 forged "completed and verified"). Here the fabric, the clock, the frames and every figure are
-the grader's; the sandbox only answers for its endpoints, and host_agent.served believes
+the grader's; the sandbox only answers for its endpoints, and served_core.endpoint believes
 nothing it says where the grader can see for itself (routes from the grader's book, memory
 as the grader's shadow of what the network delivered, every field checked).
 
 Two ways to reach the sandbox: the simulator calls it directly over the sandbox's pipe
 (CoreLink, student_endpoints); the live fabric's agents, each in its host's network
 namespace, reach theirs through a Unix socket in a private folder that the grader relays
-to the pipe (served_cores, `python -m host_agent.agent --served-core PATH`).
+to the pipe (served_cores, `python -m served_core.agent --served-core PATH`).
 """
 
 from __future__ import annotations
@@ -27,17 +27,23 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from host_agent import served_codec as codec
-from host_agent.served import CALL_TIMEOUT_S, MAX_REPLY, RemoteCoreError, RemoteEndpoint, reply_of
 from sandbox import contain
 from sandbox.pipe import PipeError, PipeSession
+from served_core import codec as codec
+from served_core.endpoint import (
+    CALL_TIMEOUT_S,
+    MAX_REPLY,
+    RemoteCoreError,
+    RemoteEndpoint,
+    reply_of,
+)
 
 T = TypeVar("T")
 LIMITS = contain.Limits(wall_s=600.0, file_bytes=8 << 20, cpu_s=600)
 
 
 class CoreLink:
-    """One sandboxed core_server and the requests to it (a host_agent.served.Link)."""
+    """One sandboxed core_server and the requests to it (a served_core.endpoint.Link)."""
 
     def __init__(self, session: PipeSession) -> None:
         self.session = session

@@ -23,7 +23,7 @@ from fabric.options import (
     named_fabric,
     write_json,
 )
-from host_agent.errors import HostAgentError
+from host_agent.core import MrcHostError
 from host_agent.modes import MODE_HELP
 from sim.errors import SimError
 from sim.harness import SimSettings
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ScenarioError("--convergence-delay must be at least 0 seconds")
         result = run_scenario(args.scenario, size=args.size, settings=settings,
                               fabric=named_fabric(args))
-    except (SimError, FabricError, HostAgentError) as exc:  # each unit's base: refused
+    except (SimError, FabricError, MrcHostError) as exc:  # each unit's base: refused
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if not json_to_stdout(args):

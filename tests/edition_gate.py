@@ -2,7 +2,7 @@
 region that still holds its stub when its module imports, directly or through the project,
 a Python file with such a region; when the region is P4 (ingress.p4), when it runs BMv2 (the
 `bmv2` mark) or compiles the program (imports rubrics.p4 or nodes.targets); and the
-grader's own tests of exercise N (tests/grader/test_exN.py, one that loads or grades
+grader's own tests of exercise N (tests/grader/exercises/test_exN.py, one that loads or grades
 exercise N, or one marked `exercise(N)`) wait for exercise N. Those tests
 skip, naming the exercise and the file, and run again as soon as the student's region is no
 longer the stub. In the instructor's project nothing is skipped (grader.edition.waiting is
@@ -62,7 +62,7 @@ def _named_exercises(path: Path) -> frozenset[int]:
     """The exercises a grader test grades (by its name test_exN.py or by what it loads)."""
     match = _EX_TEST.match(path.name)
     named = {int(match[1])} if match else set()
-    if path.parent.name == "grader":
+    if path.relative_to(ROOT).parts[:2] == ("tests", "grader"):
         named |= {int(a or b) for a, b in _NAMES_EXERCISE.findall(path.read_text())}
     return frozenset(named)
 
@@ -70,7 +70,8 @@ def _named_exercises(path: Path) -> frozenset[int]:
 def waits_for(path: Path, bmv2: bool, waiting: dict[int, list[str]],
               marked: frozenset[int] = frozenset()) -> str:
     """Why the test in `path` cannot pass yet ('' when it can); `marked`: the exercises its
-    `exercise(n)` marks name (one test over several exercises, tests/grader/test_exercises.py)."""
+    `exercise(n)` marks name (one test over several exercises:
+    tests/grader/exercises/test_exercises.py)."""
     for n in sorted((_named_exercises(path) | marked) & set(waiting)):
         return f"waits for exercise {n} ({', '.join(waiting[n])} still holds its stubs)"
     reach = _closure(_module(path))

@@ -5,7 +5,7 @@ From a table come the codec's struct formats (struct_format), the largest value 
 field (maximum; the range checks and the fast paths' bounds), the range checks of the
 dataclass encoders (check_fields), and the PSN width. The scapy layers (wire/layers.py), the
 codec dataclasses (wire/packets.py) and the layout blocks of docs/wire-format.md are tested
-against these tables field by field (tests/unit/test_wire_fields.py), so none can drift.
+against these tables field by field (tests/unit/contracts/test_wire_fields.py), so none can drift.
 """
 
 from __future__ import annotations

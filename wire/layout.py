@@ -3,7 +3,7 @@
 The single Python definition of docs/wire-format.md §1 (frame), §2 (header lengths) and §4-5
 (DSCP classes, trimming). The codec, the software switch, the simulator and the agents
 read offsets and lengths from here; p4src/include/defines.p4 repeats the values the P4
-program needs and tests/switch/test_p4_constants.py checks that the two agree. To change
+program needs and tests/switch/p4/test_p4_constants.py checks that the two agree. To change
 what a trimmed packet keeps, change TRIMMED_FRAME_LEN here (and its P4 twin).
 """
 

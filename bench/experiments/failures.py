@@ -28,7 +28,7 @@ from bench.runner import (
     retired_per_route,
     retirements,
 )
-from demo.failed_link import routes_through
+from demo.failure import routes_through
 from emulation.network import MrcNetwork
 
 FAILURE_AT = 0.3  # failures strike at this fraction of MRC's ideal transfer time

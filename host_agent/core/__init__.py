@@ -20,6 +20,7 @@ from host_agent.core.errors import (
     ConfigError,
     LocalProtocolError,
     MalformedPacket,
+    MrcHostError,
     ProtocolError,
     RemoteProtocolError,
 )
@@ -41,7 +42,7 @@ __all__ = [
     "DEFAULT_BASE_RTT", "DEFAULT_MTU", "MAX_PLANES", "MAX_QPN", "MIN_QPN", "CongestionControl",
     "ConfigError", "Endpoint", "EndpointConfig", "EvConfig", "EvState", "EvStateChanged",
     "EvTrigger", "Event", "FailReason", "FixedWindow", "LocalProtocolError", "MalformedPacket",
-    "MemoryRegion", "MessageReceived", "Nscc", "NsccConfig", "PathInfo", "PeerPlaneChanged",
-    "PlaneStateChanged", "Pool", "ProtocolError", "RecoveryMode", "RemoteProtocolError",
-    "RxMeta", "TxPacket", "WriteCompleted", "WriteFailed",
+    "MemoryRegion", "MessageReceived", "MrcHostError", "Nscc", "NsccConfig", "PathInfo",
+    "PeerPlaneChanged", "PlaneStateChanged", "Pool", "ProtocolError", "RecoveryMode",
+    "RemoteProtocolError", "RxMeta", "TxPacket", "WriteCompleted", "WriteFailed",
 ]  # fmt: skip

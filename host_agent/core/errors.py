@@ -5,7 +5,12 @@ from __future__ import annotations
 import wire
 
 
-class ProtocolError(Exception):
+class MrcHostError(Exception):
+    """The one base of the host_agent package: the core's ProtocolError and the agent's
+    HostAgentError (host_agent.errors) both derive from it."""
+
+
+class ProtocolError(MrcHostError):
     """Any error of the MRC core: Local (the caller's misuse) or Remote (the peer's packet)."""
 
 

@@ -23,8 +23,9 @@ from tests.support import require_bmv2
 
 pytest.importorskip("mininet.net", reason="Mininet is not importable (apt install mininet)")
 
-from demo.failed_link import routes_through  # noqa: E402
-from demo.retirements import classify_retirements, ev_layout, last_event_seq  # noqa: E402
+from demo.failure import routes_through  # noqa: E402
+from demo.flow import ev_layout, last_event_seq  # noqa: E402
+from demo.retirements import classify_retirements  # noqa: E402
 from emulation.netconfig import AUTO_RATE, NO_TRIM_THRESHOLD  # noqa: E402
 from emulation.network import MrcNetwork, NetworkConfig, NetworkError  # noqa: E402
 from fabric.topology import Fabric  # noqa: E402

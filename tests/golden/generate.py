@@ -1,6 +1,6 @@
 """Write tests/golden/cases.json: the golden packet corpus for every MRC data plane.
 
-Run: .venv/bin/python -m tests.golden.generate   (tests/switch/test_p4_corpus.py checks the
+Run: .venv/bin/python -m tests.golden.generate   (tests/switch/p4/test_p4_corpus.py checks the
 committed JSON equals a fresh run). Input frames come from the codec (wire) and
 scapy; each expected frame is the input with exactly the edits docs/wire-format.md
 prescribes, applied field by field with scapy, so the corpus states the spec, not any

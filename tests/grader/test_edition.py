@@ -152,7 +152,7 @@ def test_the_student_learns_what_waits_and_the_demo_says_so_first(student):
 def test_tests_that_need_a_stub_skip_naming_the_exercise(student):
     done = _in(student, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
                "tests/core/test_evs.py", "tests/grader/test_regions.py",
-               "tests/grader/test_exercises.py")
+               "tests/grader/exercises/test_exercises.py")
     assert done.returncode == 0, done.stdout[-3000:]
     assert "waits for exercise 4 (host_agent/core/evs.py" in done.stdout, done.stdout[-3000:]
     # one test over several exercises: each case waits for its own (its exercise(n) mark)

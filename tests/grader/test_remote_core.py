@@ -20,11 +20,11 @@ import pytest
 
 import wire
 from grader import catalog, workspace
-from host_agent import served_codec as core_pipe
 from host_agent.core import PathInfo, RxMeta
-from host_agent.served import RemoteCoreError, RemoteEndpoint
 from sandbox import contain
 from sandbox.pipe import PipeError, PipeSession
+from served_core import codec as core_pipe
+from served_core.endpoint import RemoteCoreError, RemoteEndpoint
 
 EX = catalog.load(4)
 SIM_IDS = ("sim.lossy-transfer", "sim.every-plane")

@@ -191,12 +191,11 @@ def test_the_stray_literal_check_catches_what_it_should() -> None:
 
 BUILTIN_EXCEPTIONS = {name for name, obj in vars(builtins).items()
                       if isinstance(obj, type) and issubclass(obj, BaseException)}
-# BaseException on purpose: it must pass every `except Exception` on its way out of Mininet.
-ROOT_EXCEPTION_EXEMPT = {"emulation/network.py": {"_MininetAbandoned"}}
 
 
 def root_exceptions() -> dict[str, list[str]]:
-    """unit -> its exception classes whose bases are all builtins (no project base)."""
+    """top-level package -> its exception classes whose bases are all builtins (no project
+    base): at most one each, control-flow signals included."""
     found: dict[str, list[str]] = defaultdict(list)
     for path in python_files():
         rel = path.relative_to(ROOT)
@@ -207,9 +206,8 @@ def root_exceptions() -> dict[str, list[str]]:
             if not isinstance(node, ast.ClassDef) or not node.bases:
                 continue
             names = [b.id if isinstance(b, ast.Name) else None for b in node.bases]
-            if all(n in BUILTIN_EXCEPTIONS for n in names) \
-                    and node.name not in ROOT_EXCEPTION_EXEMPT.get(str(rel), ()):
-                found[unit].append(f"{rel}:{node.name}")
+            if all(n in BUILTIN_EXCEPTIONS for n in names):
+                found[rel.parts[0]].append(f"{rel}:{node.name}")
     return found
 
 
@@ -220,4 +218,4 @@ def test_each_unit_has_one_exception_base() -> None:
     fails here, named."""
     many = {unit: classes for unit, classes in root_exceptions().items() if len(classes) > 1}
     assert many == {}
-    assert "host_agent/core/errors.py:ProtocolError" in root_exceptions()["host_agent.core"]
+    assert root_exceptions()["host_agent"] == ["host_agent/core/errors.py:MrcHostError"]

@@ -12,7 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRY_POINTS = ["sim.__main__", "controller.__main__", "grader.__main__", "softswitch.__main__",
-                "host_agent.agent", "host_agent.cli", "bench.__main__", "topologies.two_tier"]
+                "host_agent.agent", "host_agent.cli", "served_core.agent", "bench.__main__",
+                "topologies.two_tier"]
 
 
 def unit_base(cls: type) -> type | None:

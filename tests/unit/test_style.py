@@ -34,7 +34,7 @@ def test_no_kill_by_name() -> None:
 
 PACKAGES = ("bench", "controller", "demo", "emulation", "emulation/cluster", "fabric", "grader",
             "host_agent", "host_agent/core", "nodes", "p4rt", "rigs", "rubrics", "safety",
-            "sandbox", "sim", "softswitch", "topologies", "views", "wire")
+            "sandbox", "served_core", "sim", "softswitch", "topologies", "views", "wire")
 
 
 def test_every_package_says_what_it_owns() -> None:

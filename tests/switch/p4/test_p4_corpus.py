@@ -1,8 +1,8 @@
 """The golden corpus is current, well formed, and says what docs/wire-format.md says.
 
 These checks run everywhere; feeding the corpus to a data plane happens in
-tests/switch/test_p4_bmv2.py (BMv2) and in the software switch's tests. The prelude cases are also
-replayed here on the software pipeline against wrong egresses, to show they catch them.
+tests/switch/p4/test_p4_bmv2.py (BMv2) and in the software switch's tests. The prelude cases are
+also replayed here on the software pipeline against wrong egresses, to show they catch them.
 """
 
 from __future__ import annotations
@@ -248,7 +248,7 @@ WRONG_EGRESSES = {"every packet writes enq_qdepth": _every_packet_writes_enq,
 def test_prelude_cases_catch_wrong_egresses() -> None:
     """The prelude cases pass with the real egress, and each wrong egress fails at least one
     of them: the per-queue depth bug (every packet wrote its own queue's enq_qdepth) fails
-    every trim_after_* case, as it did on BMv2 (tests/switch/test_p4_behaviour.py runs them there
+    every trim_after_* case, as it did on BMv2 (tests/switch/p4/test_p4_behaviour.py runs them there
     against the pre-fix program)."""
     assert len(PRELUDE_CASES) >= 4
     assert [c.name for c in PRELUDE_CASES if not _replay(c, _real_egress)] == []

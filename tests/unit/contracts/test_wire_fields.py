@@ -16,7 +16,7 @@ from wire import fields as F
 from wire import layers as L
 from wire import layout
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "wire-format.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "wire-format.md"
 SECTIONS = {"BTH": "2.1", "METH": "2.2", "RETH": "2.3", "SACK": "2.6", "CC_STATE": "2.7",
             "NACK": "2.8", "PROBE": "2.9", "PORT_STATUS": "2.10"}
 LAYERS = {"BTH": L.MrcBTH, "METH": L.MrcMETH, "RETH": L.MrcRETH, "ImmDt": L.MrcImmDt,

@@ -164,7 +164,7 @@ def test_a_p4_compile_cache_another_user_could_write_is_refused(shared_tmp: Path
     assert as_nobody(f"mkdir -m 777 {cache}").returncode == 0
     monkeypatch.setenv(p4.CACHE_ENV, str(cache))
     with pytest.raises(UnsafePathError, match=str(cache)):
-        p4.compile_program(Path(__file__).resolve().parents[2])
+        p4.compile_program(Path(__file__).resolve().parents[3])
     assert list(cache.iterdir()) == []
 
 
@@ -173,7 +173,7 @@ def test_bench_results_are_not_written_into_another_users_folder(shared_tmp: Pat
     on the way) is refused before anything runs, and nothing is written there."""
     out = shared_tmp / "results"
     assert as_nobody(f"mkdir -m 777 {out}").returncode == 0
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     done = subprocess.run([sys.executable, "-m", "bench", "permutation", "--quick", "--out",
                            str(out)], cwd=repo, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and str(out) in done.stderr, done.stderr

@@ -26,7 +26,7 @@ from safety.runstate import (
     terminate_as_interrupt,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_start_time_identifies_a_process_not_just_its_pid() -> None:

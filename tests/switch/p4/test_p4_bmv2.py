@@ -15,7 +15,7 @@ from p4rt.corpus import Case, load_cases
 from rigs import bmv2_corpus
 from tests.support import require_bmv2, require_root
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 COMMITTED_P4INFO = ROOT / "p4src" / "mrc.p4info.txtpb"
 CASES = load_cases()
 

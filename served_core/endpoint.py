@@ -1,5 +1,5 @@
 """An endpoint that lives in another process: the Endpoint interface, answered over a line
-protocol (host_agent.served_codec) by a process that holds the real one.
+protocol (served_core.codec) by a process that holds the real one.
 
 Why: grading a student's endpoint without trusting it. The grader's simulator and the
 agents' raw-socket drivers run the fabric, the clock and every measurement; the student's
@@ -14,7 +14,7 @@ endpoint only. Nothing it answers is believed where the caller can see for itsel
   reason (RemoteCoreError), for the student's feedback.
 
 A Link carries one request and returns one reply: rubrics.remote_core's over a sandbox's pipe,
-SocketLink over a Unix socket (an agent whose core the grader serves: --served-core).
+SocketLink over a Unix socket (an agent whose core the grader serves: served_core.agent).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import wire
-from host_agent import served_codec as codec
 from host_agent.core import EvState, PathInfo, RxMeta, TxPacket
-from host_agent.errors import HostAgentError
+from served_core import codec
+from served_core.errors import ServedCoreError
 
 T = TypeVar("T")
 MAX_PAYLOAD = 1 << 16  # a UDP payload
@@ -36,7 +36,7 @@ CALL_TIMEOUT_S = 20.0  # one request: far above any endpoint's work on one packe
 MAX_REPLY = 32 << 20
 
 
-class RemoteCoreError(HostAgentError, RuntimeError):
+class RemoteCoreError(ServedCoreError, RuntimeError):
     """The served endpoint failed the run: its code raised, it stopped answering, or it
     answered what the protocol does not allow. The message says which, for the student."""
 

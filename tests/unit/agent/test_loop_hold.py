@@ -126,7 +126,7 @@ def test_agents_get_the_option_only_when_it_is_set(tmp_path: Path) -> None:
 
 def test_the_demo_refuses_a_hold_out_of_range() -> None:
     proc = subprocess.run([sys.executable, "topologies/two_tier.py", "--rx-hold-ms", "500",
-                           "--no-cli"], cwd=Path(__file__).resolve().parents[2],
+                           "--no-cli"], cwd=Path(__file__).resolve().parents[3],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "rx_hold_ms must be 0 (off) to 100 ms" in proc.stderr
 

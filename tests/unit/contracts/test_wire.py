@@ -160,6 +160,6 @@ def test_psn_arithmetic_wraps() -> None:
 def test_codec_does_not_import_scapy() -> None:
     """The per-packet codec must stay light; scapy is only for layers.py."""
     code = "import sys, wire; print('scapy' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2],
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[3],
                          capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "False"

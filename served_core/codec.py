@@ -1,5 +1,5 @@
 """The protocol between an endpoint's user and the process that serves it, declared once for
-both sides: host_agent.served (the user: the grader's simulator, an agent) and
+both sides: served_core.endpoint (the user: the grader's simulator, an agent) and
 rubrics.core_server (the student's endpoints, in the sandbox).
 
 One JSON object per line. A request names an operation ("op"), the endpoint ("h") and its
@@ -25,7 +25,7 @@ from typing import Any
 
 from host_agent import core as core_events
 from host_agent.core import EvState
-from host_agent.errors import HostAgentError
+from served_core.errors import ServedCoreError
 
 OPS = ("new", "connect", "disconnect", "register", "deregister", "post_write", "receive", "timer",
        "plane", "pump", "counters", "stats", "ev_states", "deny", "peer_planes")
@@ -36,7 +36,7 @@ EVENT_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
 MAX_EVENTS = 100_000  # in one reply: an endpoint that emits more is looping
 
 
-class ProtocolViolation(HostAgentError, ValueError):
+class ProtocolViolation(ServedCoreError, ValueError):
     """A line from the sandbox that the protocol does not allow: the message says what."""
 
 

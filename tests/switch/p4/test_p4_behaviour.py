@@ -12,9 +12,9 @@ and on the software switch alike (p4src/README.md, "BMv2 behaviours this program
 
 Where the other behaviours are held: `truncate` cutting after the deparser and parser errors
 reaching ingress by the golden corpus cases `trim_*` and `malformed_short_*`
-(tests/switch/test_p4_bmv2.py on BMv2); the default depth of 64 and per-priority rates by
-tests/switch/test_p4_queues.py; the standing-queue regression by
-tests/switch/test_p4_queue_depth.py.
+(tests/switch/p4/test_p4_bmv2.py on BMv2); the default depth of 64 and per-priority rates by
+tests/switch/p4/test_p4_queues.py; the standing-queue regression by
+tests/switch/p4/test_p4_queue_depth.py.
 Frames carry a tag in the BTH PSN so every output is matched to its input; checks are on
 counts and order. Held queues depart every 1/RATE s, far longer than sending a burst takes.
 """
@@ -364,7 +364,7 @@ def test_queue_depth_without_priority_limits_every_queue(target: str, lab) -> No
 def test_prelude_corpus_cases_fail_on_the_old_egress(tmp_path: Path) -> None:
     """The corpus cases with a prelude are there to catch the per-queue depth bug: on BMv2
     running the pre-fix egress, each of them must fail (and pass on the real one, which
-    tests/switch/test_p4_bmv2.py checks)."""
+    tests/switch/p4/test_p4_bmv2.py checks)."""
     require_bmv2(bmv2_corpus.TOOLS)
     require_root("veth pairs")
     old = patched_program(tmp_path, OLD_EGRESS, keep=False)

@@ -34,7 +34,7 @@ from tests.switch.p4rt_support import CODEC, IDX, free_port, reset_pipeline, wai
 pytestmark = [pytest.mark.root, pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root and iproute2")]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DEVICE_ID = 7
 CASES = corpus.load_cases() if corpus.CASES_PATH.exists() else []
 CORPUS_MISSING = (f"the committed golden corpus {corpus.CASES_PATH} is missing or empty: restore "

@@ -13,7 +13,7 @@ import pytest
 
 from host_agent import nic
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class FakeSocket:

@@ -35,7 +35,7 @@ from softswitch.cli import ControlError, request
 from tests.support import wait_until
 from tests.switch.p4rt_support import CODEC, free_port, reset_pipeline, wait_listening
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 A, B = 11, 12  # device ids of the two switches
 SENT = 20  # frames a live test sends into one switch
 CASES = corpus.load_cases() if corpus.CASES_PATH.exists() else []

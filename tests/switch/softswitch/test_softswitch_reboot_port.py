@@ -23,7 +23,7 @@ from softswitch.cli import ControlError, request
 from tests.support import wait_until
 from tests.switch.p4rt_support import free_port, wait_listening
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 NOBODY = 65534
 CYCLES = 5
 # Binds as an attacker would (SO_REUSEADDR: a closed port's TIME_WAIT does not stop it);

@@ -1,8 +1,8 @@
 """The committed P4Info parses and holds every name p4rt/names.py promises.
 
 The controller and the software switch find tables, fields, actions and counters by these
-names. The file itself is p4c's output (tests/switch/test_p4_bmv2.py compiles and compares it byte
-for byte); these checks hold the names to it on machines without the compiler too.
+names. The file itself is p4c's output (tests/switch/p4/test_p4_bmv2.py compiles and compares it
+byte for byte); these checks hold the names to it on machines without the compiler too.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from p4.config.v1 import p4info_pb2
 
 from p4rt import names as n
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 P4INFO = ROOT / "p4src" / "mrc.p4info.txtpb"
 
 

@@ -24,7 +24,7 @@ from fabric.options import write_json
 from fabric.outfile import UnsafeOutputError
 from tests.support import as_nobody
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DATA = {"grades": {"alice": 10, "bob": 7}}
 SECRET = "root's own, 0600\n"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="plays an unprivileged user: root")

@@ -33,7 +33,7 @@ from softswitch.cli import ControlError, request
 from tests.support import wait_until
 from tests.switch.p4rt_support import free_port
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

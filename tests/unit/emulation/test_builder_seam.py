@@ -13,7 +13,7 @@ from emulation.builder import Builder, OneMachine
 from emulation.cluster.clusternet import ClusterRun, builder_type
 from emulation.netconfig import NetworkConfig, NetworkError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MEMBERS = [name for name in vars(Builder) if not name.startswith("_")]
 # What only several servers have: asking for one of these is asking which builder it is.
 CLUSTER_NAMES = {"isRemote", "remote_pid", "cluster_run", "ClusterRun", "RemoteProcess",

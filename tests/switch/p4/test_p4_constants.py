@@ -19,7 +19,7 @@ import wire
 from fabric import topology
 from p4rt import names as n
 
-P4SRC = Path(__file__).resolve().parents[2] / "p4src"
+P4SRC = Path(__file__).resolve().parents[3] / "p4src"
 DEFINES = P4SRC / "include" / "defines.p4"
 CONST_RE = re.compile(r"^const bit<(\d+)>\s+([A-Z0-9_]+)\s*=\s*(0x[0-9A-Fa-f]+|\d+);", re.M)
 TYPEDEF_RE = re.compile(r"^typedef bit<(\d+)>\s+(\w+);", re.M)

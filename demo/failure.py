@@ -1,4 +1,5 @@
-"""Which link the demo fails, the flow's routes through it, and the capacity it leaves.
+"""The failure the demo measures: which link fails, the flow's routes through it, the link
+taken down and back up mid-transfer, and the capacity it leaves.
 
 MRC: plane 0's source T0 to spine 0; over several servers, a link between two servers on the
 flow's paths (a switch link if one crosses, else the destination's NIC), so the cut is a real
@@ -7,6 +8,11 @@ cable. Single path: the uplink the flow was hashed onto, found from the T0's por
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import Any
+
+from emulation.agents import TransferHandle
 from emulation.network import MrcNetwork
 from fabric.capacity import flow_share_left
 from fabric.topology import Fabric
@@ -61,3 +67,46 @@ def _crossing_link(net: MrcNetwork, src: int, dst: int) -> tuple[str, str] | Non
                 rank = 0 if switches else 1 if b == fabric.host_name(dst) else 2
                 found.append((rank, a, b))
     return min(found)[1:] if found else None
+
+
+def fail_and_recover(net: MrcNetwork, handle: TransferHandle, src: int, dst: int, *,
+                      started: float, rtt: float, fail_at: float, down_for: float,
+                      single_path: bool, log: Callable[[str], object],
+                      ) -> tuple[dict[str, Any], set[str], float | None]:
+    """Fail and restore a link the flow crosses, mid-transfer: the event the demo measures."""
+    if single_path:  # keep the link down past the hold timer, so routing repairs the flow
+        down_for = max(down_for, net.config.convergence_delay + 1.5)
+    if net.fabric.t0_per_plane <= 1 or handle.done():
+        return {}, set(), None
+    time.sleep(fail_at)
+    a, b = pick_failed_link(net, src, dst, single_path)
+    routes = routes_through(net, src, dst, a, b, single_path)
+    fail_begin = time.monotonic()
+    net.link_down(a, b)
+    t_down = time.monotonic()
+    log(f"+{t_down - started:.2f} s: link {a} - {b} DOWN")
+    sleep_unless_done(handle, down_for)
+    per_route = net.stats(src)["per_route"]
+    last = max((per_route[r]["last_data_tx"] for r in routes if r in per_route), default=None)
+    bypass = None if single_path or last is None or last < fail_begin else last - fail_begin
+    repairs = len(net.convergence.history) if net.convergence else 0
+    net.link_up(a, b)
+    log(f"+{time.monotonic() - started:.2f} s: link {a} - {b} UP")
+    failure = {"link": [a, b], "fail_begin_s": fail_begin - started,
+               "down_at_s": t_down - started, "link_down_call_s": t_down - fail_begin,
+               "up_at_s": time.monotonic() - started, "routes_through_link": len(routes),
+               "routes": sorted(routes),
+               "last_data_on_failed_route_s": None if last is None else last - started,
+               "bypass_s": bypass,
+               "bypass_base_rtts": bypass / net.config.effective_base_rtt if bypass
+               is not None else None,
+               "bypass_unloaded_rtts": bypass / rtt if bypass is not None else None,
+               "routing_repairs_while_down": repairs,
+               "capacity_left": capacity_left(net.fabric, src, dst, a, b, single_path)}
+    return failure, routes, fail_begin
+
+
+def sleep_unless_done(handle, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not handle.done():
+        time.sleep(0.02)

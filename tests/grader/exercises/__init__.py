@@ -1,0 +1,1 @@
+"""Tests of each exercise graded: its reference, fixtures and checks."""

@@ -1,0 +1,1 @@
+"""Tests of the software switch: pipeline, P4Runtime server, process, limits, live sockets."""

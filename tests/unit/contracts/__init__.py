@@ -1,0 +1,1 @@
+"""Tests of the contracts: wire formats, the fabric model and its options."""

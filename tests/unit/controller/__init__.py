@@ -1,0 +1,1 @@
+"""Tests of the controller: tables, convergence, its CLI."""
