@@ -212,9 +212,11 @@ MakeEndpoint = Callable[[argparse.Namespace, HostConfig, EndpointConfig, AgentMo
 
 def main(argv: list[str] | None = None, *,
          extend: Callable[[argparse.ArgumentParser], None] | None = None,
-         make_endpoint: MakeEndpoint | None = None) -> int:
+         make_endpoint: MakeEndpoint | None = None,
+         refusals: tuple[type[Exception], ...] = ()) -> int:
     """The agent process; `extend` adds options and `make_endpoint` builds the endpoint
-    from them (served_core.agent), else the agent runs its own core."""
+    from them (served_core.agent), else the agent runs its own core. `refusals`: the base of
+    what that endpoint raises, logged and reported like the agent's own."""
     args = parse_args(argv, extend)
     try:  # root may run an agent by hand: the file is opened as fabric.outfile says
         stream = open_log_file(args.log) if args.log else None
@@ -240,7 +242,7 @@ def main(argv: list[str] | None = None, *,
         Agent(config, endpoint_config, args.socket, args.seed, mode,
               args.exchange_qps, rx_hold=args.rx_hold_ms / 1000,
               endpoint=endpoint).run(args.connect_all)
-    except (MrcHostError, FabricError, ValueError, OSError) as exc:  # each unit's base
+    except (MrcHostError, FabricError, ValueError, OSError, *refusals) as exc:  # units' bases
         log.error("%s", exc)
         print(f"host agent: {exc}", file=sys.stderr)
         return 2

@@ -43,11 +43,10 @@ def served_endpoint(args: argparse.Namespace, config: HostConfig,
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        return agent.main(argv, extend=add_served_arg, make_endpoint=served_endpoint)
-    except ServedCoreError as exc:  # the served process failed the run: the student's error
-        print(f"host agent: {exc}", file=sys.stderr)
-        return 2
+    """host_agent.agent's main; a served process that fails the run (ServedCoreError, the
+    student's error) is logged and reported as the agent's own refusals are."""
+    return agent.main(argv, extend=add_served_arg, make_endpoint=served_endpoint,
+                      refusals=(ServedCoreError,))
 
 
 if __name__ == "__main__":

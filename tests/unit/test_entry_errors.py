@@ -39,7 +39,7 @@ def caught(module: object, local: dict[str, object], handler: ast.ExceptHandler)
     names = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
     out = []
     for node in names:
-        if node is None:
+        if node is None or isinstance(node, ast.Starred):  # a caller's extra bases, given
             continue
         text = ast.unparse(node)
         obj = getattr(builtins, text, None) or local.get(text)
