@@ -12,6 +12,7 @@ converge to after a spine-to-T0 link fails (a default route over all spines coul
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -80,12 +81,24 @@ def check_links(fabric: Fabric, links: Iterable[LinkKey]) -> frozenset[LinkKey]:
     return out
 
 
+@functools.lru_cache(maxsize=4096)  # a fabric's switches ask for the same T0s' subnets
 def nic_subnet(fabric: Fabric, plane: int, t0: int) -> ipaddress.IPv6Network:
     """The T0 subnet of docs/wire-format.md §3.3, taken from its first host's NIC address."""
     nic = fabric.nic(t0 * fabric.hosts_per_t0, plane)
     return ipaddress.IPv6Network(f"{nic.address}/64", strict=False)
 
 
+# Entities that repeat across a fabric's switches are made once and shared (they are
+# immutable): a spine's uSID entry and member on every T0 of its plane, a T0's subnet route on
+# every switch of its plane. The simulator compiles each distinct entity once per fabric, and
+# an entity keeps its hash (p4rt.entities). Bounded by the largest fabric's distinct entities.
+_SHARED = 1 << 17
+_usid_fwd = functools.lru_cache(maxsize=_SHARED)(program.usid_fwd)
+_ecmp_member = functools.lru_cache(maxsize=_SHARED)(program.ecmp_member)
+_ecmp_group = functools.lru_cache(maxsize=_SHARED)(program.ecmp_group)
+
+
+@functools.lru_cache(maxsize=_SHARED)
 def _route(net: ipaddress.IPv6Network, *, member: int | None = None,
            group: int | None = None) -> TableEntry:
     return program.route(int(net.network_address), net.prefixlen, member=member, group=group)
@@ -128,14 +141,12 @@ def switch_tables(fabric: Fabric, switch: Switch, dead_links: Iterable[LinkKey] 
     # END exercise 3 neighbours
     live = {port for port, name, _, _ in neighbours if link_key(switch.name, name) not in dead}
 
-    entries += [program.usid_fwd(usid_prefix(u), port, mac_int(mac))
-                for port, _, mac, u in neighbours]
+    entries += [_usid_fwd(usid_prefix(u), port, mac_int(mac)) for port, _, mac, u in neighbours]
     host_ports = ({fabric.host_port(h) for h in range(fabric.hosts_per_t0)}
                   if switch.role == ROLE_T0 else set())
     entries += [_port_config(switch, port, port in host_ports, thresholds)
                 for port, _, _, _ in neighbours]
-    members = tuple(program.ecmp_member(port, port, mac_int(mac))
-                    for port, _, mac, _ in neighbours)
+    members = tuple(_ecmp_member(port, port, mac_int(mac)) for port, _, mac, _ in neighbours)
 
     groups: list[Group] = []
     if switch.role == ROLE_T0:
@@ -145,15 +156,16 @@ def switch_tables(fabric: Fabric, switch: Switch, dead_links: Iterable[LinkKey] 
             port = fabric.host_port(nic.local)
             if port in live:
                 entries.append(_route(ipaddress.IPv6Network(f"{nic.address}/128"), member=port))
+        uplinks = [(fabric.uplink_port(j), fabric.t1(p, j).name)
+                   for j in range(fabric.t1_per_plane)]
         for k in range(fabric.t0_per_plane):
             if k == switch.index:
                 continue
             remote = fabric.t0(p, k).name
-            via = tuple(fabric.uplink_port(j) for j in range(fabric.t1_per_plane)
-                        if fabric.uplink_port(j) in live
-                        and link_key(fabric.t1(p, j).name, remote) not in dead)
+            via = tuple(port for port, spine in uplinks if port in live
+                        and not (dead and link_key(spine, remote) in dead))
             if via:
-                groups.append(program.ecmp_group(k + 1, via))
+                groups.append(_ecmp_group(k + 1, via))
                 entries.append(_route(nic_subnet(fabric, p, k), group=k + 1))
     else:
         for k in range(fabric.t0_per_plane):

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from ipaddress import IPv6Address
 
-from fabric.hostpaths import HostPath, all_host_paths, host_paths
+from fabric.hostpaths import HostPath, all_host_paths
 from fabric.topology import Fabric
 from host_agent.core import PathInfo
 from host_agent.errors import HostAgentError
@@ -83,12 +83,15 @@ class HostConfig:
         """The same config as from the path export, with each peer's routes made when first
         asked for (_FabricRoutes): a host of a 1,024-host fabric has 261,888 routes, and a
         simulated host uses those to the one or two peers it talks to."""
-        first = 1 if host == 0 else 0  # any other host: its paths give this host's NICs
-        if not 0 <= host < fabric.hosts or first >= fabric.hosts:  # refused as from_paths does
+        if not 0 <= host < fabric.hosts or fabric.hosts < 2:  # refused as from_paths does
             return cls.from_paths(host, fabric.planes, all_host_paths(fabric, host)
                                   if 0 <= host < fabric.hosts else [])
-        nics = cls.from_paths(host, fabric.planes, host_paths(fabric, host, first)).nics
-        return cls(host, fabric.planes, nics, _FabricRoutes(fabric, host),
+        nics = []
+        for plane in range(fabric.planes):
+            nic = fabric.nic(host, plane)
+            nics.append(NicConfig(plane, nic.ifname, nic.mac, nic.address,
+                                  fabric.t0(plane, nic.t0).mac))
+        return cls(host, fabric.planes, tuple(nics), _FabricRoutes(fabric, host),
                    _OtherHosts(fabric, host))
 
     def peer_of(self) -> dict[IPv6Address, int]:
@@ -157,8 +160,8 @@ class _FabricRoutes(Mapping[int, tuple[PathInfo, ...]]):
             if peer not in self:
                 raise KeyError(peer)
             routes = self._made[peer] = tuple(
-                PathInfo(plane=p.plane, route=Carrier(p.route))
-                for p in host_paths(self._fabric, self._host, peer))
+                PathInfo(plane=plane, route=Carrier(carrier))
+                for plane, carrier in self._fabric.carriers(self._host, peer))
         return routes
 
     def __contains__(self, peer: object) -> bool:

@@ -8,15 +8,37 @@ messages for one P4Info and back.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+
+def _hash_once(self: Any) -> int:
+    """The fields' hash, computed at the first call and kept: entities key the simulator's
+    per-fabric caches and are hashed again for every switch that holds them."""
+    state = self.__dict__
+    value = state.get("_hash")
+    if value is None:
+        value = state["_hash"] = hash(tuple(state[name] for name in self.__dataclass_fields__))
+    return value
+
+
+def _state(self: Any) -> dict[str, Any]:
+    """Pickled and copied without the kept hash: a string's hash differs between processes."""
+    return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
 
 @dataclass(frozen=True)
 class Exact:
+    __hash__ = _hash_once
+    __getstate__ = _state
+
     value: int
 
 
 @dataclass(frozen=True)
 class Lpm:
+    __hash__ = _hash_once
+    __getstate__ = _state
+
     value: int
     prefix_len: int
 
@@ -26,6 +48,9 @@ MatchValue = Exact | Lpm
 
 @dataclass(frozen=True)
 class Action:
+    __hash__ = _hash_once
+    __getstate__ = _state
+
     name: str
     params: tuple[tuple[str, int], ...] = ()
 
@@ -37,6 +62,9 @@ class Action:
 @dataclass(frozen=True)
 class TableEntry:
     """One entry; exactly one of `action`, `member_id`, `group_id` is set."""
+
+    __hash__ = _hash_once
+    __getstate__ = _state
 
     table: str
     match: tuple[tuple[str, MatchValue], ...]
@@ -55,6 +83,9 @@ class TableEntry:
 
 @dataclass(frozen=True)
 class Member:
+    __hash__ = _hash_once
+    __getstate__ = _state
+
     profile: str
     member_id: int
     action: Action
@@ -66,6 +97,9 @@ class Member:
 
 @dataclass(frozen=True)
 class Group:
+    __hash__ = _hash_once
+    __getstate__ = _state
+
     profile: str
     group_id: int
     member_ids: tuple[int, ...]  # sorted

@@ -28,8 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from p4.v1 import p4runtime_pb2
-
 from controller.tables import (
     DEFAULT_ECN_THRESHOLD,
     DEFAULT_TRIM_THRESHOLD,
@@ -40,10 +38,11 @@ from controller.tables import (
 from fabric.topology import Fabric, Switch, TopologyError
 from p4rt import names as N
 from p4rt.codec import Codec
-from p4rt.entities import Entity
 from sim.engine import EventLoop
 from sim.errors import SimError
+from softswitch.errors import P4RTError
 from softswitch.pipeline import Pipeline
+from softswitch.preload import Preloader
 from softswitch.queues import DEFAULT_DEPTH
 from softswitch.store import DeviceState
 from wire.layout import HIGH_PRIORITY_DSCPS, OUTER, TC_SHIFT, TRIMMABLE_DSCPS
@@ -313,7 +312,7 @@ class Network:
         self.link_listeners: list[Callable[[LinkState, bool], None]] = []
         self.rate_changes = 0  # link rates set since the start: RTT figures made before are stale
         self.codec = Codec.committed()
-        self._inserts: dict[Entity, p4runtime_pb2.Update] = {}
+        self.preloader = Preloader(self.codec)
         self.program = program or self.controller_tables
         self.switches = {s.name: SwitchNode(self, s) for s in fabric.switches}
         self.hosts = [HostNode(self, fabric.host_name(h), h) for h in range(fabric.hosts)]
@@ -334,22 +333,16 @@ class Network:
         return tables
 
     def controller_tables(self, switch: Switch) -> DeviceState:
-        """A fresh device state holding the controller's tables for `switch`."""
+        """A fresh device state holding the controller's tables for `switch`, installed
+        without P4Runtime messages (softswitch.preload: each distinct entity compiled once
+        per fabric)."""
         tables = self.tables_of(switch)
         state = DeviceState(self.codec.index)
-        updates = [self._insert(e) for e in tables.entities()]
-        errors = [e for e in state.write(updates) if e is not None]
-        if errors:
-            raise NetworkConfigError(f"{switch.name}: tables rejected: {errors[0]}")
+        try:
+            self.preloader.install(state, tables.entities())
+        except P4RTError as exc:
+            raise NetworkConfigError(f"{switch.name}: tables rejected: {exc}") from None
         return state
-
-    def _insert(self, entity: Entity) -> p4runtime_pb2.Update:
-        """The INSERT of `entity`, encoded once per fabric: the T0s of a plane share their
-        routes and groups, and the device state copies what it keeps."""
-        update = self._inserts.get(entity)
-        if update is None:
-            update = self._inserts[entity] = self.codec.update("INSERT", entity)
-        return update
 
     def _wire(self, a: str, a_port: int, b: str, b_port: int) -> None:
         state = LinkState(a, b)

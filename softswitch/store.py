@@ -9,6 +9,7 @@ something still referenced.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 import grpc
 from p4.v1 import p4runtime_pb2
@@ -31,11 +32,12 @@ class Group:
     member."""
 
     def __init__(self, proto: p4runtime_pb2.ActionProfileGroup,
-                 handles: dict[int, int]) -> None:
+                 members: Sequence[tuple[int, int]], handles: dict[int, int]) -> None:
+        """`members`: (member id, weight) as `proto` lists them (read once from it)."""
         self.proto = proto
-        self.member_ids = [m.member_id for m in proto.members]
-        ordered = sorted(proto.members, key=lambda m: handles[m.member_id])
-        self.slots: list[int] = [m.member_id for m in ordered for _ in range(m.weight)]
+        self.member_ids = [mid for mid, _ in members]
+        ordered = sorted(members, key=lambda m: handles[m[0]])
+        self.slots: list[int] = [mid for mid, weight in ordered for _ in range(weight)]
         self.weights = len(self.slots)  # what the group takes of a SumOfWeights profile
 
 
@@ -128,15 +130,10 @@ class DeviceState:
         which = e.action.WhichOneof("type")
         where = f"table {t.info.name}"
         if t.info.implementation_id:
-            prof = t.info.implementation_id
             if which == "action_profile_member_id":
-                if e.action.action_profile_member_id not in self.members[prof]:
-                    raise not_found(f"{where}: no member {e.action.action_profile_member_id}")
-                return ("member", e.action.action_profile_member_id)
+                return self.check_reference(t, "member", e.action.action_profile_member_id)
             if which == "action_profile_group_id":
-                if e.action.action_profile_group_id not in self.groups[prof]:
-                    raise not_found(f"{where}: no group {e.action.action_profile_group_id}")
-                return ("group", e.action.action_profile_group_id)
+                return self.check_reference(t, "group", e.action.action_profile_group_id)
             raise invalid(f"{where}: entries of this table name a profile member or group")
         if which != "action":
             raise invalid(f"{where}: entry needs a direct action")
@@ -156,13 +153,7 @@ class DeviceState:
                 raise not_found(f"table {t.info.name}: no such entry to delete")
             del t.entries[key]
         else:
-            if op == INSERT and key in t.entries:
-                raise P4RTError(grpc.StatusCode.ALREADY_EXISTS,
-                                f"table {t.info.name}: entry already exists")
-            if op == MODIFY and key not in t.entries:
-                raise not_found(f"table {t.info.name}: no such entry to modify")
-            if op == INSERT and t.info.size and len(t.entries) >= t.info.size:
-                raise P4RTError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"table {t.info.name} is full")
+            self.admit_entry(t, op, key)
             action = self._entry_action(t, e)
             old = t.entries.get(key)
             new = Entry(match, e.priority, action, canonical_entry(e))
@@ -172,6 +163,25 @@ class DeviceState:
                 new.packets, new.bytes = e.counter_data.packet_count, e.counter_data.byte_count
             t.entries[key] = new
         touched.add(t.info.id)
+
+    @staticmethod
+    def admit_entry(t: TableRuntime, op: int, key: tuple) -> None:
+        """An INSERT or MODIFY of `key` may go ahead: it is new (or there), the table has room."""
+        if op == INSERT and key in t.entries:
+            raise P4RTError(grpc.StatusCode.ALREADY_EXISTS,
+                            f"table {t.info.name}: entry already exists")
+        if op == MODIFY and key not in t.entries:
+            raise not_found(f"table {t.info.name}: no such entry to modify")
+        if op == INSERT and t.info.size and len(t.entries) >= t.info.size:
+            raise P4RTError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"table {t.info.name} is full")
+
+    def check_reference(self, t: TableRuntime, kind: str, ref: int) -> tuple:
+        """("member"|"group", id) of an entry of profile table `t`, once it names one held."""
+        prof = t.info.implementation_id
+        held = self.members[prof] if kind == "member" else self.groups[prof]
+        if ref not in held:
+            raise not_found(f"table {t.info.name}: no {kind} {ref}")
+        return (kind, ref)
 
     def _write_default(self, op: int, t: TableRuntime, e: p4runtime_pb2.TableEntry) -> None:
         if op != MODIFY:
@@ -210,26 +220,36 @@ class DeviceState:
             del self.member_protos[prof][m.member_id]
             del self.member_handles[prof][m.member_id]
             return
-        if op == INSERT and m.member_id in members:
-            raise P4RTError(grpc.StatusCode.ALREADY_EXISTS, f"member {m.member_id} exists")
-        if op == MODIFY and m.member_id not in members:
-            raise not_found(f"no action profile member {m.member_id}")
-        info = self.index.profiles[prof]
-        if op == INSERT and info.size and len(members) >= info.size:
-            raise P4RTError(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                            f"action profile {info.name} is full ({info.size} members)")
+        self.admit_member(prof, op, m.member_id)
         tables = self._profile_tables(prof)
         info = tables[0].info if tables else None
-        members[m.member_id] = self.compile_action(info, m.action, f"member {m.member_id}")
-        handles = self.member_handles[prof]
-        if m.member_id not in handles:
-            used = set(handles.values())
-            handles[m.member_id] = next(h for h in range(len(used) + 1) if h not in used)
+        action = self.compile_action(info, m.action, f"member {m.member_id}")
         proto = p4runtime_pb2.ActionProfileMember()
         proto.CopyFrom(m)
         for p in proto.action.params:
             p.value = canonical(int.from_bytes(p.value, "big"))
-        self.member_protos[prof][m.member_id] = proto
+        self.keep_member(prof, m.member_id, action, proto)
+
+    def admit_member(self, prof: int, op: int, member_id: int) -> None:
+        members = self.members[prof]
+        if op == INSERT and member_id in members:
+            raise P4RTError(grpc.StatusCode.ALREADY_EXISTS, f"member {member_id} exists")
+        if op == MODIFY and member_id not in members:
+            raise not_found(f"no action profile member {member_id}")
+        info = self.index.profiles[prof]
+        if op == INSERT and info.size and len(members) >= info.size:
+            raise P4RTError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                            f"action profile {info.name} is full ({info.size} members)")
+
+    def keep_member(self, prof: int, member_id: int, action: tuple,
+                    proto: p4runtime_pb2.ActionProfileMember) -> None:
+        """Hold an admitted member; `proto` (canonical, what Read returns) is never changed."""
+        self.members[prof][member_id] = action
+        handles = self.member_handles[prof]
+        if member_id not in handles:
+            used = set(handles.values())
+            handles[member_id] = next(h for h in range(len(used) + 1) if h not in used)
+        self.member_protos[prof][member_id] = proto
 
     def _profile_tables(self, prof: int) -> list[TableRuntime]:
         return [t for t in self.tables.values() if t.info.implementation_id == prof]
@@ -246,48 +266,53 @@ class DeviceState:
                                 f"group {g.group_id} is still referenced")
             del groups[g.group_id]
             return
-        if op == INSERT and g.group_id in groups:
-            raise P4RTError(grpc.StatusCode.ALREADY_EXISTS, f"group {g.group_id} exists")
-        if op == MODIFY and g.group_id not in groups:
-            raise not_found(f"no action profile group {g.group_id}")
-        self._check_group(prof, g, op)
+        members = [(m.member_id, m.weight) for m in g.members]
         proto = p4runtime_pb2.ActionProfileGroup()
         proto.CopyFrom(g)
-        groups[g.group_id] = Group(proto, self.member_handles[prof])
+        self.put_group(prof, op, g.group_id, members, g.max_size, proto)
 
-    def _check_group(self, prof: int, g: p4runtime_pb2.ActionProfileGroup, op: int) -> None:
+    def put_group(self, prof: int, op: int, group_id: int, members: Sequence[tuple[int, int]],
+                  max_size: int, proto: p4runtime_pb2.ActionProfileGroup) -> None:
+        """Check and hold a group; `members` are (member id, weight) as `proto` lists them,
+        and `proto` (what Read returns) is never changed."""
+        groups = self.groups[prof]
+        if op == INSERT and group_id in groups:
+            raise P4RTError(grpc.StatusCode.ALREADY_EXISTS, f"group {group_id} exists")
+        if op == MODIFY and group_id not in groups:
+            raise not_found(f"no action profile group {group_id}")
+        self._check_group(prof, group_id, members, max_size, op)
+        groups[group_id] = Group(proto, members, self.member_handles[prof])
+
+    def _check_group(self, prof: int, group_id: int, members: Sequence[tuple[int, int]],
+                     max_size: int, op: int) -> None:
         """Members exist, weights >= 1, and the P4Info's capacity holds (P4Runtime 1.4
         selector_size_semantics): per group against max_group_size and the request's
         max_size, over all groups of the profile against its size; the group count is
         bounded by size too, since every group takes at least one slot on a target."""
         info = self.index.profiles[prof]
         groups = self.groups[prof]
-        where = f"group {g.group_id}"
+        where = f"group {group_id}"
         seen: set[int] = set()
-        for mem in g.members:
-            if mem.member_id not in self.members[prof]:
-                raise not_found(f"{where}: no member {mem.member_id}")
-            if mem.member_id in seen:
-                raise invalid(f"{where}: member {mem.member_id} listed twice")
-            seen.add(mem.member_id)
-            if mem.weight < 1:
+        held = self.members[prof]
+        for member_id, weight in members:
+            if member_id not in held:
+                raise not_found(f"{where}: no member {member_id}")
+            if member_id in seen:
+                raise invalid(f"{where}: member {member_id} listed twice")
+            seen.add(member_id)
+            if weight < 1:
                 raise invalid(f"{where}: member weight must be >= 1")
             if info.sum_of_members and info.max_member_weight and (
-                    mem.weight > info.max_member_weight):
+                    weight > info.max_member_weight):
                 raise P4RTError(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"{where}: weight {mem.weight} exceeds the profile's max "
+                                f"{where}: weight {weight} exceeds the profile's max "
                                 f"member weight {info.max_member_weight}")
         unit = "members" if info.sum_of_members else "summed weights"
-
-        def used(grp: p4runtime_pb2.ActionProfileGroup) -> int:
-            return len(grp.members) if info.sum_of_members else sum(
-                m.weight for m in grp.members)
-
-        size = used(g)
-        if info.max_group_size and g.max_size > info.max_group_size:
-            raise invalid(f"{where}: max_size {g.max_size} exceeds the profile's max group "
+        size = len(members) if info.sum_of_members else sum(w for _, w in members)
+        if info.max_group_size and max_size > info.max_group_size:
+            raise invalid(f"{where}: max_size {max_size} exceeds the profile's max group "
                           f"size {info.max_group_size}")
-        limit = g.max_size or info.max_group_size
+        limit = max_size or info.max_group_size
         if limit and size > limit:
             raise P4RTError(grpc.StatusCode.RESOURCE_EXHAUSTED,
                             f"{where}: {size} {unit} exceed the group's max size {limit}")
@@ -297,7 +322,7 @@ class DeviceState:
             raise P4RTError(grpc.StatusCode.RESOURCE_EXHAUSTED,
                             f"action profile {info.name} holds at most {info.size} groups")
         others = sum(len(grp.member_ids) if info.sum_of_members else grp.weights
-                     for gid, grp in groups.items() if gid != g.group_id)
+                     for gid, grp in groups.items() if gid != group_id)
         if others + size > info.size:
             raise P4RTError(grpc.StatusCode.RESOURCE_EXHAUSTED,
                             f"{where}: action profile {info.name} would hold "

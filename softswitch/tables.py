@@ -8,7 +8,7 @@ assignment, so the packet thread never sees a half-applied batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import grpc
 from p4.v1 import p4runtime_pb2
@@ -35,19 +35,35 @@ def to_int(value: bytes, bitwidth: int, what: str) -> int:
     return number
 
 
-@dataclass
 class Entry:
-    """A compiled entry: `action` is (action_id, params) or ("member"|"group", id)."""
+    """A compiled entry: `action` is (action_id, params) or ("member"|"group", id).
 
-    key: tuple
-    priority: int
-    action: tuple
-    proto: p4runtime_pb2.TableEntry
-    packets: int = 0
-    bytes: int = 0
+    `proto` is the canonical message Read returns, given or made by `make_proto` when first
+    read (softswitch.preload installs without messages); it is never changed once made."""
+
+    __slots__ = ("key", "priority", "action", "_proto", "_make_proto", "packets", "bytes")
+
+    def __init__(self, key: tuple, priority: int, action: tuple,
+                 proto: p4runtime_pb2.TableEntry | None = None, *,
+                 make_proto: Callable[[], p4runtime_pb2.TableEntry] | None = None) -> None:
+        if (proto is None) == (make_proto is None):
+            raise ValueError("an entry needs its message or a way to make it, not both")
+        self.key, self.priority, self.action = key, priority, action
+        self._proto, self._make_proto = proto, make_proto
+        self.packets = self.bytes = 0
+
+    @property
+    def proto(self) -> p4runtime_pb2.TableEntry:
+        if self._proto is None:
+            assert self._make_proto is not None
+            self._proto = self._make_proto()
+        return self._proto
+
+    def __repr__(self) -> str:
+        return f"Entry(key={self.key!r}, priority={self.priority}, action={self.action!r})"
 
 
-def _mask(bitwidth: int, prefix: int) -> int:
+def prefix_mask(bitwidth: int, prefix: int) -> int:
     return ((1 << prefix) - 1) << (bitwidth - prefix) if prefix else 0
 
 
@@ -88,7 +104,7 @@ class TableRuntime:
             if m is None:
                 if f.match_type == MATCH_EXACT:
                     raise invalid(f"{what}: exact match field missing")
-                key.append(_wildcard(f.match_type, f.bitwidth))
+                key.append(wildcard(f.match_type, f.bitwidth))
                 continue
             key.append(_field_key(m, f.match_type, f.bitwidth, what))
         if self.info.needs_priority and entry.priority <= 0:
@@ -111,7 +127,7 @@ class TableRuntime:
                 k = list(e.key)
                 k[self.lpm_index] = value
                 by_len.setdefault(plen, {})[tuple(k)] = e
-            self._lpm = [(plen, _mask(width, plen), by_len[plen])
+            self._lpm = [(plen, prefix_mask(width, plen), by_len[plen])
                          for plen in sorted(by_len, reverse=True)]
             return
         self._scan = sorted(entries, key=lambda e: -e.priority)
@@ -136,7 +152,7 @@ class TableRuntime:
         return None
 
 
-def _wildcard(match_type: int, bitwidth: int) -> object:
+def wildcard(match_type: int, bitwidth: int) -> object:
     if match_type == MATCH_LPM:
         return (0, 0)
     if match_type == MATCH_TERNARY:
@@ -160,7 +176,7 @@ def _field_key(m: p4runtime_pb2.FieldMatch, match_type: int, width: int, what: s
         if not 0 < plen <= width:
             raise invalid(f"{what}: prefix length {plen} not in 1..{width} (omit the field "
                           "for a wildcard)")
-        if value & ~_mask(width, plen):
+        if value & ~prefix_mask(width, plen):
             raise invalid(f"{what}: value has bits set beyond the /{plen} prefix")
         return (value, plen)
     if match_type == MATCH_TERNARY:
@@ -185,7 +201,7 @@ def _matches(key: tuple, values: tuple, info: TableInfo) -> bool:
             if k != v:
                 return False
         elif t == MATCH_LPM:
-            if v & _mask(f.bitwidth, k[1]) != k[0]:
+            if v & prefix_mask(f.bitwidth, k[1]) != k[0]:
                 return False
         elif t == MATCH_TERNARY:
             if v & k[1] != k[0]:

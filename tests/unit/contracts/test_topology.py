@@ -169,3 +169,16 @@ def test_a_paths_geometry_is_its_hosts_and_switches_in_order() -> None:
     assert fabric.path_links(across) == [("h0", "p1l0"), ("p1l0", "p1s1"), ("p1s1", "p1l1"),
                                          ("p1l1", "h1")]
     assert Fabric(1, 1, 1, 2).path_nodes(local) == ("h0", "p0l0", "h1")  # one T0: no spine
+
+
+@pytest.mark.parametrize("fabric", [Fabric(), Fabric(planes=2, t0_per_plane=3, t1_per_plane=4,
+                                                     hosts_per_t0=2)], ids=str)
+def test_carriers_are_the_paths_addresses_in_order(fabric: Fabric) -> None:
+    for src, dst in ((0, 1), (0, fabric.hosts - 1), (fabric.hosts - 1, 2)):
+        assert fabric.carriers(src, dst) == [(p.plane, int(p.address))
+                                             for p in fabric.all_paths(src, dst)]
+        assert all(p.address == usid_address(
+            [fabric.t0(p.plane, p.src.t0).usid,
+             *([fabric.t1(p.plane, p.spine).usid] if p.spine is not None else []),
+             *([fabric.t0(p.plane, p.dst.t0).usid] if p.spine is not None else []),
+             p.dst.usid]) for p in fabric.all_paths(src, dst))
