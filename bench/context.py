@@ -26,7 +26,7 @@ from bench.runner import (
     wait_fabric_quiet,
 )
 from bench.view import BenchView
-from emulation import fidelity
+from emulation import fidelity, livecost
 from emulation.cluster.cluster import Cluster
 from emulation.fidelity import EMULATION_BOUND, Monitor
 from emulation.netconfig import DEFAULT_PORT_RATE_PPS, DEFAULT_RX_HOLD_MS
@@ -128,6 +128,7 @@ def run_one(ctx: Context, net: MrcNetwork, name: str, specs: list[FlowSpec], tim
         return {"skipped": skip}
     quiet_after = wait_fabric_quiet(net)  # what the previous contender left has drained
     cpu = fidelity.cpu_times()
+    spent = livecost.read(net)
     monitor = Monitor(net)
     monitor.start()
     try:
@@ -139,6 +140,7 @@ def run_one(ctx: Context, net: MrcNetwork, name: str, specs: list[FlowSpec], tim
     finally:
         verdict = monitor.stop()
     busy = fidelity.cpu_busy(cpu, fidelity.cpu_times())
+    cost = livecost.cost(spent, livecost.read(net))
     info = injector.finish() if injector else None
     ctx.tick(name)
     payload = payload_bytes(name, flows)
@@ -150,7 +152,7 @@ def run_one(ctx: Context, net: MrcNetwork, name: str, specs: list[FlowSpec], tim
         summary["aggregate_over_capacity"] = (summary["aggregate_goodput_bps"]
                                               / summary["capacity_bps"])
     out: dict[str, Any] = {"flows": flows, "summary": summary, "fidelity": verdict,
-                           "fabric_quiet_after_s": quiet_after}
+                           "live_cost": cost, "fabric_quiet_after_s": quiet_after}
     if info is not None:
         out["failure"] = info
     return out

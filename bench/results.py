@@ -206,11 +206,22 @@ def _contender_table(contenders: dict[str, Any]) -> list[str]:
             continue
         t = _key_time(c)
         rows.append(f"| {name} | {_fmt(t, ' s')} | {_fmt(_ratio(t, base))} | "
-                    f"{_fmt(_detail(c))} | {_fmt(_ok(c))} | {_fidelity(c)} |")
+                    f"{_fmt(_detail(c))} | {_fmt(_ok(c))} | {_fidelity(c)} | {_live_cost(c)} |")
     if not rows:
         return []
     return ["| contender | key time | / MRC | stall RTTs, aggregate/capacity or step P99 | ok "
-            "| fidelity |", "|---|---|---|---|---|---|", *rows, ""]
+            "| fidelity | agent ms per 1,000 data packets, switch us per hop |",
+            "|---|---|---|---|---|---|---|", *rows, ""]
+
+
+def _live_cost(c: dict[str, Any]) -> str:
+    """The first run's live cost (emulation.livecost): what the processes spent per packet."""
+    for part in (c, c.get("clean", {}), *c.get("salts", [])):
+        cost = part.get("live_cost") if isinstance(part, dict) else None
+        if cost:
+            return (f"{_fmt(cost.get('agent_cpu_ms_per_1000_data_packets'))}, "
+                    f"{_fmt(cost.get('switch_cpu_us_per_hop'))}")
+    return "n/a"
 
 
 def _fidelity(c: dict[str, Any]) -> str:

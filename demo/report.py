@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from demo.run import GOODPUT_AFTER_FAILURE_MIN
+from emulation import livecost
 from emulation.cpupressure import EMULATION_BOUND_SHARE
 
 
@@ -114,6 +115,8 @@ def _machine_lines(r: dict[str, Any]) -> list[str]:
     cpu = r["agent_cpu_per_1000_packets_s"]
     lines.append("agent CPU per 1000 packets: " + ", ".join(f"{h} {v * 1e3:.1f} ms"
                                                           for h, v in cpu.items()))
+    if r.get("live_cost"):
+        lines.append(livecost.summary_line(r["live_cost"]))
     share = r.get("cpu_pressure")
     if share is not None:
         lines.append(f"CPU pressure: some task waited for a CPU {share:.0%} of the transfer "

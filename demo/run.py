@@ -35,6 +35,7 @@ from demo.failure import fail_and_recover
 from demo.flow import build_report, finish, prepare
 from demo.goodput import ProgressSampler, goodput_around_failure
 from demo.retirements import await_reinstated, classify_retirements, no_bypass_note
+from emulation import livecost
 from emulation.cpupressure import EMULATION_BOUND_SHARE, CpuPressure
 from emulation.fidelity import EMULATION_BOUND, Monitor
 from emulation.network import MrcNetwork
@@ -56,6 +57,7 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
     monitor.start()
     recorder = (RunRecorder(net, [(src, dst)], name=f"h{src} -> h{dst}",
                             capacity_bps=flow.capacity_bps).start() if record else None)
+    spent = livecost.read(net)
     handle = net.start_transfer(src, dst, flow.nbytes, single_path=single_path)
     sampler = ProgressSampler(net.agent(dst)).start()
     started = time.monotonic()
@@ -64,6 +66,7 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
         down_for=down_for, single_path=single_path, log=log)
     result = handle.wait()
     cpu_pressure, fidelity, samples = pressure.share(), monitor.stop(), sampler.stop()
+    live_cost = livecost.cost(spent, livecost.read(net))
     finish(net, flow)
     if failure:  # let probes reinstate the retired EVs before counting them
         failure["reinstated_after_up"] = await_reinstated(net, flow)
@@ -71,7 +74,7 @@ def run_demo(net: MrcNetwork, *, fail_at: float = 1.0, down_for: float = 2.0,
     report = build_report(net, flow, result, failure)
     if recording is not None:
         report["recording"] = recording
-    report.update(cpu_pressure=cpu_pressure, fidelity=fidelity,
+    report.update(cpu_pressure=cpu_pressure, fidelity=fidelity, live_cost=live_cost,
                   emulation_bound=emulation_bound(fidelity, cpu_pressure))
     t0 = result.get("start", started)
     report["goodput_timeline"] = [(round(t - t0, 3), b) for t, b in samples]

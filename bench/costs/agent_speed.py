@@ -47,7 +47,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.contenders.mrc_flows import CHUNK, DEPTH, FlowSpec, post_chunks, verify_chunks
+from bench.errors import BenchmarkError
 from emulation.agents import REPO, exchange_qps
+from emulation.fidelity import on_cpu_ns
 from emulation.netconfig import DEFAULT_RX_HOLD_MS
 from emulation.network import MrcNetwork, NetworkConfig
 from fabric.options import add_json_arg, add_rate_arg, add_target_arg, write_json
@@ -71,9 +73,11 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
 
 
 def on_cpu_seconds(pid: int) -> float:
-    """A process's time on a CPU, to the nanosecond: the scheduler's runtime of each thread."""
-    return sum(int((task / "schedstat").read_text().split()[0])
-               for task in Path(f"/proc/{pid}/task").iterdir()) / 1e9
+    """A process's time on a CPU, to the nanosecond (emulation.fidelity.on_cpu_ns)."""
+    ns = on_cpu_ns(pid)
+    if ns is None:
+        raise BenchmarkError(f"process {pid} is gone: no CPU time to read")
+    return ns / 1e9
 
 
 def git(*args: str, cwd: Path = REPO) -> str:

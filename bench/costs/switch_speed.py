@@ -31,6 +31,7 @@ from pathlib import Path
 
 from p4runtime_sh.p4runtime import P4RuntimeClient
 
+from bench.costs.agent_speed import on_cpu_seconds
 from bench.costs.forwarding import DEVICE_ID, FRAME_LEN, mrc_frame, program
 from fabric.options import PACKET_RATE_UNIT, add_json_arg, add_rate_arg, write_json
 from p4rt import names as N
@@ -48,19 +49,6 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     """(utime, stime) of a process (all its threads), seconds, in clock ticks (10 ms)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
-
-
-def cpu_ns(pid: int) -> int:
-    """CPU time of a process's live threads, nanoseconds (/proc/PID/task/*/schedstat): the
-    figure's clock. utime+stime count 10 ms ticks, and a short run on a fast machine
-    (400 frames at about 10 us each) fits in one: it read 0 ms per 1,000 frames in CI."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (OSError, IndexError, ValueError):
-            continue  # the thread ended between the listing and the read
-    return total
 
 
 def _free_port() -> int:
@@ -152,12 +140,12 @@ def run_once(code: Path, lab: VethLab, frames: int, rate: float, limit: float,
         send_paced(tx, frame, WARMUP, rate, burst)
         receiver.wait_for(WARMUP)
         base = receiver.count
-        (user0, sys0), ns0, t0 = cpu_seconds(proc.pid), cpu_ns(proc.pid), time.monotonic()
+        (user0, sys0), on0, t0 = cpu_seconds(proc.pid), on_cpu_seconds(proc.pid), time.monotonic()
         refused = send_paced(tx, frame, frames, rate, burst)
         receiver.wait_for(base + frames)
         (user1, sys1), wall = cpu_seconds(proc.pid), time.monotonic() - t0
         user, system = user1 - user0, sys1 - sys0
-        cpu = (cpu_ns(proc.pid) - ns0) / 1e9
+        cpu = on_cpu_seconds(proc.pid) - on0
         delivered = receiver.count - base
         stats = request(control_port, {"cmd": "stats"})["stats"]
         return {"frames": frames, "delivered": delivered, "wall_s": round(wall, 2),
