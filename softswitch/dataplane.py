@@ -61,6 +61,7 @@ class Dataplane(RuntimeControl):
         self._registered: dict[int, socket.socket] = {}
         self.socks: dict[int, socket.socket] = {}
         self.backlog: dict[int, PortQueues] = {}  # ports with queued or held packets
+        self._wake_at: float | None = None  # the time the loop will call on_due for
         self.delay = 0.0  # the links' propagation delay, seconds (set_link_delay)
         self.delayed_ingress: frozenset[int] = frozenset()  # host-facing ports, when delayed
         self._arrivals: deque = deque()  # (time it arrives, frame, port) from those ports
@@ -181,7 +182,7 @@ class Dataplane(RuntimeControl):
         for pending in self._pending:
             pending.close()
         self._pending.clear()
-        self.loop.mark_idle(self)
+        self._wake_at = None  # the calls the loop still holds for this switch are dropped
         return socks
 
     # ---- the loop's view of this switch's queues (softswitch.loop.Paced) -----------
@@ -194,6 +195,22 @@ class Dataplane(RuntimeControl):
 
     def has_backlog(self) -> bool:
         return bool(self.backlog or self._arrivals)
+
+    def _wake(self, when: float | None) -> None:
+        """Have the loop call on_due at `when`, unless it already will at that time or
+        sooner."""
+        if when is not None and (self._wake_at is None or when < self._wake_at):
+            self._wake_at = when
+            self.loop.wake_at(when, self)
+
+    def on_due(self, when: float, now: float) -> None:
+        """The loop's call for `when`: send what is due and ask for the next time. A call
+        for a time since moved (an earlier one was asked for) is dropped."""
+        if when != self._wake_at:
+            return
+        self._wake_at = None
+        self.drain_all(now)
+        self._wake(self.next_departure())
 
     def _reader(self, port: int, sock: socket.socket) -> Callable[[], None]:
         buf, recv_into, stats, ingress = self._rx, sock.recv_into, self.stats, self._ingress
@@ -264,8 +281,9 @@ class Dataplane(RuntimeControl):
         """A frame from a host-facing port of a delayed fabric arrives `delay` later: the
         host's link delays it (the host's end has no switch to do it); others go on."""
         if port in self.delayed_ingress:
-            self._arrivals.append((_monotonic() + self.delay, frame, port))
-            self.loop.mark_busy(self)
+            when = _monotonic() + self.delay
+            self._arrivals.append((when, frame, port))
+            self._wake(when)
             return
         self._process(frame, port)
 
@@ -295,7 +313,7 @@ class Dataplane(RuntimeControl):
         if q.delay:
             q.hold(out, now)
             self.backlog[out_port] = q
-            self.loop.mark_busy(self)
+            self._wake(q.ready_at())
             return
         sock = self.socks.get(out_port)
         if sock is None:
@@ -339,7 +357,7 @@ class Dataplane(RuntimeControl):
                 self._send(port, frame)
         if q.occupancy or q.flight:
             self.backlog[port] = q
-            self.loop.mark_busy(self)
+            self._wake(q.ready_at())
         else:
             self.backlog.pop(port, None)
 

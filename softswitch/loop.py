@@ -9,6 +9,8 @@ hundreds (docs/decisions.md, "Many software switches per process").
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import select
 import socket
 import time
@@ -19,20 +21,20 @@ from typing import Protocol
 class Paced(Protocol):
     """A switch with packets waiting for their pacer (Dataplane)."""
 
-    def next_departure(self) -> float | None: ...
-
-    def drain_all(self, now: float) -> None: ...
-
-    def has_backlog(self) -> bool: ...
+    def on_due(self, when: float, now: float) -> None: ...
 
 
 class EventLoop:
-    """epoll over every socket of the process, plus the switches whose queues hold packets."""
+    """epoll over every socket of the process, plus a heap of the times at which some switch
+    has packets due (a pacer's next departure, a delayed frame's arrival). A wake-up serves
+    only the switches whose time has come: the cost of a paced frame does not grow with the
+    number of switches and ports the process serves."""
 
     def __init__(self) -> None:
         self.epoll = select.epoll()
         self.handlers: dict[int, tuple[socket.socket, Callable[[], None]]] = {}
-        self.busy: dict[int, Paced] = {}  # id(switch) -> switch with a backlog
+        self._due: list[tuple[float, int, Paced]] = []  # (when, order, switch): a heap
+        self._order = itertools.count()
         self.stopping = False
 
     def register(self, sock: socket.socket, handler: Callable[[], None]) -> None:
@@ -43,32 +45,24 @@ class EventLoop:
         self.epoll.unregister(sock.fileno())
         del self.handlers[sock.fileno()]
 
-    def mark_busy(self, switch: Paced) -> None:
-        self.busy[id(switch)] = switch
-
-    def mark_idle(self, switch: Paced) -> None:
-        self.busy.pop(id(switch), None)
+    def wake_at(self, when: float, switch: Paced) -> None:
+        """Call switch.on_due(when, now) once `when` has come; the switch drops the calls it
+        has since moved (it asked again for an earlier time, or was drained before)."""
+        heapq.heappush(self._due, (when, next(self._order), switch))
 
     def run(self) -> None:
-        poll, handlers, busy = self.epoll.poll, self.handlers, self.busy
+        poll, handlers, due = self.epoll.poll, self.handlers, self._due
         while not self.stopping:
-            timeout = self._timeout() if busy else -1
+            timeout = max(0.0, due[0][0] - time.monotonic()) if due else -1
             for fd, _ in poll(timeout):
                 entry = handlers.get(fd)
                 if entry is not None:  # not closed by an earlier handler of this round
                     entry[1]()
-            if busy:
+            if due:
                 now = time.monotonic()
-                for switch in list(busy.values()):
-                    switch.drain_all(now)
-                    if not switch.has_backlog():
-                        self.mark_idle(switch)
-
-    def _timeout(self) -> float:
-        times = [t for s in self.busy.values() for t in (s.next_departure(),) if t is not None]
-        if not times:
-            return -1
-        return max(0.0, min(times) - time.monotonic())
+                while due and due[0][0] <= now:
+                    when, _, switch = heapq.heappop(due)
+                    switch.on_due(when, now)
 
     def close(self) -> None:
         for sock, _ in list(self.handlers.values()):
