@@ -14,8 +14,9 @@ equal to the state its INSERT messages make.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from p4.v1 import p4runtime_pb2
 
@@ -38,11 +39,7 @@ class _EntryRecord:
     def proto(self) -> p4runtime_pb2.TableEntry:
         """The canonical message Read returns, made when first read and then shared by
         every switch holding the entity (held messages are never changed)."""
-        made = self.__dict__.get("_proto")
-        if made is None:
-            made = canonical_entry(self.codec.encode(self.entity).table_entry)
-            object.__setattr__(self, "_proto", made)
-        return made
+        return _made(self, lambda: canonical_entry(self.codec.encode(self.entity).table_entry))
 
 
 @dataclass(frozen=True)
@@ -50,7 +47,12 @@ class _MemberRecord:
     profile_id: int
     member_id: int
     action: tuple
-    proto: p4runtime_pb2.ActionProfileMember
+    entity: Member
+    codec: Codec
+
+    def proto(self) -> p4runtime_pb2.ActionProfileMember:
+        """Made when first read, then shared (codec output is canonical already)."""
+        return _made(self, lambda: self.codec.encode(self.entity).action_profile_member)
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,20 @@ class _GroupRecord:
     profile_id: int
     group_id: int
     members: tuple[tuple[int, int], ...]  # (member id, weight)
-    proto: p4runtime_pb2.ActionProfileGroup
+    entity: Group
+    codec: Codec
+
+    def proto(self) -> p4runtime_pb2.ActionProfileGroup:
+        return _made(self, lambda: self.codec.encode(self.entity).action_profile_group)
+
+
+def _made(record: Any, make: Callable[[], Any]) -> Any:
+    """A record's message, made by `make` at the first call and kept on the record."""
+    made = record.__dict__.get("_proto")
+    if made is None:
+        made = make()
+        object.__setattr__(record, "_proto", made)
+    return made
 
 
 Record = _EntryRecord | _MemberRecord | _GroupRecord
@@ -112,12 +127,10 @@ class Preloader:
                       if t.implementation_id == prof]
             action = self._action(tables[0] if tables else None, entity.action,
                                   f"member {entity.member_id}")
-            proto = self.codec.encode(entity).action_profile_member  # canonical already
-            return _MemberRecord(prof, entity.member_id, action, proto)
+            return _MemberRecord(prof, entity.member_id, action, entity, self.codec)
         if isinstance(entity, Group):
-            proto = self.codec.encode(entity).action_profile_group
             return _GroupRecord(self.codec.id(entity.profile), entity.group_id,
-                                tuple((mid, 1) for mid in entity.member_ids), proto)
+                                tuple((mid, 1) for mid in entity.member_ids), entity, self.codec)
         info = self.codec.index.tables[self.codec.id(entity.table)]
         return _EntryRecord(info.id, self._key(info, entity), self._entry_action(info, entity),
                             entity, self.codec)

@@ -79,13 +79,12 @@ def _tables(state: DeviceState, req: p4runtime_pb2.TableEntry) -> Iterator[p4run
 
 def _members(state: DeviceState, req: p4runtime_pb2.ActionProfileMember):
     for prof in _select(state.members, req.action_profile_id, "action profile"):
-        protos = state.member_protos[prof]
-        if req.member_id:
-            if req.member_id in protos:
-                yield p4runtime_pb2.Entity(action_profile_member=protos[req.member_id])
-            continue
-        for proto in protos.values():
-            yield p4runtime_pb2.Entity(action_profile_member=proto)
+        held = state.member_protos[prof]
+        wanted = [req.member_id] if req.member_id else list(held)
+        for member_id in wanted:
+            if member_id in held:
+                yield p4runtime_pb2.Entity(
+                    action_profile_member=state.member_proto(prof, member_id))
 
 
 def _groups(state: DeviceState, req: p4runtime_pb2.ActionProfileGroup):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 import grpc
 from p4.v1 import p4runtime_pb2
@@ -18,6 +19,9 @@ from p4rt.codec import canonical
 from p4rt.p4info import P4InfoIndex, TableInfo
 from softswitch.errors import P4RTError, invalid
 from softswitch.tables import Entry, TableRuntime, canonical_entry, not_found, to_int
+
+# A held message, or a function that makes it when first read (softswitch.preload)
+ProtoOrMaker = Any
 
 INSERT = p4runtime_pb2.Update.INSERT
 MODIFY = p4runtime_pb2.Update.MODIFY
@@ -31,14 +35,21 @@ class Group:
     picks the nth of its member handles in ascending order), so both targets pick the same
     member."""
 
-    def __init__(self, proto: p4runtime_pb2.ActionProfileGroup,
-                 members: Sequence[tuple[int, int]], handles: dict[int, int]) -> None:
-        """`members`: (member id, weight) as `proto` lists them (read once from it)."""
-        self.proto = proto
+    def __init__(self, proto: ProtoOrMaker, members: Sequence[tuple[int, int]],
+                 handles: dict[int, int]) -> None:
+        """`members`: (member id, weight) as `proto` lists them (read once from it);
+        `proto` may be a function that makes it (softswitch.preload), called when read."""
+        self._proto = proto
         self.member_ids = [mid for mid, _ in members]
         ordered = sorted(members, key=lambda m: handles[m[0]])
         self.slots: list[int] = [mid for mid, weight in ordered for _ in range(weight)]
         self.weights = len(self.slots)  # what the group takes of a SumOfWeights profile
+
+    @property
+    def proto(self) -> p4runtime_pb2.ActionProfileGroup:
+        if callable(self._proto):
+            self._proto = self._proto()
+        return self._proto
 
 
 class DeviceState:
@@ -241,15 +252,23 @@ class DeviceState:
             raise P4RTError(grpc.StatusCode.RESOURCE_EXHAUSTED,
                             f"action profile {info.name} is full ({info.size} members)")
 
-    def keep_member(self, prof: int, member_id: int, action: tuple,
-                    proto: p4runtime_pb2.ActionProfileMember) -> None:
-        """Hold an admitted member; `proto` (canonical, what Read returns) is never changed."""
+    def keep_member(self, prof: int, member_id: int, action: tuple, proto: ProtoOrMaker) -> None:
+        """Hold an admitted member; `proto` (canonical, what Read returns, or a function that
+        makes it) is never changed."""
         self.members[prof][member_id] = action
         handles = self.member_handles[prof]
         if member_id not in handles:
             used = set(handles.values())
             handles[member_id] = next(h for h in range(len(used) + 1) if h not in used)
         self.member_protos[prof][member_id] = proto
+
+    def member_proto(self, prof: int, member_id: int) -> p4runtime_pb2.ActionProfileMember:
+        """The member's message as Read returns it (made now if it was held as a maker)."""
+        protos = self.member_protos[prof]
+        proto = protos[member_id]
+        if callable(proto):
+            proto = protos[member_id] = proto()
+        return proto
 
     def _profile_tables(self, prof: int) -> list[TableRuntime]:
         return [t for t in self.tables.values() if t.info.implementation_id == prof]
@@ -272,7 +291,7 @@ class DeviceState:
         self.put_group(prof, op, g.group_id, members, g.max_size, proto)
 
     def put_group(self, prof: int, op: int, group_id: int, members: Sequence[tuple[int, int]],
-                  max_size: int, proto: p4runtime_pb2.ActionProfileGroup) -> None:
+                  max_size: int, proto: ProtoOrMaker) -> None:
         """Check and hold a group; `members` are (member id, weight) as `proto` lists them,
         and `proto` (what Read returns) is never changed."""
         groups = self.groups[prof]

@@ -344,6 +344,8 @@ class EvSet:
         plane's EVs are just not chosen (nor probed) until it is usable again."""
         if plane not in self._ix.plane_usable:
             raise LocalProtocolError(f"plane {plane!r} has no paths in this EV set")
+        if self._ix.plane_usable[plane] == bool(usable):
+            return  # every EV's usable flag already follows it (refresh on each change)
         self._ix.plane_usable[plane] = bool(usable)
         for entry in self._ix.plane_entries[plane]:
             self._ix.refresh(entry)

@@ -28,7 +28,7 @@ def _snapshot(state: DeviceState) -> dict:
                          t.default_action)
                    for tid, t in state.tables.items()},
         "members": state.members,
-        "member_protos": {p: {m: proto.SerializeToString() for m, proto in protos.items()}
+        "member_protos": {p: {m: state.member_proto(p, m).SerializeToString() for m in protos}
                           for p, protos in state.member_protos.items()},
         "handles": state.member_handles,
         "groups": {p: {g: (grp.member_ids, grp.slots, grp.weights, grp.proto.SerializeToString())
