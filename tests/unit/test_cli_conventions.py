@@ -42,6 +42,7 @@ ENTRY_POINTS: dict[str, tuple[str, str, list[str]]] = {
     "python -m bench.costs.soak": ("bench.costs.soak", "build_parser", []),
     "python -m bench.costs.switch_speed": ("bench.costs.switch_speed", "build_parser", []),
     "python -m bench.costs.forwarding": ("bench.costs.forwarding", "build_parser", []),
+    "python -m bench.costs.live_cost": ("bench.costs.live_cost", "build_parser", []),
     "python -m bench.simulated.sim_speed": ("bench.simulated.sim_speed", "build_parser", []),
     "python -m bench.simulated.sim_scale": ("bench.simulated.sim_scale", "build_parser", []),
     "python -m bench.simulated.agreement": ("bench.simulated.agreement", "build_parser", []),
@@ -74,6 +75,7 @@ EXPECTED = {
     "python -m bench.costs.soak": {"--json", "--target"},
     "python -m bench.costs.switch_speed": {"--json", "--rate"},
     "python -m bench.costs.forwarding": {"--json", "--target"},
+    "python -m bench.costs.live_cost": {"--json", "--rate", "--fabric"},
     "python -m bench.simulated.sim_speed": {"--json", "--fabric"},
     "python -m bench.simulated.sim_scale": {"--json"},
     "python -m bench.simulated.agreement": {"--json", "--target"},
@@ -276,7 +278,9 @@ def test_a_deprecated_spelling_keeps_its_new_options_default_and_type(capsys) ->
     ("python -m bench.costs.scale", ["demo", "--rate", "70"], 70),
     ("python -m bench.costs.agent_speed", [], None),
     ("python -m bench.costs.agent_speed", ["--rate", "9"], 9),
-    ("python -m bench.costs.switch_speed", ["--rate", "2500.5"], 2500.5)])
+    ("python -m bench.costs.switch_speed", ["--rate", "2500.5"], 2500.5),
+    ("python -m bench.costs.live_cost", [], 500), ("python -m bench.costs.live_cost",
+                                                    ["--rate", "900"], 900)])
 def test_packet_rates_keep_their_values(name: str, argv: list[str], rate: object) -> None:
     assert parser_of(name).parse_args(argv).rate == rate
 
