@@ -46,7 +46,7 @@ def read(net: Any) -> Reading:
     cpu = {key: ns for key in pids if (ns := on_cpu_ns(key[1])) is not None}
     frames = sum(s["out"] for s in net.switch_frames().values())
     data: dict[int, int | None] = {}
-    for h in range(net.fabric.hosts):
+    for h in sorted(net.agents):  # a fabric built without agents has none to ask
         try:
             data[h] = int(net.agent(h).call("counters", wait=5.0)["counters"]["tx_data_packets"])
         except AgentError:

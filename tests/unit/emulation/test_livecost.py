@@ -62,7 +62,8 @@ class _Agent:
 
 
 class _Net:
-    fabric = Fabric(planes=1, t0_per_plane=1, t1_per_plane=1, hosts_per_t0=2)
+    fabric = Fabric(planes=1, t0_per_plane=1, t1_per_plane=1, hosts_per_t0=3)
+    agents = {0: object(), 1: object()}  # h2 runs none
 
     def switch_pid(self, name: str) -> int:
         return os.getpid()  # every switch in this process: counted once
