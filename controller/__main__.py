@@ -32,6 +32,7 @@ from fabric.options import (  # noqa: E402
     add_deprecated_spelling,
     add_fabric_args,
     add_json_arg,
+    add_queue_args,
     add_target_arg,
     fabric_from_args,
     json_to_stdout,
@@ -45,10 +46,7 @@ from p4rt.tls import ClientTls, load_addresses  # noqa: E402
 
 def fabric_args(p: argparse.ArgumentParser) -> None:
     add_fabric_args(p)
-    p.add_argument("--ecn-threshold", type=int, default=PortThresholds.ecn,
-                   help="packets queued before CE marking (default %(default)s)")
-    p.add_argument("--trim-threshold", type=int, default=PortThresholds.trim,
-                   help="packets queued before trimming (default %(default)s)")
+    add_queue_args(p, ecn=PortThresholds.ecn, trim=PortThresholds.trim)
 
 
 def tls_arg(p: argparse.ArgumentParser) -> None:
@@ -85,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_json_arg(p)
     p = sub.add_parser("tables", help="print the computed entries of switches")
     fabric_args(p)
-    p.add_argument("--switch", action="append", default=None)
+    p.add_argument("--switch", action="append", default=None,
+                   help="only these switches (repeatable; default: all)")
     p = sub.add_parser("shell", help="p4runtime-sh on one switch (backup client)")
     p.add_argument("name", help="switch name, e.g. p0l0")
     fabric_args(p)

@@ -270,6 +270,32 @@ def add_convergence_delay_arg(p: argparse.ArgumentParser, default_s: float) -> a
                           help=f"{CONVERGENCE_DELAY_HELP} (default %(default)g)")
 
 
+def add_queue_args(p: argparse.ArgumentParser, *, ecn: int, trim: int,
+                   depth: int | None = None) -> argparse.Action | None:
+    """--queue-depth (when `depth` is given), --ecn-threshold and --trim-threshold: one
+    spelling and one help for an egress queue's size and marks, in packets, wherever a fabric
+    is built (the demo, the simulator, the controller). Returns --queue-depth's action."""
+    action = None
+    if depth is not None:
+        action = p.add_argument("--queue-depth", type=int, default=depth, metavar="PACKETS",
+                                help="packets an egress queue holds before it drops "
+                                     "(default %(default)s)")
+    p.add_argument("--ecn-threshold", type=int, default=ecn, metavar="PACKETS",
+                   help="packets queued at an egress port before it marks ECN CE "
+                        "(default %(default)s)")
+    p.add_argument("--trim-threshold", type=int, default=trim, metavar="PACKETS",
+                   help="packets queued at an egress port before it trims data packets to "
+                        "their headers (default %(default)s)")
+    return action
+
+
+def add_seed_arg(p: argparse.ArgumentParser, default: int = 1) -> argparse.Action:
+    """--seed: the one random seed of a run, so that the same seed gives the same result."""
+    return p.add_argument("--seed", type=int, default=default,
+                          help="random seed: the same seed gives the same run "
+                               "(default %(default)s)")
+
+
 class _DeprecatedSpelling(argparse.Action):
     """An option's old spelling: stores into the new one's dest, saying so on stderr."""
 

@@ -88,7 +88,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.set_defaults(run=cmd_student_edition)
     k = verbs.add_parser("collect", help="per-student archives (zip, tar) or git repositories "
                          "in SOURCE -> one folder per student in DEST, for grade --submission")
-    k.add_argument("source")
+    k.add_argument("source", help="a folder of the hand-ins: archives or git repositories")
     k.add_argument("dest", help="a new (or empty) folder")
     k.set_defaults(run=cmd_collect)
     w = verbs.add_parser("waiting", help="student: which exercises this edition still waits "

@@ -34,23 +34,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("status", help="host, NICs, peers, regions")
     reg = sub.add_parser("register", help="register a memory region")
-    reg.add_argument("size", type=_int)
+    reg.add_argument("size", type=_int, help="bytes")
     dereg = sub.add_parser("deregister", help="deregister a memory region")
-    dereg.add_argument("rkey", type=_int)
+    dereg.add_argument("rkey", type=_int, help="the region's rkey (register prints it)")
     w = sub.add_parser("write", help="RDMA-write a seeded pseudo-random pattern to a peer")
     w.add_argument("peer", type=int, help="peer host index")
-    w.add_argument("bytes", type=_int)
+    w.add_argument("bytes", type=_int, help="how many bytes to write")
     w.add_argument("--imm", type=_int, help="immediate data (32 bits)")
     w.add_argument("--seed", type=_int, default=0, help="pattern seed (default 0)")
     w.add_argument("--timeout", type=float, default=120.0, help="seconds (default 120)")
-    w.add_argument("--va", type=_int)
-    w.add_argument("--rkey", type=_int)
+    w.add_argument("--va", type=_int,
+                   help="the peer region's address, from the peer's register (or --peer-socket)")
+    w.add_argument("--rkey", type=_int,
+                   help="the peer region's rkey, from the peer's register (or --peer-socket)")
     w.add_argument("--peer-socket", help="the peer agent's socket: register, write, verify")
     v = sub.add_parser("verify", help="check a region against a pattern seed")
-    v.add_argument("rkey", type=_int)
-    v.add_argument("length", type=_int)
-    v.add_argument("--seed", type=_int, default=0)
-    v.add_argument("--offset", type=_int, default=0)
+    v.add_argument("rkey", type=_int, help="the region to check")
+    v.add_argument("length", type=_int, help="bytes to check")
+    v.add_argument("--seed", type=_int, default=0, help="pattern seed the writer used (default 0)")
+    v.add_argument("--offset", type=_int, default=0,
+                   help="first byte of the region to check (default 0)")
     s = sub.add_parser("stats", help="per-plane and per-EV counters")
     s.add_argument("--per-ev", action="store_true", help="every EV's state and counters")
     for name in ("events", "messages"):
@@ -58,8 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
         e.add_argument("--since", type=int, default=0, help="only those after this seq")
     for name, verb in (("deny", "set an EV DENIED"), ("allow", "clear DENIED on an EV")):
         d = sub.add_parser(name, help=verb)
-        d.add_argument("peer", type=int)
-        d.add_argument("ev", type=_int)
+        d.add_argument("peer", type=int, help="peer host index")
+        d.add_argument("ev", type=_int, help="the EV (entropy value)")
     sub.add_parser("shutdown", help="stop the agent cleanly")
     return p
 

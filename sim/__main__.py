@@ -18,6 +18,8 @@ from fabric.options import (
     add_json_arg,
     add_line_rate_arg,
     add_link_delay_arg,
+    add_queue_args,
+    add_seed_arg,
     json_to_stdout,
     link_delay_s,
     named_fabric,
@@ -41,13 +43,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="; ".join(f"{s.name}: {s.summary}" for s in SCENARIOS.values())
                    .replace("%", "%%"))  # argparse formats help with %
     add_json_arg(p)
-    p.add_argument("--seed", type=int, default=1)
+    add_seed_arg(p)
     p.add_argument("--size", type=int, default=DEFAULT_SIZE, help="bytes moved in total")
     add_deprecated_spelling(p, "--rate", add_line_rate_arg(p, SimSettings.rate_bps))
     defaults = QueueConfig()
-    p.add_argument("--queue", type=int, default=defaults.capacity, help="data queue, packets")
-    p.add_argument("--ecn-threshold", type=int, default=defaults.ecn_threshold)
-    p.add_argument("--trim-threshold", type=int, default=defaults.trim_threshold)
+    add_deprecated_spelling(p, "--queue", add_queue_args(
+        p, depth=defaults.capacity, ecn=defaults.ecn_threshold, trim=defaults.trim_threshold))
     p.add_argument("--chunk", type=int, default=SimSettings.chunk, help="bytes per RDMA WRITE")
     p.add_argument("--contender", default=SimSettings.contender, metavar="MODE",
                    help="the transport every host runs, as the bench names it: " + MODE_HELP)
@@ -94,7 +95,7 @@ def _report(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        queues = QueueConfig(capacity=args.queue, ecn_threshold=args.ecn_threshold,
+        queues = QueueConfig(capacity=args.queue_depth, ecn_threshold=args.ecn_threshold,
                              trim_threshold=args.trim_threshold)
         settings = SimSettings(rate_bps=args.line_rate, delay_s=link_delay_s(args), queues=queues,
                                seed=args.seed, chunk=args.chunk, contender=args.contender,

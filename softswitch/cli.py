@@ -136,15 +136,20 @@ def _authenticated(s: socket.socket, lines: BinaryIO, where: str, req: dict,
     return _decode(reply_body, where)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m softswitch.cli", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--port", type=int, required=True, help="the switch's --thrift-port")
     p.add_argument("--token-file", type=Path,
                    help="the run's control token (a testbed fabric's: /run/mrc-testbed/"
                         "control.token)")
-    p.add_argument("command", nargs="+")
-    args = p.parse_args(argv)
+    p.add_argument("command", nargs="+",
+                   help="the runtime command and its arguments (module docstring)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         token = read_private(args.token_file).decode().strip() if args.token_file else None
         reply = request(args.port, parse_command(args.command), token=token)

@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_fabric_args,
         add_json_arg,
         add_link_delay_arg,
+        add_queue_args,
         add_rate_arg,
         add_target_arg,
     )
@@ -82,10 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                  f"({DEFAULT_PORT_RATE_PPS} software switch, {BMV2_PORT_RATE_PPS} BMv2); "
                  "0 = unlimited, then the CPU is the bottleneck", "auto",
                  words=("auto", "target"), minimum=0)
-    p.add_argument("--queue-depth", type=int, default=DEFAULT_QUEUE_DEPTH,
-                   help="egress queue depth, packets (default %(default)s)")
-    p.add_argument("--ecn-threshold", type=int, default=DEFAULT_ECN_THRESHOLD)
-    p.add_argument("--trim-threshold", type=int, default=DEFAULT_TRIM_THRESHOLD)
+    add_queue_args(p, depth=DEFAULT_QUEUE_DEPTH, ecn=DEFAULT_ECN_THRESHOLD,
+                   trim=DEFAULT_TRIM_THRESHOLD)
     add_target_arg(p)
     p.add_argument("--baseline", action="store_true",
                    help="one plane, single-path agents (RoCE-like, switches route by LPM/ECMP)")

@@ -266,14 +266,20 @@ def plugin_dir() -> Path:
     return Path.home() / ".local" / "lib" / "wireshark" / "plugins"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m wire.dissector", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     where = p.add_mutually_exclusive_group()
     where.add_argument("--out", type=Path, help="write the dissector to this file")
     where.add_argument("--install", action="store_true",
-                       help="write it into Wireshark's personal Lua plugins folder")
-    args = p.parse_args(argv)
+                       help="write it into Wireshark's personal Lua plugins folder (run it "
+                            "as the user who runs Wireshark, with the project's interpreter: "
+                            ".venv/bin/python -m wire.dissector --install)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     source = lua_source()
     if args.install:
         folder = plugin_dir()

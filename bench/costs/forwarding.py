@@ -267,7 +267,8 @@ def format_summary(report: dict) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.costs.forwarding", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--seconds", type=float, default=5.0,
+                   help="seconds each run forwards frames (default %(default)g)")
     add_target_arg(p, default="both", more={"both": "soft and, where installed, bmv2"})
     p.add_argument("--repeat", type=int, default=3, help="runs per target, alternating")
     add_json_arg(p)

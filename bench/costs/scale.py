@@ -249,7 +249,9 @@ def _run(kind: str, **fields: Any) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.costs.scale", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("curve", "demo"))
+    p.add_argument("what", choices=("curve", "demo"),
+                   help="curve: each cost against the fabric's size; demo: the demo's "
+                   "figures over --runs runs of one fabric")
     p.add_argument("--targets", default="soft,bmv2", help="curve: comma-separated targets")
     add_target_arg(p, default="soft")  # the demo's
     p.add_argument("--runs", type=int, default=1, help="demo: how many runs")

@@ -262,8 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.costs.soak",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--frames", type=int, default=SoakConfig.frames, help="per injection point")
-    p.add_argument("--flap-hz", type=float, default=SoakConfig.flap_hz)
-    p.add_argument("--flap-s", type=float, default=SoakConfig.flap_s)
+    p.add_argument("--flap-hz", type=float, default=SoakConfig.flap_hz,
+                   help="link flaps per second during the soak (default %(default)g)")
+    p.add_argument("--flap-s", type=float, default=SoakConfig.flap_s,
+                   help="seconds the link keeps flapping (default %(default)g)")
     add_target_arg(p)
     p.add_argument("--quick", action="store_true", help="20,000 frames, 5 s of flapping")
     add_json_arg(p)

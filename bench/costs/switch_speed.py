@@ -203,14 +203,16 @@ def _git(*args: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.costs.switch_speed", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--frames", type=int, default=10000)
+    p.add_argument("--frames", type=int, default=10000,
+                   help="frames sent per run (default %(default)s)")
     add_rate_arg(p, "offered: the frames sent into port 1 (default %(default)g)", 2000.0,
                  minimum=0, kind=float)
     p.add_argument("--limit", type=float, default=4000.0,
                    help=f"{PACKET_RATE_UNIT}: every port's rate limit (default %(default)g)")
     p.add_argument("--burst", type=int, default=1,
                    help="frames sent back to back each time (the average rate stays --rate)")
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--repeat", type=int, default=5,
+                   help="runs; the figures are their medians (default %(default)s)")
     p.add_argument("--vs", metavar="COMMIT", help="also measure this commit's switch code")
     add_json_arg(p)
     return p

@@ -27,7 +27,7 @@ from typing import Any
 from bench import metrics, results
 from bench.context import target
 from bench.experiments import paper
-from fabric.options import add_fabric_args, add_json_arg, named_fabric
+from fabric.options import add_fabric_args, add_json_arg, add_seed_arg, named_fabric
 from safety.privdir import UnsafePathError
 from sim.harness import SimSettings
 from sim.scenarios import run_scenario
@@ -263,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=int, default=DEFAULT_SIZE,
                    help="bytes: a failure's flow, the permutation's and incast's total, "
                         "the all-reduce's buffer (default %(default)s)")
-    p.add_argument("--seed", type=int, default=1)
+    add_seed_arg(p)
     p.add_argument("--out", type=Path, default=None,
                    help="output directory (default results/sim-<UTC timestamp>)")
     add_fabric_args(p, default=None)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import metrics, results
-from fabric.options import PRESETS, add_json_arg, json_to_stdout, write_json
+from fabric.options import PRESETS, add_json_arg, add_seed_arg, json_to_stdout, write_json
 from fabric.topology import Fabric
 from safety.privdir import UnsafePathError
 from sim.harness import SimSettings
@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.simulated.sim_scale",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="the default fabric, small sizes")
-    p.add_argument("--seed", type=int, default=1)
+    add_seed_arg(p)
     p.add_argument("--parts", default=",".join(PARTS),
                    help="comma-separated: " + ", ".join(PARTS) + " (default: all)")
     p.add_argument("--plot", type=Path, default=None, metavar="DIR",

@@ -31,7 +31,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from fabric.options import add_fabric_args, add_json_arg, json_to_stdout, named_fabric, write_json
+from fabric.options import (
+    add_fabric_args,
+    add_json_arg,
+    add_seed_arg,
+    json_to_stdout,
+    named_fabric,
+    write_json,
+)
 from sim.harness import Harness, SimSettings
 from sim.host import HostAdapter
 from sim.scenarios import SCENARIOS, run_scenario
@@ -43,10 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.simulated.sim_speed",
                                 description=__doc__.split("\n\n")[0])
     add_fabric_args(p, default=None)
-    p.add_argument("--scenario", choices=sorted(SCENARIOS), default="permutation")
+    p.add_argument("--scenario", choices=sorted(SCENARIOS), default="permutation",
+                   help="the simulator's scenario to time (python -m sim; default %(default)s)")
     p.add_argument("--size", type=int, default=DEFAULT_SIZE, help="bytes moved in total")
     p.add_argument("--repeat", type=int, default=1, help="timed runs (default 1)")
-    p.add_argument("--seed", type=int, default=1)
+    add_seed_arg(p)
     p.add_argument("--split", action="store_true",
                    help="one more run, timing the hosts apart from the network")
     add_json_arg(p)

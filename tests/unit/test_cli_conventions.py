@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from docgen import cli_reference
 from fabric import options
 from fabric.options import (
     CONVERGENCE_DELAY_HELP,
@@ -32,31 +33,18 @@ from fabric.options import (
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# entry point -> (module, its parser's builder, the fewest arguments it parses)
-ENTRY_POINTS: dict[str, tuple[str, str, list[str]]] = {
-    "python -m sim": ("sim.__main__", "_parser", ["clean"]),
-    "python -m bench": ("bench.__main__", "build_parser", ["all"]),
-    "python -m bench.costs.scale": ("bench.costs.scale", "build_parser", ["curve"]),
-    "python -m bench.costs.view_cost": ("bench.costs.view_cost", "build_parser", []),
-    "python -m bench.costs.agent_speed": ("bench.costs.agent_speed", "build_parser", []),
-    "python -m bench.costs.soak": ("bench.costs.soak", "build_parser", []),
-    "python -m bench.costs.switch_speed": ("bench.costs.switch_speed", "build_parser", []),
-    "python -m bench.costs.forwarding": ("bench.costs.forwarding", "build_parser", []),
-    "python -m bench.costs.live_cost": ("bench.costs.live_cost", "build_parser", []),
-    "python -m bench.simulated.sim_speed": ("bench.simulated.sim_speed", "build_parser", []),
-    "python -m bench.simulated.sim_scale": ("bench.simulated.sim_scale", "build_parser", []),
-    "python -m bench.simulated.agreement": ("bench.simulated.agreement", "build_parser", []),
-    "python -m bench.simulated.sim_bench": ("bench.simulated.sim_bench", "build_parser", ["all"]),
-    "topologies/two_tier.py": ("topologies.two_tier", "build_parser", []),
-    "python -m controller": ("controller.__main__", "build_parser", ["paths"]),
-    "python -m grader": ("grader.__main__", "build_parser", ["grade", "1"]),
-}
+# entry point -> (module, its parser's builder, the fewest arguments it parses): one list,
+# the CLI reference's (docs/cli.md)
+ENTRY_POINTS = cli_reference.ENTRY_POINTS
 # Parsers with none of the shared options, or internal processes the entry points above start.
 NOT_USER_ENTRY_POINTS = {
     "bench/contenders/kernel_flows.py":
         "server/client inside Mininet hosts; always one JSON line each",
     "bench/inject.py": "frame injector run by bench.costs.soak in a host",
     "emulation/cluster/serverrun.py": "the ssh session on another server of a cluster run",
+    "docgen/__main__.py": "rewrites the generated documents: no shared option",
+    "docgen/cli_reference.py": "rewrites docs/cli.md: no shared option",
+    "docgen/picture.py": "rewrites docs/fabric.svg: no shared option",
     "grader/inner.py": "the sandboxed half of the grader, given a concrete target",
     "softswitch/__main__.py": "the switch process: no shared option",
     "softswitch/cli.py": "the switch's runtime CLI: no shared option",
@@ -85,6 +73,7 @@ EXPECTED = {
     "python -m grader": {"--json", "--target"},
 }
 DEPRECATED = {("python -m sim", "--rate"): "--line-rate",
+              ("python -m sim", "--queue"): "--queue-depth",
               ("python -m controller", "--delay"): "--convergence-delay"}
 
 

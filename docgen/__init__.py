@@ -1,0 +1,1 @@
+"""Documents generated from the code: the README's fabric picture and the CLI reference."""
