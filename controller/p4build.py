@@ -48,7 +48,7 @@ def compile_program(out_dir: Path = BUILD_DIR) -> tuple[Path, Path]:
     """Run p4src/build.sh into out_dir unconditionally; returns (json, p4info)."""
     if shutil.which(COMPILER) is None:
         raise CompileError(f"{COMPILER} is not on PATH: install the P4 toolchain with "
-                           "scripts/install-p4lang.sh (see README, 'BMv2')")
+                           "scripts/install-p4lang.sh (see docs/lab.md, 'BMv2')")
     try:
         result = subprocess.run([str(BUILD_SCRIPT), str(out_dir)], capture_output=True,
                                 text=True, timeout=COMPILE_TIMEOUT_S)

@@ -15,8 +15,9 @@ Rates: software switches are slow, so each egress port is rate limited well belo
 switch process can forward on this 2-core machine: the emulated links, not the CPU, are the
 bottleneck and queues build where the model says they would. port_rate_pps defaults to
 TARGET_RATE, the rate chosen by measurement for the target the fabric runs on
-(default_rate_for; README "Mininet demo"): 16 BMv2 processes cost about 6 times the software
-switch's CPU per frame, and at the software switch's 500 packets/s they starved the two CPUs.
+(default_rate_for; docs/getting-started.md, "The demo in detail"): 16 BMv2 processes cost
+about 6 times the software switch's CPU per frame, and at the software switch's 500
+packets/s they starved the two CPUs.
 """
 
 from __future__ import annotations

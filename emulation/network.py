@@ -4,7 +4,7 @@
         net.start()
         print(net.transfer(0, 3, 1_000_000))
 
-The API (README "Mininet demo" shows it in use), beyond start/stop/transfer/link_down/link_up;
+The API (docs/getting-started.md shows it in use), beyond start/stop/transfer/link_down/link_up;
 what a fabric is built with is emulation.netconfig.NetworkConfig (re-exported here):
 - transfer(single_path=True) on a network whose agents run MRC restarts the two agents involved
   in single-path mode (and back again for an MRC transfer); it refuses while either agent has a

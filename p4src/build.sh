@@ -12,7 +12,7 @@ out="${1:-$here/build}"
 if ! command -v p4c-bm2-ss >/dev/null 2>&1; then
     cat >&2 <<'MSG'
 p4c-bm2-ss (the P4 compiler for BMv2) is not on PATH. Neither Debian nor PyPI packages it:
-install the toolchain with  sudo scripts/install-p4lang.sh  (README, section "BMv2", says
+install the toolchain with  sudo scripts/install-p4lang.sh  (docs/lab.md, section "BMv2", says
 which route fits your machine and how long it takes).
 MSG
     exit 2

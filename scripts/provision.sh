@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Turns this machine into an MRC testbed lab. It is the only recipe: the Vagrant VM runs it
-# (Vagrantfile) and so does a bare-metal Debian 12 or Ubuntu 22.04/24.04 machine (README,
+# (Vagrantfile) and so does a bare-metal Debian 12 or Ubuntu 22.04/24.04 machine (docs/lab.md,
 # "Vagrant lab"). Safe to run twice.
 #
 #   sudo scripts/provision.sh [--p4-method auto|archive|packages|source] [--no-p4]
@@ -11,7 +11,7 @@
 #      is short (--ignore-resources: warn and go on).
 #   2. ./testbed setup: the distribution's packages (Mininet, python3-venv, ...) and the project
 #      virtualenv .venv from requirements.txt (PyPI).
-#   3. scripts/install-p4lang.sh: p4c and BMv2 by the route that fits the machine (README,
+#   3. scripts/install-p4lang.sh: p4c and BMv2 by the route that fits the machine (docs/lab.md,
 #      "BMv2"); building from source, it picks the compile job count from the RAM.
 #      --no-p4 skips it (the software switch needs no P4 toolchain).
 #   4. a closing check: the virtualenv imports the testbed's packages and the project's own,
@@ -19,9 +19,9 @@
 #   5. only with MRC_CLUSTER_DIR set (the Vagrantfile's lab cluster, MRC_SERVERS > 1): the
 #      lab's ssh material from scripts/cluster-keys.sh installed for root under
 #      /etc/mrc-testbed/cluster, the lab's host key presented by sshd, the lab's key
-#      accepted for root, so the first VM reaches every VM as README "Several machines" asks.
+#      accepted for root, so the first VM reaches every VM as docs/several-machines.md asks.
 #
-# Needs (M: measured, E: estimate; where and how in README, "Vagrant lab"):
+# Needs (M: measured, E: estimate; where and how in docs/lab.md, "Vagrant lab"):
 #   cores   2 or more (checked). The suite's and the demo's figures are from 2-core machines.
 #   memory  4 GB or more (checked; E, not measured: the suite runs up to 16 switch processes
 #           and their agents at once). Building p4c from source: 1.2 GB per compile job on
@@ -32,7 +32,7 @@
 #           from source: about 6 GB more (E; install-p4lang.sh checks).
 #   time    M, fresh Debian 12 root, 2 cores, a fast mirror: steps 1-2 about 30 s, the
 #           archive route 6 s more, a second run 2 s. E: the p4lang packages (Ubuntu, the VM)
-#           a few minutes; building from source about 33 minutes on 2 cores (M, README "BMv2").
+#           a few minutes; building from source about 33 minutes on 2 cores (M, docs/lab.md "BMv2").
 #   network the distribution's package archive and PyPI; after those the P4 step fetches from
 #           the openSUSE Build Service (packages route, Ubuntu: the VM) or GitHub (source
 #           route). --stop-at-external stops right before that download, says what and from

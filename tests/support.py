@@ -19,7 +19,7 @@ import pytest
 
 REQUIRE_ENV = "MRC_REQUIRE_BMV2"
 BMV2_TOOLS = ("p4c-bm2-ss", "simple_switch_grpc", "simple_switch_CLI")
-INSTALL_HINT = "install the P4 toolchain with scripts/install-p4lang.sh (README, 'BMv2')"
+INSTALL_HINT = "install the P4 toolchain with scripts/install-p4lang.sh (docs/lab.md, 'BMv2')"
 NOBODY = 65534  # the unprivileged user a test plays to plant files for root to trip on
 
 

@@ -144,7 +144,7 @@ def test_the_student_learns_what_waits_and_the_demo_says_so_first(student):
     assert "exercise 4: host_agent/core/evs.py" in done.stdout
     assert "exercise 7" not in done.stdout  # the lab has no region: nothing of it waits
     script = (student / "testbed").read_text()
-    assert "classroom waiting --before demo" in script.split("demo)", 1)[1].split(";;")[0]
+    assert "classroom waiting --before demo" in script.split("\n    demo)", 1)[1].split(";;")[0]
     done = _in(catalog.ROOT, "-m", "grader", "classroom", "waiting")
     assert done.returncode == 0 and "nothing waits" in done.stdout
 

@@ -141,7 +141,8 @@ def test_cli_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_cli_rejects_bad_parameters(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["clean", "--size", "0"]) == 2
-    assert main(["clean", "--queue-depth", "4", "--ecn-threshold", "2", "--trim-threshold", "9"]) == 2
+    assert main(["clean", "--queue-depth", "4", "--ecn-threshold", "2",
+                 "--trim-threshold", "9"]) == 2
     assert "trim_threshold" in capsys.readouterr().err
     with pytest.raises(ScenarioError, match="unknown scenario"):
         run_scenario("nope")

@@ -32,8 +32,8 @@ def test_no_kill_by_name() -> None:
     assert hits == []
 
 
-PACKAGES = ("bench", "controller", "demo", "emulation", "emulation/cluster", "fabric", "grader",
-            "host_agent", "host_agent/core", "nodes", "p4rt", "rigs", "rubrics", "safety",
+PACKAGES = ("bench", "controller", "demo", "docgen", "emulation", "emulation/cluster", "fabric",
+            "grader", "host_agent", "host_agent/core", "nodes", "p4rt", "rigs", "rubrics", "safety",
             "sandbox", "served_core", "sim", "softswitch", "topologies", "views", "wire")
 
 
