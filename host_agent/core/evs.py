@@ -27,10 +27,11 @@ Rules chosen where the sources are silent [choice]:
   resting in SKIP (at least 1). Each plane is one NIC port with its own rate, so a plane
   that lost EVs to a failure (a dead route retired) keeps its port's share, spread over the
   EVs it has left; one ring over every plane gave it fewer packets while the other ports,
-  already at their rate, queued the rest (docs/benchmarks.md, link failure). Congestion is
-  different: EVs in SKIP lower their plane's weight, so the excess spreads over every plane
-  instead of all landing on the congested plane's other spine (planes in plain turns slowed
-  permutation flows, docs/decisions.md). A plane with no usable EV passes its turn.
+  already at their rate, queued the rest (CHANGELOG.md, "Measurements": the link failure
+  of ac0a4a4). Congestion is different: EVs in SKIP lower their plane's weight, so the
+  excess spreads over every plane instead of all landing on the congested plane's other
+  spine (planes in plain turns slowed permutation flows, docs/decisions.md). A plane with
+  no usable EV passes its turn.
 - Floor, per plane (evfloor): while a usable plane has fewer usable EVs (GOOD, active) than
   its share of ev_min_active (rounded up), or the set fewer than ev_min_active, choose() takes
   the plane by weight as above and sprays over that plane's usable EVs plus stand-ins of its

@@ -34,7 +34,8 @@ SET_BY_CODEC = {"ext_type", "next_ext"}  # an extension's type words: the codec 
 def layout_block(section: str) -> tuple[int, list[tuple[str, int]]]:
     """(bytes in the heading, [(name, bits)...]) of a §2 header in docs/wire-format.md."""
     text = DOC.read_text()
-    m = re.search(rf"^### {re.escape(section)} ([^\n]*)\n\s*```(?:text)?\n(.*?)```", text, re.M | re.S)
+    m = re.search(rf"^### {re.escape(section)} ([^\n]*)\n\s*```(?:text)?\n(.*?)```", text,
+                  re.M | re.S)
     assert m, f"no layout block under '### {section}' in {DOC.name}"
     size = re.search(r"\((\d+) bytes\)", m.group(1))
     assert size, f"'### {section}' gives no size in bytes"
