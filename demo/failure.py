@@ -23,11 +23,9 @@ def routes_through(net: MrcNetwork, src: int, dst: int, a: str, b: str,
     """Sender routes (outer DAs) whose source route crosses cable a-b."""
     if single_path:  # LPM-routed: the route is the destination NIC address on plane 0
         return {str(net.fabric.nic(dst, 0).address)}
-    out = set()
-    for path in net.fabric.all_paths(src, dst):
-        if any({x, y} == {a, b} for x, y in net.fabric.path_links(path)):
-            out.add(str(path.address))
-    return out
+    fabric = net.fabric
+    return {str(path.address) for path in fabric.all_paths(src, dst)
+            if fabric.crosses(path, a, b)}
 
 
 def pick_failed_link(net: MrcNetwork, src: int, dst: int, single_path: bool) -> tuple[str, str]:

@@ -188,15 +188,10 @@ def _legend(planes: int, src: str, dst: str, failed: tuple[str, str]) -> list[st
     return out
 
 
-def _crosses(fabric: Fabric, path: Route, failed: tuple[str, str]) -> bool:
-    """Whether `path` uses cable `failed` (either direction), as demo.failure decides it."""
-    return any({a, b} == set(failed) for a, b in fabric.path_links(path))
-
-
 def title_line(fabric: Fabric, src: int, dst: int, failed: tuple[str, str]) -> str:
     """The picture's headline, its figures computed from the model."""
     paths = fabric.all_paths(src, dst)
-    bypassed = sum(_crosses(fabric, path, failed) for path in paths)
+    bypassed = sum(fabric.crosses(path, *failed) for path in paths)
     planes = len({path.plane for path in paths})
     return (f"one write {fabric.host_name(src)} -> {fabric.host_name(dst)} sprayed over "
             f"{_plural(len(paths), 'path')} in {_plural(planes, 'plane')}; link {failed[0]} - "
@@ -211,7 +206,7 @@ def fabric_svg(fabric: Fabric, src: int, dst: int, failed: tuple[str, str]) -> s
     if not any({link.a, link.b} == set(failed) for link in fabric.links):
         raise ValueError(f"no link {failed[0]} - {failed[1]} in the fabric")
     lay, paths = _Layout(fabric), fabric.all_paths(src, dst)
-    crossed = [_crosses(fabric, path, failed) for path in paths]
+    crossed = [fabric.crosses(path, *failed) for path in paths]
     w, h = map(_f, lay.size)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
            f'viewBox="0 0 {w} {h}">',

@@ -302,3 +302,7 @@ class Fabric:
         """The cables `path` crosses, in order, as (nearer node, farther node)."""
         nodes = self.path_nodes(path)
         return list(zip(nodes, nodes[1:], strict=False))
+
+    def crosses(self, path: Path, a: str, b: str) -> bool:
+        """Whether `path` uses the cable between nodes a and b, in either direction."""
+        return any({x, y} == {a, b} for x, y in self.path_links(path))

@@ -169,6 +169,10 @@ def test_a_paths_geometry_is_its_hosts_and_switches_in_order() -> None:
     assert fabric.path_links(across) == [("h0", "p1l0"), ("p1l0", "p1s1"), ("p1s1", "p1l1"),
                                          ("p1l1", "h1")]
     assert Fabric(1, 1, 1, 2).path_nodes(local) == ("h0", "p0l0", "h1")  # one T0: no spine
+    assert fabric.crosses(across, "p1l0", "p1s1") and fabric.crosses(across, "p1s1", "p1l0")
+    assert fabric.crosses(across, "p1l1", "h1")
+    assert not fabric.crosses(across, "p1l0", "p1s0")  # the other spine's cable
+    assert not fabric.crosses(across, "p1l0", "p1l1")  # both on the path, not one cable
 
 
 @pytest.mark.parametrize("fabric", [Fabric(), Fabric(planes=2, t0_per_plane=3, t1_per_plane=4,
