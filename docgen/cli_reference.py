@@ -67,6 +67,23 @@ def parser_of(module: str, builder: str) -> argparse.ArgumentParser:
     return getattr(importlib.import_module(module), builder)()
 
 
+def commands() -> list[tuple[str, str, argparse.ArgumentParser]]:
+    """(name, module, parser) of every command the reference lists: the entry points, then
+    the tools."""
+    found = [(name, module, parser_of(module, builder))
+             for name, (module, builder, _) in ENTRY_POINTS.items()]
+    return found + [(name, module, parser_of(module, builder))
+                    for name, (module, builder) in TOOLS.items()]
+
+
+def walk(name: str, parser: argparse.ArgumentParser
+         ) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """A parser and each of its subcommands' (and theirs), named as typed."""
+    yield name, parser
+    for sub, (child, _) in subcommands(parser).items():
+        yield from walk(f"{name} {sub}", child)
+
+
 def _expand(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
     """An action's help with its %(default)s and the like filled in, on one line."""
     if not action.help:

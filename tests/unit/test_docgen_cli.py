@@ -22,17 +22,7 @@ RETIRED = {"--queue": "--queue-depth", "--delay": "--convergence-delay",
 
 
 def every_parser() -> list[tuple[str, argparse.ArgumentParser]]:
-    found = [(n, ref.parser_of(m, b)) for n, (m, b, _) in ref.ENTRY_POINTS.items()]
-    found += [(n, ref.parser_of(m, b)) for n, (m, b) in ref.TOOLS.items()]
-    out = []
-
-    def walk(name: str, parser: argparse.ArgumentParser) -> None:
-        out.append((name, parser))
-        for sub, (child, _) in ref.subcommands(parser).items():
-            walk(f"{name} {sub}", child)
-    for name, parser in found:
-        walk(name, parser)
-    return out
+    return [found for name, _, parser in ref.commands() for found in ref.walk(name, parser)]
 
 
 def test_the_committed_reference_is_what_the_parsers_say() -> None:

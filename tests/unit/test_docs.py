@@ -33,7 +33,7 @@ DOCS = [d for d in DOCS if d.exists() and "work" not in d.relative_to(ROOT).part
 # programs of the machine, not ours: their arguments are not ours to check (paths are)
 EXTERNAL = {"vagrant", "git", "tshark", "mn", "chromium", "apt-get", "ssh", "cat", "ls",
             "cd", "export", "wireshark", "$EDITOR", "nano", "less", "ip", "tcpdump", "echo",
-            "unzip", "zip", "tar", "cp", "mkdir", "rm", "diff", "python3"}
+            "unzip", "zip", "tar", "cp", "mkdir", "rm", "diff"}
 # modules run with `python -m` that are tools, not ours
 EXTERNAL_MODULES = {"pytest", "ruff", "pip", "venv", "http.server"}
 OUTSIDE = re.compile(r"(?<![\w.])/work/|\.\./shared|shared/seeds|design[- ]brief", re.I)
@@ -59,9 +59,7 @@ def all_commands() -> list[tuple[str, str]]:
 
 @cache
 def parsers_by_module() -> dict[str, argparse.ArgumentParser]:
-    found = {m: ref.parser_of(m, b) for m, b, _ in ref.ENTRY_POINTS.values()}
-    found.update({m: ref.parser_of(m, b) for m, b in ref.TOOLS.values()})
-    return found
+    return {module: parser for _, module, parser in ref.commands()}
 
 
 def module_parser(module: str) -> argparse.ArgumentParser | None:
@@ -103,7 +101,7 @@ def _check_words(words: list[str]) -> str | None:
     prog, args = words[0], words[1:]
     if prog in ("./testbed", "testbed"):
         return _check_testbed(args)
-    if prog.endswith("python") or prog.endswith("python3") and args[:1] == ["-m"]:
+    if prog.endswith(("python", "python3")):
         if args[:1] == ["-m"]:
             module, rest = args[1], args[2:]
             if module.split(".")[0] in EXTERNAL_MODULES:
@@ -206,14 +204,10 @@ def known_options() -> set[str]:
                                     path.read_text()))
     for script in [ROOT / "testbed", *ROOT.glob("scripts/*.sh"), ROOT / ".ci" / "run"]:
         found.update(re.findall(r"--[a-z][\w-]*", script.read_text()))
-
-    def walk(parser: argparse.ArgumentParser) -> None:  # options made by a loop, too
-        for action in parser._actions:
-            found.update(o for o in action.option_strings if o.startswith("--"))
-        for child, _ in ref.subcommands(parser).values():
-            walk(child)
-    for parser in parsers_by_module().values():
-        walk(parser)
+    for name, parser in parsers_by_module().items():  # options made by a loop, too
+        for _, each in ref.walk(name, parser):
+            found.update(o for a in each._actions for o in a.option_strings
+                         if o.startswith("--"))
     return found
 
 
